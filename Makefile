@@ -1,0 +1,40 @@
+# Two commands (see README):  make sweep   |   make test
+# Both create .venv on first use. Without a GPU, torch is the CPU build (torch==2.13.0), never the CUDA one.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+SWEEP ?= method=ar,ar_sampling,beam,beam_sampling
+PYTEST_ARGS ?=
+
+.PHONY: setup sweep report test test-slow clean-results
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "setup: torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed"; \
+	elif nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "setup: GPU found: installing $(TORCH_SPEC) (CUDA build)"; $(PY) -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	else \
+	  echo "setup: no GPU: installing the CPU build $(TORCH_SPEC)"; $(PY) -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"; \
+	fi
+	$(PY) -m pip install -e ".[dev]"
+	@touch $@
+
+sweep: setup
+	$(VENV)/bin/harness -m $(SWEEP)
+	$(VENV)/bin/harness-report
+
+report: setup
+	$(VENV)/bin/harness-report
+
+test: setup
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-slow: setup
+	$(VENV)/bin/pytest -q -m slow $(PYTEST_ARGS)
+
+clean-results:
+	rm -rf results plots

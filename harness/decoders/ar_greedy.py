@@ -1,0 +1,27 @@
+"""Autoregressive greedy decoding: x_t = argmax p(· | x_<t) — one target call per token.
+
+Token-identical to HF ``generate(do_sample=False)`` (tested on the tiny pair).
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.decoders.base import Decoder, GenerationStats, register
+from harness.primitives.kv_cache import new_cache
+
+
+@register
+class ArGreedy(Decoder):
+    method = "ar_greedy"
+
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+        cache = new_cache(self.target.model)
+        logits = self.target(prompt_ids, cache, all_logits=False)
+        out: list[int] = []
+        while len(out) < max_new_tokens:
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+            if token == self.eos_token_id or len(out) == max_new_tokens:
+                break
+            logits = self.target(torch.tensor([[token]], device=self.device), cache)
+        return out

@@ -1,0 +1,101 @@
+"""Deterministic beam search (seed 000 §2.1, "deterministic beam sampling": keep the top W).
+
+Follows HF transformers' vectorised beam search exactly, so that the output is token-identical
+to ``generate(num_beams=W, do_sample=False, length_penalty=..., early_stopping=...)``:
+2W candidates per step, finished hypotheses scored sum-log-prob ÷ generated_length^length_penalty,
+HF's early-stopping heuristic, and the prompt prefilled once per beam row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.decoders.base import Decoder, GenerationStats, register
+from harness.errors import ConfigError
+from harness.primitives.kv_cache import new_cache, reorder
+
+NEG = -1.0e9
+
+
+@dataclass(frozen=True)
+class BeamSearchParams:
+    width: int = 4
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False  # False, True or "never", as in HF
+
+    def __post_init__(self):
+        if self.width < 1:
+            raise ConfigError(f"beam width must be >= 1, got {self.width}")
+        if self.early_stopping not in (True, False, "never"):
+            raise ConfigError(f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
+
+
+@register
+class BeamSearch(Decoder):
+    method = "beam_search"
+    Params = BeamSearchParams
+
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+        W, lp, early = self.params.width, self.params.length_penalty, self.params.early_stopping
+        K = 2 * W  # HF keeps (1 + #eos) * W candidates, at least 2W
+        dev = self.device
+        prompt_len = prompt_ids.size(1)
+        max_length = prompt_len + max_new_tokens
+        cache = new_cache(self.target.model)
+        logits = self.target(prompt_ids.expand(W, -1), cache, all_logits=False)[:, -1]
+
+        running = torch.empty((W, 0), dtype=torch.long, device=dev)
+        running_scores = torch.full((W,), NEG, device=dev)
+        running_scores[0] = 0.0
+        finished = torch.zeros((W, max_new_tokens), dtype=torch.long, device=dev)
+        finished_len = torch.zeros(W, dtype=torch.long, device=dev)
+        finished_scores = torch.full((W,), NEG, device=dev)
+        is_finished = torch.zeros(W, dtype=torch.bool, device=dev)
+        improvable = True
+        top_w_mask = torch.arange(K, device=dev) < W
+        cur_len = prompt_len
+        while True:
+            log_probs = torch.log_softmax(logits, dim=-1) + running_scores[:, None]
+            vocab = log_probs.size(-1)
+            top_scores, top_idx = torch.topk(log_probs.reshape(1, -1), K)
+            top_scores, top_idx = top_scores[0], top_idx[0]
+            parent, token = top_idx // vocab, top_idx % vocab
+            candidates = torch.cat([running[parent], token[:, None]], dim=1)
+            hits = (token == self.eos_token_id) | torch.tensor(cur_len + 1 >= max_length, device=dev)
+
+            # e. the W best unfinished candidates continue
+            masked = top_scores + hits.float() * NEG
+            keep = torch.topk(masked, W).indices
+            running, running_scores, beam_idx = candidates[keep], masked[keep], parent[keep]
+
+            # f. finished candidates among the top W enter the finished set if they beat it
+            gen_len = cur_len + 1 - prompt_len
+            fin = top_scores / (gen_len ** lp)
+            if bool(is_finished.all()) and early is True:
+                fin = fin + NEG
+            if not improvable:
+                fin = fin + NEG
+            fin = fin + (~(hits & top_w_mask)).float() * NEG
+            merged_scores = torch.cat([finished_scores, fin])
+            pick = torch.topk(merged_scores, W).indices
+            padded = torch.zeros((K, max_new_tokens), dtype=torch.long, device=dev)
+            padded[:, :gen_len] = candidates
+            finished = torch.cat([finished, padded])[pick]
+            finished_len = torch.cat([finished_len, torch.full((K,), gen_len, device=dev)])[pick]
+            finished_scores = merged_scores[pick]
+            is_finished = torch.cat([is_finished, hits & top_w_mask])[pick]
+
+            # g. stopping conditions, as HF evaluates them
+            cur_len += 1
+            best_len = (max_length - prompt_len) if (early == "never" and lp > 0.0) else (cur_len - prompt_len)
+            best_running = running_scores[0] / (best_len ** lp)
+            worst_finished = torch.where(is_finished, finished_scores.min(), torch.tensor(NEG, device=dev))
+            improvable = improvable and bool((best_running > worst_finished).any())
+            all_done = bool(is_finished.all()) and early is True
+            if not improvable or all_done or bool(hits.all()):
+                break
+            reorder(cache, beam_idx)
+            logits = self.target(running[:, -1:], cache)[:, -1]
+        stats.extra["beam_width"] = W
+        return finished[0, : int(finished_len[0])].tolist()

@@ -1,0 +1,30 @@
+"""Sampling from distributions, and the residual distribution of speculative sampling."""
+from __future__ import annotations
+
+import torch
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None, num_samples: int = 1) -> torch.Tensor:
+    """Draw token ids from ``probs`` (..., V) with replacement; returns (..., num_samples)."""
+    flat = probs.reshape(-1, probs.size(-1))
+    out = torch.multinomial(flat, num_samples, replacement=True, generator=generator)
+    return out.reshape(*probs.shape[:-1], num_samples)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)) (Leviathan et al. 2023, Alg. 1; seed 000 §2.2 step 3).
+
+    Where p ≤ q everywhere (p == q up to rounding) the residual is undefined; then p itself
+    is returned, which is what the rejection never reaches with positive probability.
+    """
+    r = torch.clamp(p - q, min=0.0)
+    total = r.sum(-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp_min(1e-30), p)
+
+
+def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
+    if seed is None:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g

@@ -1,0 +1,63 @@
+"""Logit warping T: temperature, then top-k, then top-p (seed 002 App. F; seed 000 §2.1).
+
+Semantics match HF transformers' ``TemperatureLogitsWarper`` → ``TopKLogitsWarper`` →
+``TopPLogitsWarper`` so that a decoder using :class:`Warp` samples from exactly the
+distribution HF ``generate(do_sample=True, ...)`` samples from: top-p keeps, in
+descending order, every token whose *exclusive* cumulative probability is below
+``top_p`` (so the token that crosses the threshold is kept, and at least one token is).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Warp:
+    """The warping operation T. ``temperature == 0`` means deterministic (argmax) decoding."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+    def logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped logits (float32, masked entries -inf) over the last dimension."""
+        x = logits.float()
+        if self.temperature not in (0.0, 1.0):
+            x = x / self.temperature
+        if self.top_k and self.top_k < x.size(-1):
+            kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
+        if self.top_p < 1.0:
+            sorted_x, order = torch.sort(x, dim=-1, descending=True)
+            probs = torch.softmax(sorted_x, dim=-1)
+            exclusive_cum = torch.cumsum(probs, dim=-1) - probs
+            drop_sorted = exclusive_cum >= self.top_p
+            drop_sorted[..., 0] = False
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            x = x.masked_fill(drop, float("-inf"))
+        return x
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """T∘softmax(logits): the warped distribution (one-hot argmax when greedy)."""
+        if self.is_greedy:
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
+        return torch.softmax(self.logits(logits), dim=-1)
+
+    def as_dict(self) -> dict:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}

@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+from harness.models import TINY_PAIR_DIR
+
+# Tests run tiny models, where a second intra-op thread costs more than it gives (about 10x slower
+# per forward on a loaded 2-core machine). Benchmarks set their own thread count.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    """The embedded tiny Llama pair (offline)."""
+    from harness.models import load_pair
+
+    if not (TINY_PAIR_DIR / "target" / "model.safetensors").exists():
+        pytest.fail(f"embedded tiny pair missing in {TINY_PAIR_DIR}; run scripts/train_tiny_pair.py")
+    return load_pair("tiny/target", "tiny/draft", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def heldout_prompts(tiny_pair):
+    """Token ids of 24 held-out prompts from the default dataset."""
+    from harness.tasks import load_task
+
+    task = load_task({"task": "text_continuation", "name": "kjv_heldout", "num_prompts": 24, "prompt_words": 10})
+    return [tiny_pair.tokenizer(ex.prompt)["input_ids"] for ex in task.examples()]

@@ -1,0 +1,124 @@
+"""Runner: records and summaries, crash-safe writes, resume after a killed sweep, failure isolation."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import store
+from harness.report import load_results
+from harness.runner import cell_id, run_cell
+
+CELL = {"method": {"name": "ar_greedy"}, "seed": 0, "max_new_tokens": 6,
+        "pair": {"name": "tiny", "target": "tiny/target", "draft": "tiny/draft", "dtype": "float32", "device": "cpu"},
+        "dataset": {"name": "kjv_heldout", "task": "text_continuation", "num_prompts": 3, "max_new_tokens": 48,
+                    "stop": [], "prompt_words": 12},
+        "gpu": {"name": "cpu"}, "runner": {"warmup_generations": 1, "warmup_new_tokens": 2, "progress": False}}
+
+
+def test_cell_writes_records_and_summary_then_skips(tmp_path):
+    out = run_cell(CELL, tmp_path)
+    assert out.status == "done"
+    records = store.read_records(out.cell_dir)
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert all(0 < r["new_tokens"] <= 6 and r["wall_time_s"] > 0 and r["output_ppl"] > 1 for r in records)
+    assert all(r["energy.source"] == "none" and r["energy.reason"] for r in records)  # CPU: NaN energy + reason
+    summary = json.loads((out.cell_dir / store.SUMMARY).read_text())
+    assert summary["prompts"] == 3 and summary["new_tokens"] == sum(r["new_tokens"] for r in records)
+    assert summary["tokens_per_s"] == pytest.approx(summary["new_tokens"] / summary["wall_time_s"])
+    for key in ("torch", "transformers", "git_sha", "device_type"):
+        assert key in summary["env"]
+    assert summary["decoder_params"] == {"method": "ar_greedy"} and summary["config"]["seed"] == 0
+    assert not (out.cell_dir / store.PARTIAL).exists()
+    again = run_cell(CELL, tmp_path)
+    assert again.status == "skipped" and again.cell_id == out.cell_id
+
+
+def test_cell_id_depends_on_everything_that_defines_the_cell():
+    other = json.loads(json.dumps(CELL))
+    other["method"] = {"name": "beam_search", "width": 2}
+    seeded = dict(CELL, seed=1)
+    ids = {cell_id(CELL), cell_id(other), cell_id(seeded)}
+    assert len(ids) == 3
+    assert cell_id(CELL).startswith("ar_greedy__tiny__kjv_heldout__cpu__s0__")
+
+
+def test_failing_cell_is_recorded_and_does_not_raise(tmp_path):
+    bad = dict(CELL, method={"name": "beam_sampling", "temperature": 0.0})
+    out = run_cell(bad, tmp_path)
+    assert out.status == "failed" and "beam_search" in out.error
+    err = json.loads((out.cell_dir / store.ERROR).read_text())
+    assert err["kind"] == "ConfigError" and "Traceback" in err["traceback"]
+    cells, records, failures = load_results(tmp_path)
+    assert cells.empty and records.empty and list(failures.cell_id) == [out.cell_id]
+
+
+def test_partial_cells_are_never_read(tmp_path):
+    cell_dir = tmp_path / "cells" / "x"
+    cell_dir.mkdir(parents=True)
+    (cell_dir / store.PARTIAL).write_text('{"index": 0}\n{"ind')  # a torn line from a kill
+    cells, records, _ = load_results(tmp_path)
+    assert cells.empty and records.empty
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    path = tmp_path / "a.json"
+    store.atomic_write_json(path, {"v": 1})
+
+    class Boom:
+        pass
+    with pytest.raises(TypeError):
+        store.atomic_write_json(path, {"v": Boom()})
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def _harness(args, results):
+    env = dict(os.environ, HYDRA_FULL_ERROR="1")
+    return [sys.executable, "-m", "harness", *args, f"results_dir={results}", "dataset.num_prompts=4",
+            "max_new_tokens=16", "runner.progress=false", "gpu=cpu", "pair.device=cpu"], env
+
+
+def test_killed_sweep_resumes_without_duplicates(tmp_path):
+    """Kill a 3-cell sweep while its second cell runs; the rerun finishes it, with each row once."""
+    cmd, env = _harness(["-m", "method=ar_greedy,beam_search,ar_sampling"], tmp_path)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    cells = tmp_path / "cells"
+    deadline = time.time() + 240
+    killed = False
+    while time.time() < deadline and proc.poll() is None:
+        done = list(cells.glob("*/summary.json")) if cells.exists() else []
+        partial = [p for p in cells.glob("*/records.partial.jsonl")] if cells.exists() else []
+        if len(done) == 1 and partial:
+            proc.send_signal(signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert killed, "sweep finished before it could be killed mid-cell"
+    assert len(list(cells.glob("*/summary.json"))) == 1
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("[skipped]") == 1 and r.stdout.count("[done]") == 2
+    cells_df, records_df, failures = load_results(tmp_path)
+    assert len(cells_df) == 3 and failures.empty
+    assert len(records_df) == 3 * 4
+    assert not records_df.duplicated(["cell_id", "index"]).any()
+    assert not list(cells.glob("*/records.partial.jsonl"))
+
+
+def test_report_writes_parquet_and_plot(tmp_path):
+    from harness.report import main
+
+    run_cell(CELL, tmp_path)
+    run_cell(dict(CELL, method={"name": "beam_search", "width": 2}), tmp_path)
+    assert main(["--results", str(tmp_path), "--plots", str(tmp_path / "plots")]) == 0
+    import pandas as pd
+
+    cells = pd.read_parquet(tmp_path / "cells.parquet")
+    assert set(cells.method) == {"ar_greedy", "beam_search(width=2, length_penalty=1.0, early_stopping=False)"}
+    assert (tmp_path / "plots" / "tokens_per_s.png").stat().st_size > 1000
