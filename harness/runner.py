@@ -142,7 +142,7 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
     tok = pair.tokenizer
     max_new = int(cfg.get("max_new_tokens") or task.max_new_tokens)
 
-    encoded = [tok(ex.prompt)["input_ids"] for ex in examples]
+    encoded = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
     for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
         decoder.generate(encoded[0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
 
@@ -167,7 +167,7 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
                       **reading.as_record(new_tokens=tokens_all_reps),
                       "peak_gpu_mem_bytes": (torch.cuda.max_memory_allocated(pair.device)
                                              if pair.device.type == "cuda" else math.nan),
-                      "output_text": text, "prompt": ex.prompt}
+                      "output_text": text, "prompt": task.prompt_text(ex, tok)}
             writer.write(record)
             records.append(record)
             totals["new_tokens"] += gen.stats.new_tokens

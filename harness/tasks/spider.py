@@ -1,0 +1,98 @@
+"""Spider text-to-SQL, dev split (Yu et al. 2018); seeds 000/001/002 report execution accuracy.
+
+Data: ``path`` is a folder with ``dev.json``, ``tables.json`` and ``database/<db>/<db>.sqlite`` — the
+shipped copy (``tasks/spider``: the 1,034 dev questions, 19 of the 20 dev databases) or a full
+Spider release folder. Questions whose database is missing (``wta_1`` in the shipped copy) stay in
+the prompt set but score NaN, with ``meta["unscorable"]`` saying why.
+
+Prompt: the schema and question in the OpenAI Codex SQL format (Rajkumar et al. 2022, "Evaluating
+the Text-to-SQL Capabilities of Large Language Models"), primed with ``SELECT`` — in the plain
+prompt and as the start of the assistant reply under a chat template — so the output continues
+the query. Metric: ``execution_accuracy`` (see :mod:`harness.metrics.sql`), queries run read-only
+with a time limit (:func:`harness.sandbox.readonly_query`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.metrics.sql import execution_match
+from harness.tasks.base import Example, register_task
+from harness.tasks.templated import TemplateTask
+
+_CODE_FENCE = re.compile(r"```(?:sql|sqlite)?", re.IGNORECASE)
+
+
+def schema_lines(table: dict) -> list[str]:
+    """``table(column, ...)`` per table, with the original (executable) names."""
+    columns: dict[int, list[str]] = {i: [] for i in range(len(table["table_names_original"]))}
+    for t, name in table["column_names_original"]:
+        if t >= 0:
+            columns[t].append(name)
+    return [f"{name}({', '.join(columns[i])})" for i, name in enumerate(table["table_names_original"])]
+
+
+def extract_sql(output: str) -> str:
+    """The query in an output that continues ``SELECT`` (or restates it): code fences dropped, cut at
+    the first ``;``, ``SELECT`` put back in front when the output does not start with one."""
+    sql = _CODE_FENCE.sub("", output).split(";", 1)[0].strip()
+    return sql if re.match(r"(select|with)\b", sql, re.IGNORECASE) else f"SELECT {sql}"
+
+
+@register_task
+@dataclass
+class Spider(TemplateTask):
+    kind = "spider"
+    path: str = "spider"
+    split_file: str = "dev.json"
+    timeout_s: float = 5.0
+    template: str = ("### SQLite SQL tables, with their properties:\n#\n{schema_comment}\n#\n"
+                     "### A query to answer: {question}\nSELECT")
+    user_template: str = ("Write one SQLite query that answers the question. Reply with the SQL only.\n\n"
+                          "Tables:\n{schema}\n\nQuestion: {question}")
+    response_prefix: str = "SELECT"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.hf_dataset:
+            raise ConfigError("task 'spider' scores on the Spider databases: set path to a Spider folder "
+                              "(dev.json, tables.json, database/) instead of hf_dataset")
+
+    @property
+    def root(self) -> Path:
+        return self.resolve(self.path)
+
+    def database(self, db_id: str) -> Path:
+        return self.root / "database" / db_id / f"{db_id}.sqlite"
+
+    @cached_property
+    def schemas(self) -> dict[str, list[str]]:
+        tables = self.root / "tables.json"
+        if not tables.exists():
+            raise ConfigError(f"Spider schemas not found: {tables} "
+                              "(path must be a folder with dev.json, tables.json, database/)")
+        return {t["db_id"]: schema_lines(t) for t in json.loads(tables.read_text(encoding="utf-8"))}
+
+    def rows(self) -> list[dict]:
+        return self.read(self.root / self.split_file)
+
+    def example(self, row: dict, index: int) -> Example:
+        db_id = row["db_id"]
+        schema = self.schemas[db_id]
+        fields = {"question": row["question"], "schema": "\n".join(schema),
+                  "schema_comment": "\n".join(f"# {line}" for line in schema)}
+        meta = {"db_id": db_id}
+        if not self.database(db_id).exists():
+            meta["unscorable"] = f"database {db_id} is not available under {self.root / 'database'}"
+        return self.make_example(f"{db_id}/{index}", fields, reference=row["query"], meta=meta)
+
+    def score(self, example: Example, output: str) -> dict[str, float]:
+        if "unscorable" in example.meta:
+            return {"execution_accuracy": math.nan}
+        db = self.database(example.meta["db_id"])
+        return {"execution_accuracy": execution_match(db, example.reference, extract_sql(output), self.timeout_s)}

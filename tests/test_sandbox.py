@@ -1,0 +1,147 @@
+"""Generated code is contained: hostile Python (infinite loop, fork bomb, deleting files outside
+its temporary directory, opening a socket) fails and harms nothing; generated SQL cannot modify,
+attach or create databases and is stopped by a time limit."""
+import hashlib
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox import PythonLimits, QueryError, namespaces_available, readonly_query, run_python
+
+FAST = PythonLimits(timeout_s=3.0)
+# layer 3 (audit hook) on and off: off, only the OS layers (namespaces, read-only mounts) protect
+NO_NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="no namespaces here: the audit hook is the only guard")
+GUARDS = [True, pytest.param(False, marks=NO_NAMESPACES)]
+
+
+def test_a_correct_program_passes_and_failures_fail():
+    ok = run_python("print(sum(range(10)))", FAST)
+    assert ok.passed and ok.stdout.strip() == "45"
+    assert not run_python("assert 1 + 1 == 3", FAST).passed
+    assert not run_python("raise SystemExit(0)", FAST).passed  # leaving early is not passing
+    assert not run_python("import os\nos._exit(0)", FAST).passed
+    assert not run_python("def f(:\n", FAST).passed
+
+
+def test_infinite_loop_times_out():
+    start = time.monotonic()
+    result = run_python("while True:\n    pass\n", PythonLimits(timeout_s=1.5))
+    assert result.timed_out and not result.passed
+    assert time.monotonic() - start < 10
+
+
+def test_memory_limit():
+    assert not run_python("x = bytearray(3 << 30)\nprint(len(x))", PythonLimits(timeout_s=3.0, memory_mb=512)).passed
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+def test_fork_bomb_is_stopped():
+    result = run_python("import os\nwhile True:\n    os.fork()\n", FAST)
+    assert not result.passed
+
+
+@pytest.mark.skipif(not namespaces_available(), reason="needs a PID namespace")
+def test_children_left_behind_are_killed():
+    # without the audit hook the program can fork; its children must not outlive it
+    program = "import os, time\nprint(os.getcwd(), flush=True)\nfor _ in range(8):\n    if os.fork() == 0:\n" \
+              "        os.setsid()\n        time.sleep(600)\n"
+    result = run_python(program, FAST, audit_guard=False)
+    tmp = result.stdout.split()[0]
+    assert "harness-sandbox-" in tmp
+    assert _processes_mentioning(tmp) == []
+
+
+@pytest.mark.parametrize("guard", GUARDS)
+def test_cannot_delete_or_write_outside_its_directory(tmp_path, guard):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    program = f"""
+import os, shutil
+for attempt in (lambda: os.remove({str(victim)!r}), lambda: shutil.rmtree({str(tmp_path)!r}),
+                lambda: open({str(tmp_path / 'new.txt')!r}, 'w').write('x'),
+                lambda: os.rename({str(victim)!r}, 'stolen.txt')):
+    try:
+        attempt()
+    except OSError as e:
+        print('denied', type(e).__name__)
+    else:
+        print('DONE')
+open('own.txt', 'w').write('mine')  # its own directory is writable
+assert open('own.txt').read() == 'mine'
+"""
+    result = run_python(program, FAST, audit_guard=guard)
+    assert result.passed, result.stderr
+    assert "DONE" not in result.stdout and result.stdout.count("denied") == 4
+    assert victim.read_text() == "precious" and not (tmp_path / "new.txt").exists()
+
+
+@pytest.mark.parametrize("guard", GUARDS)
+def test_no_network(guard):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)  # the kernel completes a connection into the backlog, accepted or not
+        program = f"import socket\ns = socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2)\n" \
+                  "print('connected')"
+        result = run_python(program, FAST, audit_guard=guard)
+        assert not result.passed and "connected" not in result.stdout
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()
+
+
+def test_no_subprocesses_or_ctypes():
+    assert not run_python("import subprocess\nsubprocess.run(['true'])", FAST).passed
+    assert not run_python("import os\nos.system('true')", FAST).passed
+    assert not run_python("import ctypes\nctypes.CDLL(None).fork()", FAST).passed
+
+
+# --- SQL ---------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def database(tmp_path):
+    from harness.tasks.base import TASKS_DIR
+
+    db = tmp_path / "pets_1.sqlite"
+    shutil.copy(TASKS_DIR / "spider/database/pets_1/pets_1.sqlite", db)
+    return db
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO Student(StuID) VALUES (1)", "DELETE FROM Student", "UPDATE Student SET Age = 0",
+    "DROP TABLE Student", "CREATE TABLE t(a)", "CREATE TEMP TABLE t(a)", "CREATE VIEW v AS SELECT 1",
+    "ALTER TABLE Student ADD COLUMN x", "ATTACH DATABASE '{tmp}/other.db' AS other", "VACUUM INTO '{tmp}/copy.db'",
+    "PRAGMA query_only = OFF", "PRAGMA journal_mode = DELETE", "SELECT load_extension('x')", "BEGIN",
+    "SELECT 1; DROP TABLE Student",
+])
+def test_sql_cannot_modify_attach_or_create(database, sql):
+    before = hashlib.sha256(database.read_bytes()).hexdigest()
+    with pytest.raises(QueryError):
+        readonly_query(database, sql.format(tmp=database.parent))
+    assert hashlib.sha256(database.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in database.parent.iterdir()) == ["pets_1.sqlite"]
+
+
+def test_sql_time_and_size_limits(database):
+    start = time.monotonic()
+    with pytest.raises(QueryError, match="interrupted"):
+        readonly_query(database, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                                 "SELECT count(*) FROM c", timeout_s=0.5)
+    assert time.monotonic() - start < 5
+    with pytest.raises(QueryError):
+        readonly_query(database, "SELECT zeroblob(100000000)")
+    with pytest.raises(QueryError, match="rows"):
+        readonly_query(database, "SELECT * FROM Student a, Student b, Student c", max_rows=1000)
+    assert readonly_query(database, "SELECT count(*) FROM Student") == [(34,)]
