@@ -1,0 +1,254 @@
+"""Token trees and tree attention, written once for every tree method (SpecInfer, MCSD, DSBD forests).
+
+A tree of draft tokens is flattened into a topological order (every parent before its
+children; :class:`TokenTree` builds depth-first order) and given to the target model in
+ONE forward pass with a topology-aware attention mask: node i attends to the whole cached
+prefix, to its ancestors and to itself (seed 000 §3.3 and Fig. 3; seed 003 §2.2 and
+Fig. 1; SpecInfer's tree-based parallel decoding). Its position id is
+``prefix_len + depth − 1``, the position it would have in a plain sequence, so that every
+node's logits equal those of a sequential forward over its root-to-node path.
+
+``parents[i] == -1`` means node i hangs off the committed prefix; several such roots form
+a forest. A *stem* is a short chain of committed tokens that are not yet in the KV cache
+(e.g. the token sampled at the end of the previous iteration); it is fed in the same
+forward, in front of the tree, whose roots then hang off the stem's last token.
+
+After verification, :func:`commit_path` rolls a KV cache back to the prefix plus the
+accepted path (no recompute of the prefix).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.primitives.kv_cache import cache_length, keep_positions, truncate
+
+
+def _as_list(parents) -> list[int]:
+    if isinstance(parents, torch.Tensor):
+        return parents.tolist()
+    return [int(p) for p in parents]
+
+
+def check_parents(parents) -> list[int]:
+    """Validate a parent array (parent index < own index, −1 for roots); returns it as a list."""
+    plist = _as_list(parents)
+    for i, p in enumerate(plist):
+        if not -1 <= p < i:
+            raise ValueError(f"node {i} has parent {p}: parents must be -1 (root) or an earlier node index")
+    return plist
+
+
+def node_depths(parents) -> torch.Tensor:
+    """Depth of every node (roots have depth 1): (N,) long."""
+    plist = check_parents(parents)
+    depth = [0] * len(plist)
+    for i, p in enumerate(plist):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    return torch.tensor(depth, dtype=torch.long)
+
+
+def path_to(parents, node: int) -> list[int]:
+    """Node indices from the root down to ``node`` (inclusive)."""
+    plist = _as_list(parents)
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = plist[node]
+    return path[::-1]
+
+
+def ancestor_matrix(parents, device=None) -> torch.Tensor:
+    """(N, N) bool: ``A[i, j]`` is True iff node j is node i or one of its ancestors."""
+    plist = check_parents(parents)
+    n = len(plist)
+    par = torch.tensor(plist, dtype=torch.long, device=device)
+    anc = torch.eye(n, dtype=torch.bool, device=device)
+    rows = torch.arange(n, device=device)
+    cur = par.clone()
+    while n and bool((cur >= 0).any()):  # pointer jumping, one step per tree level
+        live = cur >= 0
+        anc[rows[live], cur[live]] = True
+        cur = torch.where(live, par[cur.clamp_min(0)], cur)
+    return anc
+
+
+def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.float32,
+                        device=None) -> torch.Tensor:
+    """Additive 4-D mask (1, 1, N, prefix_len + N): 0 where node i may attend, dtype-min elsewhere.
+
+    Node i sees all ``prefix_len`` cached positions, its ancestors and itself (topology-aware
+    causal mask). HF models take it as ``attention_mask`` unchanged (a 4-D mask is used as is).
+    """
+    allowed = ancestor_matrix(parents, device)
+    n = allowed.size(0)
+    mask = torch.zeros((n, prefix_len + n), dtype=dtype, device=device)
+    mask[:, prefix_len:].masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def tree_position_ids(parents, prefix_len: int, device=None) -> torch.Tensor:
+    """(1, N) position ids: ``prefix_len + depth − 1`` for every node."""
+    return (node_depths(parents).to(device) + (prefix_len - 1))[None]
+
+
+def with_stem(stem_len: int, parents) -> list[int]:
+    """Parents of ``stem_len`` chained tokens followed by the tree (roots hang off the stem's end)."""
+    plist = check_parents(parents)
+    stem = list(range(-1, stem_len - 1))
+    root_parent = stem_len - 1
+    return stem + [p + stem_len if p >= 0 else root_parent for p in plist]
+
+
+@dataclass
+class TokenTree:
+    """Draft tokens with parent links, in topological (depth-first when built here) order.
+
+    ``tokens`` (N,) long; ``parents`` list of N ints, −1 for a root (child of the committed prefix).
+    """
+
+    tokens: torch.Tensor
+    parents: list[int]
+    _depths: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.parents = check_parents(self.parents)
+        if self.tokens.dim() != 1 or self.tokens.numel() != len(self.parents):
+            raise ValueError(f"tokens must be 1-D with one entry per parent, got shape {tuple(self.tokens.shape)} "
+                             f"for {len(self.parents)} parents")
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @property
+    def depths(self) -> torch.Tensor:
+        if self._depths is None:
+            self._depths = node_depths(self.parents)
+        return self._depths
+
+    def children(self, node: int) -> list[int]:
+        """Children of ``node`` in order (node −1: the roots)."""
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def path(self, node: int) -> list[int]:
+        return path_to(self.parents, node)
+
+    def path_tokens(self, node: int) -> list[int]:
+        return self.tokens[self.path(node)].tolist()
+
+    def attention_mask(self, prefix_len: int, dtype=torch.float32, device=None) -> torch.Tensor:
+        return tree_attention_mask(self.parents, prefix_len, dtype, device)
+
+    def position_ids(self, prefix_len: int, device=None) -> torch.Tensor:
+        return tree_position_ids(self.parents, prefix_len, device)
+
+    @classmethod
+    def chain(cls, tokens: torch.Tensor) -> TokenTree:
+        """A single path (vanilla speculative decoding's draft)."""
+        return cls(tokens.reshape(-1), list(range(-1, tokens.numel() - 1)))
+
+    @classmethod
+    def from_sequences(cls, sequences: torch.Tensor) -> tuple[TokenTree, torch.Tensor]:
+        """Merge m draft sequences (m, γ) into a prefix tree in depth-first order.
+
+        Returns the tree and ``node_of`` (m, γ): the node holding ``sequences[j, d]``. Sequences
+        sharing a prefix share its nodes (SpecInfer's token-tree merge), so the target verifies
+        each distinct prefix once.
+        """
+        seqs = sequences.tolist()
+        m = len(seqs)
+        gamma = len(seqs[0]) if m else 0
+        trie: dict[tuple[int, ...], int] = {}
+        order: list[tuple[int, ...]] = []
+        for seq in sorted(set(map(tuple, seqs))):  # sorted prefixes → depth-first order
+            for d in range(1, gamma + 1):
+                if seq[:d] not in trie:
+                    trie[seq[:d]] = len(order)
+                    order.append(seq[:d])
+        tokens = torch.tensor([key[-1] for key in order], dtype=torch.long, device=sequences.device)
+        parents = [trie[key[:-1]] if len(key) > 1 else -1 for key in order]
+        node_of = torch.tensor([[trie[tuple(s[: d + 1])] for d in range(gamma)] for s in seqs], dtype=torch.long)
+        return cls(tokens, parents), node_of.reshape(m, gamma)
+
+    @classmethod
+    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, torch.Tensor]:
+        """Reorder any topologically ordered tree (e.g. drafted level by level) depth-first.
+
+        Returns the tree and ``new_index`` (N,): the depth-first index of each input node.
+        Children keep their relative order.
+        """
+        plist = check_parents(parents)
+        kids: list[list[int]] = [[] for _ in range(len(plist) + 1)]  # kids[-1] = roots
+        for i, p in enumerate(plist):
+            kids[p].append(i)
+        order: list[int] = []
+        stack = kids[-1][::-1]
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            stack.extend(kids[node][::-1])
+        new_index = [0] * len(order)
+        for new, old in enumerate(order):
+            new_index[old] = new
+        new_parents = [new_index[plist[old]] if plist[old] >= 0 else -1 for old in order]
+        perm = torch.tensor(order, dtype=torch.long, device=tokens.device)
+        return cls(tokens[perm], new_parents), torch.tensor(new_index, dtype=torch.long)
+
+    @classmethod
+    def from_levels(cls, level_tokens: list[torch.Tensor], level_parents: list[torch.Tensor]) -> tuple[TokenTree,
+                                                                                                       torch.Tensor]:
+        """Build from breadth-first levels (as drafted level by level), ordered depth-first.
+
+        ``level_tokens[d]`` (n_d,) tokens at depth d+1; ``level_parents[d]`` (n_d,) index of each one's
+        parent within level d (ignored for d = 0: all roots). Returns the tree and ``dfs_of_bfs``
+        (N,): the depth-first index of each node in breadth-first (concatenated levels) order.
+        """
+        offsets = [0]
+        for t in level_tokens:
+            offsets.append(offsets[-1] + t.numel())
+        bfs_parent = [-1] * level_tokens[0].numel()
+        for d in range(1, len(level_tokens)):
+            bfs_parent += [offsets[d - 1] + int(p) for p in level_parents[d].tolist()]
+        return cls.depth_first(torch.cat(level_tokens), bfs_parent)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.parents == list(range(-1, len(self.parents) - 1))
+
+
+def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """ONE forward of ``stem`` (1, S) then the flattened tree, with tree attention.
+
+    ``model`` is a :class:`~harness.primitives.forward.CountedModel`. Returns
+    ``(stem_logits (S, V), node_logits (N, V))``: stem_logits[-1] is the distribution of the
+    tree's roots, node_logits[i] that of node i's children. The cache grows by S + N.
+    """
+    stem = stem.reshape(1, -1)
+    s = stem.size(1)
+    prefix_len = cache_length(cache)
+    parents = with_stem(s, tree.parents)
+    device = stem.device
+    ids = torch.cat([stem, tree.tokens.to(device)[None]], dim=1)
+    if tree.is_chain:  # plain causal attention is the tree mask of a chain
+        logits = model(ids, cache)[0]
+    else:
+        dtype = next(model.model.parameters()).dtype
+        logits = model(ids, cache, position_ids=tree_position_ids(parents, prefix_len, device),
+                       attention_mask=tree_attention_mask(parents, prefix_len, dtype, device))[0]
+    return logits[:s], logits[s:]
+
+
+def commit_path(cache, keep_len: int, path_positions) -> None:
+    """Roll ``cache`` back to its first ``keep_len`` positions plus ``path_positions`` (ascending).
+
+    ``path_positions`` are absolute cache positions of the accepted nodes (e.g. ``keep_len + node``);
+    a contiguous path is a plain truncation, anything else keeps the selected positions.
+    """
+    path = [int(p) for p in path_positions]
+    if path == list(range(keep_len, keep_len + len(path))):
+        truncate(cache, keep_len + len(path))
+        return
+    device = cache.layers[0].keys.device if getattr(cache, "layers", None) else None
+    keep = torch.cat([torch.arange(keep_len), torch.tensor(path, dtype=torch.long)]).to(device)
+    keep_positions(cache, keep)

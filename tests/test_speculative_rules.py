@@ -1,0 +1,179 @@
+"""Selection rules of speculative sampling, one node at a time: output ~ p exactly, for any draft q.
+
+Each rule gets candidates drawn from q as its decoder draws them, many times over; the
+empirical distribution of the emitted token must match p (TV below the n-sample bound and a
+chi-square test), while q is far from p (so a rule that returned draft tokens would fail).
+"""
+import pytest
+import torch
+
+from harness.primitives.sampling import make_generator, sample
+from harness.primitives.speculative import (accept_chain, accept_chain_greedy, draw_children, k_sequential_rho,
+                                            k_sequential_select, multi_step_select)
+from harness.primitives.warping import Warp
+from harness.testing import chi_square_pvalue, total_variation, tv_bound
+
+V = 6
+N = 6000
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: a second thread only adds contention on the shared 2-CPU machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _dists():
+    """p and q with different supports (as top-k/top-p leave them) and p far from q."""
+    p = torch.tensor([0.05, 0.30, 0.0, 0.25, 0.40, 0.0])
+    q = torch.tensor([0.35, 0.05, 0.30, 0.20, 0.10, 0.0])
+    return p, q
+
+
+def _check(samples, p):
+    exact = {(i,): float(p[i]) for i in range(V) if p[i] > 0}
+    samples = [(s,) for s in samples]
+    n = len(samples)
+    tv = total_variation(samples, exact)
+    assert tv < tv_bound(exact, n), (tv, tv_bound(exact, n))
+    assert chi_square_pvalue(samples, exact) > 1e-4
+
+
+def test_test_has_power():
+    p, q = _dists()
+    exact_p = {(i,): float(p[i]) for i in range(V) if p[i] > 0}
+    draft_like = {(i,): float(q[i]) for i in range(V) if q[i] > 0}
+    assert 0.5 * sum(abs(exact_p.get(k, 0) - draft_like.get(k, 0)) for k in set(exact_p) | set(draft_like)) > \
+        4 * tv_bound(exact_p, N)
+
+
+def test_accept_chain_single_position_follows_p():
+    p, q = _dists()
+    g = make_generator(0, "cpu")
+    p2 = torch.stack([p, p.roll(1)])  # second row: bonus distribution (unused for the first token)
+    out = []
+    for _ in range(N):
+        x = sample(q, g)
+        n, nxt = accept_chain(p2, q[None], x, g)
+        out.append(int(x[0]) if n == 1 else nxt)
+    _check(out, p)
+
+
+def test_accept_chain_two_positions_joint():
+    """Two drafts: the pair (first, second) emitted token follows p1 × p2 when p2 does not depend on x1."""
+    p, q = _dists()
+    p_second, q_second = p.roll(2), q.roll(3)
+    g = make_generator(1, "cpu")
+    P = torch.stack([p, p_second, p.roll(4)])
+    Q = torch.stack([q, q_second])
+    out = []
+    for _ in range(N):
+        x = torch.cat([sample(q, g), sample(q_second, g)])
+        n, nxt = accept_chain(P, Q, x, g)
+        seq = x[:n].tolist() + [nxt]
+        if len(seq) == 1:  # first rejected: the second token would come from the next iteration
+            seq.append(int(sample(p_second, g)[0]))
+        out.append(tuple(seq[:2]))
+    exact = {(a, b): float(p[a] * p_second[b]) for a in range(V) for b in range(V) if p[a] * p_second[b] > 0}
+    tv = total_variation(out, exact)
+    assert tv < tv_bound(exact, N), (tv, tv_bound(exact, N))
+    assert chi_square_pvalue(out, exact) > 1e-4
+
+
+def test_accept_chain_greedy():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0], [0.0, 0.0, 5.0]])
+    assert accept_chain_greedy(logits, torch.tensor([1, 0])) == (2, 2)
+    assert accept_chain_greedy(logits, torch.tensor([1, 2])) == (1, 0)
+    assert accept_chain_greedy(logits, torch.tensor([2, 0])) == (0, 1)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_multi_step_with_replacement_follows_p(k):
+    p, q = _dists()
+    g = make_generator(10 + k, "cpu")
+    out = []
+    for _ in range(N):
+        cands = sample(q, g, k)
+        idx, dist = multi_step_select(p, q, cands, g, replacement=True)
+        out.append(int(cands[idx]) if idx is not None else int(sample(dist, g)[0]))
+    _check(out, p)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_multi_step_without_replacement_follows_p(k):
+    """MCSD's variant: Gumbel-top-k draws without replacement, q renormalised after each rejection.
+
+    With k = 4 > |supp q| − 1 some rows have fewer candidates than asked for.
+    """
+    p, q = _dists()
+    g = make_generator(20 + k, "cpu")
+    warp = Warp(1.0)
+    out = []
+    for _ in range(N):
+        cands, valid = draw_children(q[None], q.log()[None], k, warp, False, g)
+        cands = cands[valid] if valid is not None else cands[0]
+        assert len(set(cands.tolist())) == cands.numel()
+        idx, dist = multi_step_select(p, q, cands, g, replacement=False)
+        out.append(int(cands[idx]) if idx is not None else int(sample(dist, g)[0]))
+    _check(out, p)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_k_sequential_follows_p(k):
+    p, q = _dists()
+    g = make_generator(30 + k, "cpu")
+    out = []
+    for _ in range(N):
+        cands = sample(q, g, k)
+        idx, dist = k_sequential_select(p, q, cands, g)
+        out.append(int(cands[idx]) if idx is not None else int(sample(dist, g)[0]))
+    _check(out, p)
+
+
+def test_k_sequential_rho_is_feasible_and_tight():
+    p, q = _dists()
+    for k in (2, 3, 5):
+        rho = k_sequential_rho(p, q, k)
+        beta = lambda r: float(torch.minimum(q, p / r).sum())  # noqa: E731
+        assert 1 <= rho <= k
+        assert 1 - (1 - beta(rho)) ** k <= rho * beta(rho) + 1e-6
+        slack = 0.02 * (k - 1)
+        if rho - slack >= 1:  # a noticeably smaller rho would not be feasible
+            r = rho - slack
+            assert 1 - (1 - beta(r)) ** k > r * beta(r)
+
+
+def test_k_sequential_accepts_more_than_one_draw_sd():
+    """With k candidates, Spectr accepts a draft at least as often as single-draft SD (its point)."""
+    p, q = _dists()
+    sd_accept = float(torch.minimum(p, q).sum())
+    k = 3
+    rho = k_sequential_rho(p, q, k)
+    beta = float(torch.minimum(q, p / rho).sum())
+    assert 1 - (1 - beta) ** k >= sd_accept
+
+
+def test_merge_keeps_duplicate_draws_as_candidates():
+    """Identical sibling draws share a target node but stay separate i.i.d. candidates (multiplicity)."""
+    from harness.primitives.speculative import DraftTree, merge_duplicates
+
+    # roots: 2, 2, 1 (two equal draws); children: one each → 5 under the first 2, 5 under the second 2, 0 under 1
+    dtree = DraftTree(tokens=torch.tensor([2, 2, 1, 5, 5, 0]), parents=[-1, -1, -1, 0, 1, 2], root_q=None,
+                      node_q=None, num_fed=3)
+    merged = merge_duplicates(dtree)
+    tree = merged.tree
+    assert len(tree) == 4  # 2 → 5 and 1 → 0
+    roots = merged.candidates[-1]
+    assert [int(tree.tokens[r]) for r in roots] == [2, 2, 1] and roots[0] == roots[1]
+    under_two = merged.candidates[roots[0]]
+    assert [int(tree.tokens[c]) for c in under_two] == [5, 5]
+    assert all(tree.parents[c] == roots[0] for c in under_two)
+    for node in range(len(tree)):  # the representative draft node has the same path tokens
+        d, path = merged.draft_node[node], []
+        while d >= 0:
+            path.append(int(dtree.tokens[d]))
+            d = dtree.parents[d]
+        assert path[::-1] == tree.path_tokens(node)
