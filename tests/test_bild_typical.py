@@ -1,0 +1,135 @@
+"""BiLD and typical acceptance (the lossy baselines of seed 002): the criteria on constructed cases,
+greedy identity with AR greedy, and the degenerate thresholds that reduce them to known decoders.
+Also: the method configs of issue 5 build their decoders."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from harness.decoders import build_decoder
+from harness.decoders.bild import first_rollback
+from harness.decoders.typical import typical_prefix_length
+from harness.errors import ConfigError
+from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_typical_acceptance_bar_adapts_to_entropy():
+    uniform = torch.log(torch.full((4,), 0.25))  # H = ln 4: bar = min(0.09, 0.3/4) = 0.075 < 0.25
+    peaked = torch.log(torch.tensor([0.97, 0.01, 0.01, 0.01]))  # low H: bar = ε = 0.09 > 0.01
+    logits = torch.stack([uniform, peaked, peaked])
+    assert typical_prefix_length(logits, torch.tensor([3, 0, 2]), 1.0, 0.09, 0.3) == 2
+    assert typical_prefix_length(logits, torch.tensor([3, 1, 0]), 1.0, 0.09, 0.3) == 1  # stops at the first miss
+    assert typical_prefix_length(logits, torch.tensor([1, 0, 0]), 1.0, 0.09, 0.3) == 3
+    assert typical_prefix_length(uniform[None], torch.tensor([0]), 1.0, 0.3, 0.9) == 1  # bar = δ/4 = 0.225 < 0.25
+    assert typical_prefix_length(uniform[None], torch.tensor([0]), 1.0, 0.3, 1.2) == 0  # bar = min(ε, δ/4) = 0.3
+    assert typical_prefix_length(logits, torch.tensor([0, 0, 1]), 0.0, 0.09, 0.3) == 2  # greedy: argmax match
+
+
+def test_first_rollback():
+    assert first_rollback(torch.tensor([0.1, 2.5, 0.2]), 2.0) == 1
+    assert first_rollback(torch.tensor([0.1, 1.9]), 2.0) == 2
+    assert first_rollback(torch.tensor([]), 2.0) == 0
+    assert first_rollback(torch.tensor([math.inf]), 3.0) == 0
+
+
+@pytest.mark.parametrize("method,params", [("bild", dict(gamma=5)), ("typical", dict(gamma=3))])
+def test_greedy_is_token_identical_to_ar_greedy(method, params):
+    pair = toy_pair(vocab_size=9, eos_token_id=8, sharpness=0.7)
+    ar = build_decoder("ar_greedy", pair)
+    dec = build_decoder(method, pair, temperature=0.0, **params)
+    for prompt in ([1], [2, 5, 7], [4, 4, 0, 1]):
+        assert dec.generate(prompt, 20).output_ids == ar.generate(prompt, 20).output_ids
+
+
+def test_bild_always_falling_back_is_multinomial_sampling():
+    """τ1 = 1 (an unwarped draft is never that sure): no draft survives, each token comes from T∘p."""
+    pair = toy_pair(vocab_size=4, sharpness=0.6)
+    dec = build_decoder("bild", pair, fallback_threshold=1.0, top_k=0, top_p=1.0)
+    exact = exact_sequence_distribution(pair.target, [1, 2], 3, dec.params.warp)
+    samples = [tuple(dec.generate([1, 2], 3, seed=s).output_ids) for s in range(1200)]
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    assert dec.generate([1, 2], 3, seed=0).stats.extra["fallbacks"] == 3
+
+
+def test_bild_never_falling_back_nor_rolling_back_keeps_every_draft():
+    pair = toy_pair(vocab_size=6)
+    dec = build_decoder("bild", pair, gamma=4, fallback_threshold=0.0, rollback_threshold=math.inf)
+    st = dec.generate([1, 2], 15, seed=0).stats
+    assert st.accept_lengths == [5, 5, 5] and st.target_calls == 3
+    assert st.extra["fallbacks"] == 0 and st.extra["rollbacks"] == 0
+
+
+def test_typical_with_zero_threshold_keeps_every_draft():
+    pair = toy_pair(vocab_size=6)
+    st = build_decoder("typical", pair, gamma=4, posterior_threshold=0.0).generate([1, 2], 15, seed=0).stats
+    assert st.accept_lengths == [5, 5, 5] and st.target_calls == 3
+
+
+def test_bad_parameters_are_rejected():
+    pair = toy_pair(vocab_size=4)
+    for method, bad in (("bild", dict(fallback_threshold=1.5)), ("bild", dict(rollback_threshold=-1)),
+                        ("bild", dict(gamma=0)), ("typical", dict(posterior_threshold=2.0)),
+                        ("typical", dict(gamma=0)), ("typical", dict(epsilon=0.1))):
+        with pytest.raises(ConfigError):
+            build_decoder(method, pair, **bad)
+
+
+@pytest.mark.parametrize("method", ["dsbd", "mtad", "mtjd", "bild", "typical"])
+def test_method_config_builds_decoder(method):
+    cfg = yaml.safe_load((CONF / f"{method}.yaml").read_text())
+    assert cfg.pop("name") == method
+    decoder = build_decoder(method, toy_pair(vocab_size=5), **cfg)
+    assert decoder.describe()["method"] == method
+    if method != "mtjd":
+        with pytest.raises(ConfigError, match="draft"):
+            build_decoder(method, toy_pair(vocab_size=5, with_draft=False), **cfg)
+
+
+@torch.no_grad()
+def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
+    """Token-by-token drafting with fallback keeps the draft cache right: every confidence BiLD reads is
+    T∘q at the committed context plus the tokens drafted so far (full-forward reference)."""
+    import harness.decoders.bild as bild_module
+
+    pair = toy_pair(vocab_size=6, sharpness=1.5)
+    warp = build_decoder("bild", pair, top_k=0, top_p=1.0).params.warp
+    state = {"context": [], "drafted": [], "checked": 0}
+    real_draft, real_verify = bild_module.draft_tree, bild_module.verify_chain
+
+    def recording_draft(draft, caches, widths, warp_, generator, replacement=True):
+        out = real_draft(draft, caches, widths, warp_, generator, replacement)
+        ids = torch.tensor([state["context"] + state["drafted"]])
+        expected = warp.probs(pair.draft(input_ids=ids).logits[0, -1].float())
+        assert torch.allclose(out.root_q, expected, atol=1e-5)
+        state["drafted"].append(int(out.tokens[0]))
+        state["checked"] += 1
+        return out
+
+    def recording_verify(target, caches, dtree, draft_prefix, rule, device):
+        result = real_verify(target, caches, dtree, draft_prefix, rule, device)
+        state["context"] += result.tokens
+        state["drafted"] = []
+        return result
+
+    monkeypatch.setattr(bild_module, "draft_tree", recording_draft)
+    monkeypatch.setattr(bild_module, "verify_chain", recording_verify)
+    for thresholds in ((0.5, 1.0), (0.0, math.inf)):  # fallbacks and rollbacks; then every draft kept (γ reached)
+        dec = build_decoder("bild", pair, gamma=4, fallback_threshold=thresholds[0], rollback_threshold=thresholds[1],
+                            top_k=0, top_p=1.0)
+        for seed, prompt in enumerate(([1], [3, 0, 2])):
+            state["context"], state["drafted"] = list(prompt), []
+            st = dec.generate(prompt, 16, seed=seed).stats
+            assert (st.extra["fallbacks"] > 0 and st.extra["rollbacks"] > 0) == (thresholds[0] > 0)
+    assert state["checked"] > 40
