@@ -17,14 +17,6 @@ from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_
 CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_typical_acceptance_bar_adapts_to_entropy():
     uniform = torch.log(torch.full((4,), 0.25))  # H = ln 4: bar = min(0.09, 0.3/4) = 0.075 < 0.25
     peaked = torch.log(torch.tensor([0.97, 0.01, 0.01, 0.01]))  # low H: bar = ε = 0.09 > 0.01

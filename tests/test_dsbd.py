@@ -16,15 +16,6 @@ from harness.primitives.sampling import make_generator
 from harness.testing import chi_square_pvalue, total_variation, toy_pair, tv_bound
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Toy models are fastest single-threaded (the 2 shared cores stay free for others)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class Scorer:
     """log p(next | prefix) by full, uncached forwards (memoised): the reference for every check."""
 

@@ -11,14 +11,6 @@ from harness.errors import ConfigError
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def logs(*probs):
     return torch.log(torch.tensor(probs, dtype=torch.float64))
 

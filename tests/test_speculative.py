@@ -39,15 +39,6 @@ def near_pair(vocab_size: int = 4, noise: float = 0.05, eos_token_id: int | None
     return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(vocab_size, eos_token_id), name="toy-near")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Toy models are latency-bound; on the shared 2-CPU machine a second thread only adds contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def pair():
     return near_pair()

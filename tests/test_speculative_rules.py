@@ -17,15 +17,6 @@ V = 6
 N = 6000
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second thread only adds contention on the shared 2-CPU machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _dists():
     """p and q with different supports (as top-k/top-p leave them) and p far from q."""
     p = torch.tensor([0.05, 0.30, 0.0, 0.25, 0.40, 0.0])
