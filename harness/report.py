@@ -16,10 +16,31 @@ from harness import store
 
 
 def method_label(params: dict) -> str:
-    """``name(k=v, ...)`` from a decoder's parameters — distinguishes sweeps over one method."""
+    """``name(k=v, ...)`` over the decoder's parameters (not facts a decoder adds to ``describe()``,
+    such as a library version): identifies the method exactly, defaults included."""
+    import dataclasses
+
+    from harness.decoders import registry
+
     params = dict(params)
     name = params.pop("method")
+    cls = registry().get(name)
+    if cls is not None:
+        fields = [f.name for f in dataclasses.fields(cls.Params)]
+        params = {k: params[k] for k in fields if k in params}
     return name + ("(" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")" if params else "")
+
+
+def short_labels(cells: pd.DataFrame) -> pd.Series:
+    """Plot labels: the method name plus only the parameters that vary among that method's cells."""
+    labels = cells["method_name"].astype(str).copy()
+    param_cols = [c for c in cells.columns if c.startswith("param.")]
+    for name, group in cells.groupby("method_name"):
+        varying = [c for c in param_cols if group[c].astype(str).nunique() > 1]
+        if varying:
+            labels[group.index] = [name + "(" + ", ".join(f"{c[6:]}={row[c]}" for c in varying) + ")"
+                                   for _, row in group.iterrows()]
+    return labels
 
 
 def _flat(prefix: str, d: dict) -> dict:
@@ -53,7 +74,17 @@ def load_results(results_dir: str | Path = "results") -> tuple[pd.DataFrame, pd.
         elif (cell_dir / store.ERROR).is_file():
             err = json.loads((cell_dir / store.ERROR).read_text())
             failures.append({"cell_id": err["cell_id"], "kind": err["kind"], "error": err["error"], "at": err["at"]})
-    return pd.DataFrame(cells), pd.DataFrame(records), pd.DataFrame(failures)
+    return _numeric(pd.DataFrame(cells)), _numeric(pd.DataFrame(records)), pd.DataFrame(failures)
+
+
+def _numeric(df: pd.DataFrame) -> pd.DataFrame:
+    """JSON stores NaN as null: columns holding only numbers and nulls become float columns (NaN)."""
+    for col in df.columns:
+        values = df[col]
+        if values.dtype == object and values.map(
+                lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))).all():
+            df[col] = pd.to_numeric(values, errors="coerce")
+    return df
 
 
 def plot_tokens_per_s(cells: pd.DataFrame, records: pd.DataFrame, plots_dir: Path) -> Path:
@@ -64,17 +95,19 @@ def plot_tokens_per_s(cells: pd.DataFrame, records: pd.DataFrame, plots_dir: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cells = cells.assign(label=short_labels(cells))
+    records = records.merge(cells[["cell_id", "label"]], on="cell_id", how="left")
     groups = list(cells.groupby(["pair", "dataset", "gpu"]))
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.2 + 0.45 * max(len(g) for _, g in groups) * len(groups)),
                              squeeze=False)
     for ax, ((pair, dataset, gpu), g) in zip(axes[:, 0], groups):
-        agg = g.groupby("method")[["new_tokens", "wall_time_s"]].sum()
+        agg = g.groupby("label")[["new_tokens", "wall_time_s"]].sum()
         rate = (agg["new_tokens"] / agg["wall_time_s"]).sort_values()
         recs = records[(records.pair == pair) & (records.dataset == dataset) & (records.gpu == gpu)]
-        spread = recs.groupby("method")["tokens_per_s"].std().reindex(rate.index)
+        spread = recs.groupby("label")["tokens_per_s"].std().reindex(rate.index)
         ax.barh(rate.index, rate.values, xerr=spread.fillna(0).values, color="tab:blue", alpha=0.8, capsize=3)
         for y, v in enumerate(rate.values):
-            ax.text(v, y, f" {v:.1f}", va="center", fontsize=8)
+            ax.text(v * 0.02, y, f"{v:.1f}", va="center", fontsize=8, color="white")
         ax.set_title(f"pair={pair}  dataset={dataset}  gpu={gpu}", fontsize=10)
         ax.set_xlabel("tokens / s (total new tokens ÷ total wall time; bars: ±1 s.d. over prompts)")
     fig.tight_layout()
@@ -103,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     records.to_parquet(out / "records.parquet", index=False)
     plot = plot_tokens_per_s(cells, records, Path(args.plots))
     cols = [c for c in SUMMARY_COLUMNS if c in cells.columns]
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 60):
-        print(cells[cols].sort_values(["pair", "dataset", "method", "seed"]).to_string(index=False))
+    table = cells.assign(method=short_labels(cells))[cols].sort_values(["pair", "dataset", "method", "seed"])
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+        print(table.to_string(index=False))
     print(f"\n{len(cells)} cells, {len(records)} records -> {out / 'cells.parquet'}, {out / 'records.parquet'}")
     print(f"plot -> {plot}")
     if not failures.empty:
