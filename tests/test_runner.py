@@ -122,3 +122,23 @@ def test_report_writes_parquet_and_plot(tmp_path):
     cells = pd.read_parquet(tmp_path / "cells.parquet")
     assert set(cells.method) == {"ar_greedy", "beam_search(width=2, length_penalty=1.0, early_stopping=False)"}
     assert (tmp_path / "plots" / "tokens_per_s.png").stat().st_size > 1000
+
+
+def test_out_of_memory_in_one_cell_is_recorded_and_the_next_cell_runs(tmp_path, monkeypatch):
+    import torch
+
+    import harness.runner as runner
+
+    real_build = runner.build_decoder
+
+    def build(method, pair, **params):
+        if method == "beam_search":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_build(method, pair, **params)
+    monkeypatch.setattr(runner, "build_decoder", build)
+    oom = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)
+    assert oom.status == "failed" and json.loads((oom.cell_dir / store.ERROR).read_text())["kind"] == "oom"
+    assert run_cell(CELL, tmp_path).status == "done"
+    monkeypatch.setattr(runner, "build_decoder", real_build)
+    retry = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)  # a rerun retries it
+    assert retry.status == "done" and not (retry.cell_dir / store.ERROR).exists()
