@@ -45,8 +45,12 @@ class HFAssistedParams(SamplingParams):
 
 def hf_default_schedule() -> dict:
     """The installed transformers' defaults for the assistant's candidate schedule."""
-    defaults = GenerationConfig._get_default_generation_params()
-    return {k: defaults.get(k) for k in SCHEDULE_KEYS}
+    getter = getattr(GenerationConfig, "_get_default_generation_params", None)  # private; absent in some 5.x
+    if getter is not None:
+        defaults = getter()
+        return {k: defaults.get(k) for k in SCHEDULE_KEYS}
+    config = GenerationConfig()
+    return {k: getattr(config, k, None) for k in SCHEDULE_KEYS}
 
 
 class _RoundRecorder(BaseStreamer):
