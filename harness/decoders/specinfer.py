@@ -12,21 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.ar_sampling import SamplingParams
+from harness.decoders.sd import SDParams
 from harness.decoders.base import Decoder, GenerationStats, register
 from harness.errors import ConfigError
 from harness.primitives.speculative import SpeculativeCaches, speculative_loop, tree_step
 
 
 @dataclass(frozen=True)
-class MultiSequenceParams(SamplingParams):
-    gamma: int = 4  # draft length γ (seed 002 Table 15)
+class MultiSequenceParams(SDParams):
     num_sequences: int = 2  # m ∈ {2, 4} (seed 002 Table 15; 2 in 7 of its 10 settings)
 
     def __post_init__(self):
         super().__post_init__()
-        if self.gamma < 1:
-            raise ConfigError(f"gamma (draft length) must be >= 1, got {self.gamma}")
         if self.num_sequences < 1:
             raise ConfigError(f"num_sequences (m) must be >= 1, got {self.num_sequences}")
 
