@@ -6,14 +6,13 @@ are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.errors import ConfigError
+from harness.registry import Registry
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TASKS_DIR = PROJECT_ROOT / "tasks"
@@ -111,31 +110,20 @@ class Task:
         return p if p.is_absolute() else TASKS_DIR / p
 
 
-_TASKS: dict[str, type[Task]] = {}
-
-
-def register_task(cls: type[Task]) -> type[Task]:
-    _TASKS[cls.kind] = cls
-    return cls
+TASKS: Registry[type[Task]] = Registry("task kind", "kind", "harness.tasks")
+register_task = TASKS.register
 
 
 def task_registry() -> dict[str, type[Task]]:
-    import harness.tasks as pkg
-
-    for m in pkgutil.iter_modules(pkg.__path__):
-        if m.name != "base":
-            importlib.import_module(f"harness.tasks.{m.name}")
-    return dict(_TASKS)
+    """Every registered task class by kind (imports every task module once)."""
+    return TASKS.all()
 
 
 def load_task(cfg: dict) -> Task:
     """Build a task from a ``dataset`` config: ``{task: <kind>, name: ..., <fields>}``."""
     cfg = dict(cfg)
-    kind = cfg.pop("task", None)
-    tasks = task_registry()
-    if kind not in tasks:
-        raise ConfigError(f"unknown task kind '{kind}'. Valid task kinds: {', '.join(sorted(tasks))}")
-    cls = tasks[kind]
+    cls = TASKS.get(cfg.pop("task", None))
+    kind = cls.kind
     valid = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(cfg) - valid)
     if unknown:
