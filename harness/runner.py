@@ -24,9 +24,11 @@ import torch
 
 from harness import store
 from harness.decoders import build_decoder
+from harness.decoders.base import DECODERS, canonical_params, make_params
 from harness.energy import make_energy_meter, summarize_records
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
+from harness.record import build_record, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
@@ -132,9 +134,12 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
     runner_cfg = cfg.get("runner", {})
     method_cfg = dict(cfg["method"])
     method_name = method_cfg.pop("name")
+    decoder_cls = DECODERS.get(method_name)
+    method_cfg = canonical_params(decoder_cls, method_cfg)  # deprecated names -> names now (logged)
+    make_params(decoder_cls, method_cfg)  # bad parameters fail before any weights load
 
     pair = get_pair(cfg["pair"])
-    decoder = build_decoder(method_name, pair, **method_cfg)
+    decoder = build_decoder(method_name, pair, sync_timing=bool(runner_cfg.get("sync_timing", False)), **method_cfg)
     task = load_task(cfg["dataset"])
     examples = task.examples()
     if not examples:
@@ -158,16 +163,13 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
             gen = gens[0]
             tokens_all_reps = sum(g.stats.new_tokens for g in gens)
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
-            answer = task.truncate(text)
-            record = {"cell_id": cid, "index": i, "example_id": ex.id, "prompt_tokens": len(ids),
-                      **{f"meta.{k}": v for k, v in ex.meta.items()},
-                      **gen.stats.as_record(), "stopped_by_eos": gen.stopped_by_eos,
-                      "output_ppl": output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
-                      **{f"metric.{k}": v for k, v in task.score(ex, answer).items()},
-                      **reading.as_record(new_tokens=tokens_all_reps),
-                      "peak_gpu_mem_bytes": (torch.cuda.max_memory_allocated(pair.device)
-                                             if pair.device.type == "cuda" else math.nan),
-                      "output_text": text, "prompt": task.prompt_text(ex, tok)}
+            record = build_record(
+                cell_id=cid, index=i, example=ex, prompt_ids=ids, generation=gen, output_text=text,
+                prompt_text=task.prompt_text(ex, tok),
+                output_ppl=output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
+                metrics=task.score(ex, task.truncate(text)), energy=reading.as_record(new_tokens=tokens_all_reps),
+                peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
+                                    else math.nan))
             writer.write(record)
             records.append(record)
             totals["new_tokens"] += gen.stats.new_tokens
@@ -177,8 +179,11 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
         energy_info = {**meter.describe(), **meter.stop_window(cell_window).as_record(prefix="energy_cell.")}
     writer.commit()
     summary = summarize(records)
+    params = decoder.params_dict()
     summary.update({"cell_id": cid, "status": "done", "started_at": started, "finished_at": now(),
-                    "method_name": method_name, "decoder": type(decoder).__name__, "decoder_params": decoder.describe(),
+                    "method_name": method_name, "decoding": decoder.decoding, "decoder": type(decoder).__name__,
+                    "params": params, "facts": decoder.facts(),
+                    "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
                     "max_new_tokens": max_new, "config": cfg, "env": environment_info(pair.device),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                     "energy_meter": energy_info})
@@ -202,34 +207,10 @@ def _progress(total: int, label: str, enabled: bool):
     return update
 
 
-def _nanmean(values) -> float:
-    vals = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
 def summarize(records: list[dict]) -> dict:
-    """Cell-level aggregates. Rates are ratios of totals (total tokens ÷ total time), not means of ratios."""
-    def total(key):
-        return sum(r.get(key) or 0 for r in records)
-
-    new_tokens, wall = total("new_tokens"), total("wall_time_s")
-    target_calls, drafted, accepted, iters = (total("target_calls"), total("drafted_tokens"),
-                                               total("accepted_tokens"), total("iterations"))
-    out = {"prompts": len(records), "new_tokens": new_tokens, "wall_time_s": wall,
-           "tokens_per_s": new_tokens / wall if wall else math.nan,
-           "mean_prompt_tokens_per_s": _nanmean(r["tokens_per_s"] for r in records),
-           "target_calls": target_calls, "draft_calls": total("draft_calls"),
-           "block_efficiency": new_tokens / target_calls if target_calls else math.nan,
-           "drafted_tokens": drafted, "accepted_tokens": accepted,
-           "acceptance_rate": accepted / drafted if drafted else math.nan,
-           "mean_acceptance_length": 1 + accepted / iters if iters and drafted else math.nan,
-           "output_ppl": _nanmean(r["output_ppl"] for r in records),
-           "peak_gpu_mem_bytes": max((r["peak_gpu_mem_bytes"] for r in records
-                                      if r.get("peak_gpu_mem_bytes") is not None), default=math.nan)}
-    metric_keys = sorted({k for r in records for k in r if k.startswith("metric.") or k.startswith("stat.")})
-    for k in metric_keys:
-        out[k] = _nanmean(r.get(k) for r in records)
-    # energy: J/token gross and net as total energy ÷ total tokens over every measured repetition,
-    # mean W, source, coverage; NaN with the reasons if any prompt was not measured
+    """Cell-level aggregates (:func:`harness.record.summarize_cell`) and the energy totals: J/token gross
+    and net as total energy ÷ total tokens over every measured repetition, mean W, source, coverage;
+    NaN with the reasons if any prompt was not measured."""
+    out = summarize_cell(records)
     out.update(summarize_records(records))
     return out
