@@ -45,20 +45,20 @@ class StepClock:
         return time.perf_counter()
 
     @contextmanager
-    def drafting(self):
+    def _span(self, attr: str):
         start = self.now()
         try:
             yield
         finally:
-            self.draft_s = _plus(self.draft_s, self.now() - start)
+            setattr(self, attr, _plus(getattr(self, attr), self.now() - start))
 
-    @contextmanager
+    def drafting(self):
+        """Context: time spent drafting (added to the round's draft seconds)."""
+        return self._span("draft_s")
+
     def verifying(self):
-        start = self.now()
-        try:
-            yield
-        finally:
-            self.verify_s = _plus(self.verify_s, self.now() - start)
+        """Context: time spent on the target's verification, acceptance and rollback."""
+        return self._span("verify_s")
 
     def take(self) -> tuple[float, float]:
         """(draft seconds, verify seconds) of the round so far; both reset to NaN."""
