@@ -2,19 +2,15 @@
 greedy identity with AR greedy, and the degenerate thresholds that reduce them to known decoders.
 Also: the method configs of issue 5 build their decoders."""
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from harness.decoders import build_decoder
 from harness.decoders.bild import first_rollback
 from harness.decoders.typical import typical_prefix_length
 from harness.errors import ConfigError
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
-
-CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 
 
 def test_typical_acceptance_bar_adapts_to_entropy():
@@ -79,8 +75,8 @@ def test_bad_parameters_are_rejected():
 
 
 @pytest.mark.parametrize("method", ["dsbd", "mtad", "mtjd", "bild", "typical"])
-def test_method_config_builds_decoder(method):
-    cfg = yaml.safe_load((CONF / f"{method}.yaml").read_text())
+def test_method_config_builds_decoder(method, method_config):
+    cfg = method_config(method)
     assert cfg.pop("name") == method
     decoder = build_decoder(method, toy_pair(vocab_size=5), **cfg)
     assert decoder.method == method

@@ -7,27 +7,24 @@ distribution (enumerated), by a TV bound and a chi-square test.
 """
 import copy
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from harness.decoders import build_decoder
 from harness.errors import ConfigError
 from harness.models import TINY_PAIR_DIR, ModelPair
+from harness.primitives.acceptance import (k_sequential_select, multi_step_select,
+                                           multi_step_select_without_replacement)
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import cache_length
 from harness.primitives.sampling import make_generator
-from harness.primitives.acceptance import (k_sequential_select, multi_step_select,
-                                           multi_step_select_without_replacement)
 from harness.primitives.spec_loop import chain_step, tree_step
 from harness.primitives.spec_state import SpeculativeCaches
 from harness.primitives.warping import Warp
 from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, toy_model, toy_pair,
                              total_variation, tv_bound)
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 SPECULATIVE = ("sd", "specinfer", "spectr", "mcsd")
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
@@ -221,8 +218,8 @@ def test_methods_need_a_draft():
 
 
 @pytest.mark.parametrize("method", SPECULATIVE + ("hf_assisted",))
-def test_method_config_builds_decoder(pair, method):
-    cfg = yaml.safe_load((CONF / f"{method}.yaml").read_text())
+def test_method_config_builds_decoder(pair, method, method_config):
+    cfg = method_config(method)
     name = cfg.pop("name")
     assert name == method
     decoder = build_decoder(name, pair, **cfg)
