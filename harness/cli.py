@@ -13,10 +13,13 @@ from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 _FAILED: list[str] = []
+_NOT_APPLICABLE: list[str] = []  # single runs only: in a sweep, a method/decoding pair that does not apply is skipped
 
 
 def _hydra_app():
     import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -28,6 +31,8 @@ def _hydra_app():
         print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
         if outcome.status == "failed":
             _FAILED.append(outcome.cell_id)
+        elif outcome.status == "n/a" and HydraConfig.get().mode != RunMode.MULTIRUN:
+            _NOT_APPLICABLE.append(outcome.error or outcome.cell_id)
 
     return app
 
@@ -42,3 +47,6 @@ def main() -> None:
         print(f"harness: {len(_FAILED)} cell(s) failed; see error.json in their cell folders: {', '.join(_FAILED)}",
               file=sys.stderr)
         sys.exit(1)
+    if _NOT_APPLICABLE:
+        print(f"harness: error: {_NOT_APPLICABLE[0]}", file=sys.stderr)
+        sys.exit(2)

@@ -59,7 +59,7 @@ def configurations(include_sd: bool) -> list[tuple[str, str, str, dict]]:
     confs.append(("mtad", "bild γ=10 τ1=0.9 τ2=2", "bild",
                   dict(gamma=10, fallback_threshold=0.9, rollback_threshold=2.0, **WARP_002)))
     confs.append(("mtad", "typical γ=4", "typical", dict(gamma=4, **WARP_002)))
-    confs.append(("mtad", "mtjd γ=4 width=4", "mtjd", dict(gamma=4, width=4)))
+    confs.append(("mtad", "mtjd γ=4 width=4 (beam search)", "mtjd", dict(gamma=4, width=4, temperature=0.0)))
     return confs
 
 

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from harness.cli import CONF_DIR
 from harness.configs import register_configs
 from harness.decoders import build_decoder, registry
-from harness.decoders.base import canonical_params, make_params
+from harness.decoders.base import canonical_params, make_params, resolve_method
+from harness.decoding import PRESETS as DECODINGS
 from harness.errors import ConfigError
 from harness.tasks import load_task
 from harness.testing import toy_pair
@@ -28,17 +29,33 @@ def _compose(*overrides):
 
 @pytest.mark.parametrize("method", sorted(registry()))
 def test_every_registered_method_is_reachable_with_its_defaults(method):
-    """compose(method=<name>) gives exactly the decoder's Params defaults (no weights loaded)."""
-    cfg = OmegaConf.to_container(_compose(f"method={method}"), resolve=True)["method"]
+    """compose(method=<name>, decoding=<each one it supports>) gives exactly the decoder's Params defaults
+    with the decoding's warp (no weights loaded)."""
     cls = registry()[method]
-    assert cfg.pop("name") == method
-    assert make_params(cls, cfg) == cls.Params()
+    for decoding in cls.decodings:
+        cfg = OmegaConf.to_container(_compose(f"method={method}", f"decoding={decoding}"), resolve=True)
+        assert cfg["method"]["name"] == method
+        resolved, params = resolve_method(cfg["method"].pop("name"), cfg["method"], cfg["decoding"])
+        assert resolved is cls
+        warp = DECODINGS[decoding].warp_params() if "temperature" in params else {}
+        assert make_params(cls, params) == cls.Params(**warp)
 
 
-def test_aliases_compose_to_their_decoder():
-    assert OmegaConf.to_container(_compose("method=ar").method) == {"name": "ar_greedy"}
+def test_aliases_compose_and_follow_the_decoding():
+    cfg = _compose("method=ar")
+    assert OmegaConf.to_container(cfg.method) == {"name": "ar"} and cfg.decoding.name == "sampling"
+    assert resolve_method("ar", {}, cfg.decoding)[0].method == "ar_sampling"
+    assert resolve_method("ar", {}, "greedy")[0].method == "ar_greedy"
     beam = _compose("method=beam", "method.width=2").method
-    assert beam.name == "beam_search" and beam.width == 2 and beam.length_penalty == 1.0
+    assert beam.name == "beam" and beam.width == 2 and beam.length_penalty == 1.0
+    beam = OmegaConf.to_container(beam)
+    beam.pop("name")
+    cls, params = resolve_method("beam", beam, "greedy")
+    assert cls.method == "beam_search" and params == {"width": 2, "length_penalty": 1.0, "early_stopping": False}
+    cls, params = resolve_method("beam", beam, "sampling")  # beam search's own keys at their defaults drop out
+    assert cls.method == "beam_sampling" and params == {"width": 2, **DECODINGS["sampling"].warp_params()}
+    with pytest.raises(ConfigError, match="length_penalty"):
+        resolve_method("beam", {**beam, "length_penalty": 0.5}, "sampling")
 
 
 def test_overrides_are_typed():
@@ -84,6 +101,7 @@ def test_deprecated_parameter_names_map_to_the_new_ones(caplog):
         assert getattr(decoder.params, new) == value
     cfg = OmegaConf.to_container(_compose("method=mtjd", "method.k=2").method)  # the CLI schema keeps old names
     cfg.pop("name")
+    assert cfg["k"] == 2 and cfg["temperature"] is None  # the warp is the decoding's (deprecated slot unset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         assert make_params(registry()["mtjd"], cfg).gamma == 2
@@ -124,7 +142,7 @@ def test_cli_cfg_job_prints_the_composed_config():
     r = _cli("method=sd", "method.gamma=3", "--cfg", "job")
     assert r.returncode == 0, r.stderr
     cfg = OmegaConf.create(r.stdout)
-    assert cfg.method.name == "sd" and cfg.method.gamma == 3 and cfg.method.top_k == 20
+    assert cfg.method.name == "sd" and cfg.method.gamma == 3 and cfg.decoding.top_k == 20
 
 
 def test_cli_unknown_method_fails_with_the_valid_choices(tmp_path):

@@ -98,7 +98,7 @@ def test_mtad_tau_one_is_multinomial_sampling():
 def test_mtjd_beam_search_finds_the_joint_arg_max():
     """With width = |V| the γ = 2 beam search is exhaustive: each step is the exact MTJD arg max."""
     pair = toy_pair(vocab_size=5)
-    dec = build_decoder("mtjd", pair, gamma=2, width=5)
+    dec = build_decoder("mtjd", pair, gamma=2, width=5, decoding="greedy")
     prompt = [1, 2]
     out = dec.generate(prompt, 6).output_ids
     context = list(prompt)
@@ -113,7 +113,7 @@ def test_mtjd_beam_search_finds_the_joint_arg_max():
 def test_mtjd_k1_width1_is_greedy():
     pair = toy_pair(vocab_size=7)
     greedy = build_decoder("ar_greedy", pair).generate([3, 1], 12).output_ids
-    assert build_decoder("mtjd", pair, gamma=1, width=1).generate([3, 1], 12).output_ids == greedy
+    assert build_decoder("mtjd", pair, gamma=1, width=1, decoding="greedy").generate([3, 1], 12).output_ids == greedy
 
 
 def test_mtjd_joint_likelihood_not_worse_than_greedy():
@@ -122,7 +122,7 @@ def test_mtjd_joint_likelihood_not_worse_than_greedy():
     scorer = Scorer(pair.target)
     prompt = [3, 1]
     greedy = build_decoder("ar_greedy", pair).generate(prompt, 12).output_ids
-    joint = build_decoder("mtjd", pair, gamma=4, width=7).generate(prompt, 12).output_ids
+    joint = build_decoder("mtjd", pair, gamma=4, width=7, decoding="greedy").generate(prompt, 12).output_ids
     assert float(scorer.prefix_joints(prompt, joint)[-1]) >= float(scorer.prefix_joints(prompt, greedy)[-1]) - 1e-5
 
 

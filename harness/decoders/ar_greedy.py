@@ -13,6 +13,7 @@ from harness.primitives.kv_cache import new_cache
 @register
 class ArGreedy(Decoder[DecoderParams]):
     method = "ar_greedy"
+    decodings = ("greedy",)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         cache = new_cache(self.target.model)

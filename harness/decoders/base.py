@@ -22,8 +22,17 @@ Glossary — one name per concept, in every decoder:
 ``top_k``, ``top_p``   greedy. Written once in :class:`SamplingParams`.
 =====================  ========================================================================
 
-Renamed parameters keep working for one release (``Params.renamed``): the old name maps to the new
-one with a ``DeprecationWarning`` and a logged message naming the new key.
+Decoding: every method follows one decoding setting (:mod:`harness.decoding`: ``greedy``,
+``sampling`` = seed 002 App. F, ``sampling_seed000``): :func:`resolve_method` applies its warp to the
+method's Params. Methods say which decodings they support (``Decoder.decodings``): ``ar_greedy`` and
+``beam_search`` are greedy only, ``beam_sampling``, ``dsbd`` and ``mtad`` sampling only; the aliases
+``ar`` (ar_greedy | ar_sampling) and ``beam`` (beam_search | beam_sampling) follow the decoding, so
+a sweep over decodings pairs every method with the right baseline. A method asked to decode a way it
+cannot raises :class:`~harness.errors.NotApplicable` (a sweep skips that cell).
+
+Renamed parameters keep working for one release (``Params.renamed``; retired ones through
+``Params.upgrade``): the old name maps to the new one with a ``DeprecationWarning`` and a logged
+message naming the new key.
 """
 from __future__ import annotations
 
@@ -37,7 +46,8 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar, get_args, get_origi
 
 import torch
 
-from harness.errors import ConfigError
+from harness.decoding import SAMPLING, WARP_KEYS, Decoding, as_decoding
+from harness.errors import ConfigError, NotApplicable
 from harness.models import ModelPair
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import FixedGamma, GammaPolicy
@@ -58,10 +68,18 @@ def param(default, help: str, **kwargs):  # noqa: A002 — the metadata key is H
 class DecoderParams:
     """Base of every decoder's parameters: a frozen dataclass whose fields are the method's config keys.
 
-    ``renamed`` maps a deprecated parameter name to its name now (accepted for one release).
+    ``renamed`` maps a deprecated parameter name to its name now (accepted for one release);
+    ``retired`` names deprecated parameters with no new name, with their type (the CLI schema keeps a
+    slot for them) — :meth:`upgrade` maps them.
     """
 
     renamed: ClassVar[Mapping[str, str]] = {}
+    retired: ClassVar[Mapping[str, type]] = {}
+
+    @classmethod
+    def upgrade(cls, params: dict[str, Any], method: str) -> dict[str, Any]:
+        """Map retired parameters in ``params`` (after renames) to what replaces them."""
+        return params
 
     @property
     def decoding(self) -> str:
@@ -91,14 +109,14 @@ NoParams = DecoderParams
 
 @dataclass(frozen=True)
 class SamplingParams(DecoderParams):
-    """The warp T of every sampled method, with its checks, written once (seed 002 App. F: top-20, top-p 0.9).
+    """The warp T of every method that can sample, with its checks, written once. Defaults: the
+    ``sampling`` decoding preset (seed 002 App. F: temperature 1, top-20, top-p 0.9); on the command
+    line these come from the ``decoding`` group, never from the method."""
 
-    A method whose paper uses other values overrides only those defaults, with the citation.
-    """
-
-    temperature: float = param(1.0, "temperature of the warp T; 0 = greedy")
-    top_k: int = param(20, "keep the k most likely tokens (0 = off); seed 002 App. F: 20")
-    top_p: float = param(0.9, "nucleus: keep the smallest set of probability >= p (1 = off); seed 002 App. F: 0.9")
+    temperature: float = param(SAMPLING.temperature, "temperature of the warp T; 0 = greedy")
+    top_k: int = param(SAMPLING.top_k, "keep the k most likely tokens (0 = off); seed 002 App. F: 20")
+    top_p: float = param(SAMPLING.top_p, "nucleus: keep the smallest set of probability >= p (1 = off); "
+                                         "seed 002 App. F: 0.9")
 
     @property
     def warp(self) -> Warp:
@@ -114,7 +132,7 @@ class SamplingParams(DecoderParams):
     def require_sampling(self, method: str, why: str) -> None:
         """ConfigError unless the warp samples (``method`` ``why``, e.g. "samples its draft beams")."""
         if self.warp.is_greedy:
-            raise ConfigError(f"{method} {why}: it needs temperature > 0")
+            raise ConfigError(f"{method} {why}: it needs temperature > 0 (decoding=sampling)")
 
 
 @dataclass
@@ -170,6 +188,7 @@ class Decoder(ABC, Generic[P]):
     Extras: ClassVar[type] = NoExtras
     uses_draft: ClassVar[bool] = False
     uses_gamma_policy: ClassVar[bool] = False
+    decodings: ClassVar[tuple[str, ...]] = ("greedy", "sampling")  # the decodings the method supports
     params: P
 
     def __init_subclass__(cls, **kwargs):
@@ -263,7 +282,8 @@ def registry() -> dict[str, type[Decoder]]:
 
 def canonical_params(cls: type[Decoder], params: Mapping[str, Any] | None) -> dict[str, Any]:
     """Map deprecated parameter names to their names now (with a DeprecationWarning and a log line naming
-    the new key); drop unset (None) deprecated slots, which the CLI schema carries for every old name."""
+    the new key) and retired parameters to what replaces them; drop unset (None) deprecated slots, which
+    the CLI schema carries for every old name."""
     params = dict(params or {})
     renamed = getattr(cls.Params, "renamed", {})
     defaults = {f.name: f.default for f in dataclasses.fields(cls.Params)}
@@ -273,16 +293,23 @@ def canonical_params(cls: type[Decoder], params: Mapping[str, Any] | None) -> di
         value = params.pop(old)
         if value is None:
             continue
-        message = (f"method '{cls.method}': parameter '{old}' is deprecated and will be removed in the next "
-                   f"release; use '{new}' (method.{new}={value} on the command line)")
-        warnings.warn(message, DeprecationWarning, stacklevel=3)
-        log.warning(message)
+        deprecation(f"method '{cls.method}': parameter '{old}' is deprecated and will be removed in the next "
+                    f"release; use '{new}' (method.{new}={value} on the command line)")
         current = params.get(new, defaults.get(new))
         if new in params and current != value and current != defaults.get(new):
             raise ConfigError(f"method '{cls.method}': both '{new}'={current} and its deprecated name "
                               f"'{old}'={value} are set; keep '{new}' only")
         params[new] = value
-    return params
+    for old in (*getattr(cls.Params, "retired", {}), *WARP_KEYS):  # unset CLI slots (the warp is the decoding's)
+        if old in params and params[old] is None:
+            params.pop(old)
+    return cls.Params.upgrade(params, cls.method)
+
+
+def deprecation(message: str) -> None:
+    """A DeprecationWarning for Python callers and a logged line for command-line users."""
+    warnings.warn(message, DeprecationWarning, stacklevel=4)
+    log.warning(message)
 
 
 def make_params(cls: type[Decoder], params: Mapping[str, Any] | None):
@@ -299,8 +326,79 @@ def make_params(cls: type[Decoder], params: Mapping[str, Any] | None):
         raise ConfigError(f"bad parameters for method '{cls.method}': {e}") from e
 
 
-def build_decoder(method: str, pair: ModelPair, *, gamma_policy: GammaPolicy | None = None,
-                  sync_timing: bool = False, **params) -> Decoder:
-    """Decoder for a registered method name, e.g. ``build_decoder("sd", pair, gamma=4)``."""
-    cls = DECODERS.get(method)
+#: Method aliases that follow the decoding: alias -> {decoding kind: decoder}.
+ALIASES: dict[str, dict[str, str]] = {"ar": {"greedy": "ar_greedy", "sampling": "ar_sampling"},
+                                      "beam": {"greedy": "beam_search", "sampling": "beam_sampling"}}
+
+
+def method_names() -> list[str]:
+    """Every method name the CLI and the API accept: registered decoders and the aliases."""
+    return sorted([*registry(), *ALIASES])
+
+
+def resolve_method(method: str, params: Mapping[str, Any] | None = None,
+                   decoding: str | Mapping[str, Any] | Decoding | None = None) -> tuple[type[Decoder], dict]:
+    """The decoder class and its parameters for ``method`` under ``decoding`` (as the CLI and the API do it).
+
+    The decoding's warp (temperature, top_k, top_p) becomes the method's, unless ``params`` sets one
+    explicitly; ``ar`` and ``beam`` resolve by the decoding's kind (greedy | sampling). Without a
+    decoding, explicit parameters and the Params defaults apply (aliases then follow ``temperature``,
+    default sampling). A method that cannot decode the requested kind raises
+    :class:`~harness.errors.NotApplicable`.
+    """
+    params = dict(params or {})
+    if method not in ALIASES:
+        params = canonical_params(DECODERS.get(method), params)
+    explicit = {k: params.pop(k) for k in WARP_KEYS if k in params}
+    explicit = {k: v for k, v in explicit.items() if v is not None}
+    dec = as_decoding(decoding) if decoding is not None else None
+    warp = {**(dec.warp_params() if dec is not None else {}), **explicit}
+    kind = "greedy" if warp.get("temperature", SAMPLING.temperature) == 0 else "sampling"
+    name = ALIASES[method][kind] if method in ALIASES else method
+    cls = DECODERS.get(name)
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    if dec is not None and "temperature" not in explicit and kind not in cls.decodings:
+        raise NotApplicable(_not_applicable(name, cls, dec))
+    if set(WARP_KEYS) <= fields:
+        params.update(warp)
+    elif explicit:
+        params.update(explicit)  # a method without the warp rejects it (unknown parameter)
+    if method in ALIASES:
+        params = _fit_alias_params(method, cls, params)
+    return cls, params
+
+
+def _not_applicable(name: str, cls: type[Decoder], dec: Decoding) -> str:
+    alias = next((a for a, targets in ALIASES.items() if name in targets.values()), None)
+    hint = f"; method={alias} follows the decoding" if alias else ""
+    only = "greedily" if cls.decodings == ("greedy",) else "by sampling"
+    return f"method '{name}' decodes {only} only: not applicable under decoding={dec.name}{hint}"
+
+
+def _fit_alias_params(alias: str, cls: type[Decoder], params: dict) -> dict:
+    """An alias's config carries the greedy target's keys: drop those the resolved decoder lacks while
+    they hold that decoder's defaults; a changed one is an error naming the decoding it needs."""
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    extra = {k: v for k, v in params.items() if k not in fields}
+    for target in ALIASES[alias].values():
+        other = DECODERS.get(target)
+        defaults = {f.name: f.default for f in dataclasses.fields(other.Params)}
+        for key, value in list(extra.items()):
+            if key in defaults and defaults[key] == value:
+                extra.pop(key)
+                params.pop(key)
+    if extra:
+        raise ConfigError(f"method={alias} resolved to '{cls.method}', which has no parameter(s) "
+                          f"{sorted(extra)}; they apply under another decoding")
+    return params
+
+
+def build_decoder(method: str, pair: ModelPair, *, decoding: str | Mapping[str, Any] | Decoding | None = None,
+                  gamma_policy: GammaPolicy | None = None, sync_timing: bool = False, **params) -> Decoder:
+    """Decoder for a method name or alias, e.g. ``build_decoder("sd", pair, gamma=4, decoding="greedy")``.
+
+    ``decoding`` is a preset name (``greedy``, ``sampling``, ``sampling_seed000``), a mapping or a
+    :class:`~harness.decoding.Decoding`, as the CLI's ``decoding`` group; explicit warp parameters win.
+    """
+    cls, params = resolve_method(method, params, decoding)
     return cls(pair, make_params(cls, params), gamma_policy=gamma_policy, sync_timing=sync_timing)

@@ -6,7 +6,8 @@ likelihood of every one-token extension of every kept beam, normalised; T (tempe
 top-k, top-p) warps that joint distribution. Draws are with replacement, matching the
 i.i.d. statement of seed 000 Theorem 3.1. A beam that produced EOS is finished: its only
 extension is itself with probability 1, so its joint likelihood carries on unchanged.
-The returned output is the beam with the lowest perplexity (seed 000 §3.4).
+The returned output is the beam with the lowest perplexity (seed 000 §3.4); ``Generation.beams``
+holds every final beam. Seed 000's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_seed000``.
 """
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ from harness.primitives.kv_cache import new_cache
 @dataclass(frozen=True)
 class BeamSamplingParams(SamplingParams):
     width: int = param(4, "beams W drawn i.i.d. from T∘p_beam each step")
-    top_k: int = param(10, "keep the k most likely extensions (0 = off); seed 000 §4.1: 10")
-    top_p: float = param(0.8, "nucleus over the extensions (1 = off); seed 000 §4.1: 0.8")
 
     def __post_init__(self):
         super().__post_init__()
@@ -34,6 +33,7 @@ class BeamSamplingParams(SamplingParams):
 @register
 class BeamSampling(Decoder[BeamSamplingParams]):
     method = "beam_sampling"
+    decodings = ("sampling",)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         choose = sampled(self.params.warp, self.params.width, generator)

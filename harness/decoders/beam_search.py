@@ -33,6 +33,7 @@ class BeamSearchParams(DecoderParams):
 @register
 class BeamSearch(Decoder[BeamSearchParams]):
     method = "beam_search"
+    decodings = ("greedy",)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         W, lp, early = self.params.width, self.params.length_penalty, self.params.early_stopping

@@ -21,6 +21,7 @@ Acceptance test: min(1, p'/q_beam), as the App. A proof requires (Alg. 1 line 16
 Theorem 3.1: with a fixed width, each layer's output beams are i.i.d. T∘p_beam, so the output
 follows target beam sampling (``beam_sampling``) exactly.
 The returned sequence is the final beam with the lowest perplexity (as ``beam_sampling``).
+Seed 000's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_seed000``.
 
 Choices the paper leaves open: Eq. 5/7 use the number of surviving drafts of the layer as M_S;
 the extra layer (no draft, so no Eq. 7) keeps the width of the last verified layer; the draft's
@@ -52,8 +53,6 @@ class DSBDParams(SamplingParams):
     min_width: int = param(1, "W_min of Eq. 6 (§4: 1, 2, 3)")
     width: int | None = param(None, "fixed W_L (§3.1); null = dynamic width (§3.2, Eq. 6-7)")
     memory_constrained: bool = param(False, "§3.4: only the lowest-perplexity output beam continues")
-    top_k: int = param(10, "keep the k most likely extensions (0 = off); seed 000 §4.1: 10")
-    top_p: float = param(0.8, "nucleus over the extensions (1 = off); seed 000 §4.1: 0.8")
 
     def __post_init__(self):
         super().__post_init__()
@@ -144,6 +143,7 @@ class DSBD(Decoder[DSBDParams]):
     beams, accepted = layers passed; the committed tokens of a round are the first output beam's."""
 
     method = "dsbd"
+    decodings = ("sampling",)
     Extras = DSBDExtras
     uses_draft = True
 

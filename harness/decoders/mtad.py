@@ -61,6 +61,7 @@ def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tens
 @register
 class MTAD(Decoder[MTADParams]):
     method = "mtad"
+    decodings = ("sampling",)
     uses_draft = True
     uses_gamma_policy = True
 

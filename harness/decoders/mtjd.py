@@ -2,10 +2,11 @@
 
 Each step picks the next γ tokens by their JOINT likelihood p(x_{t+1:t+γ} | x_{1:t}) under the
 target. The exact arg max costs |V|^γ, so, as in the paper, a target-model beam decoding over γ
-tokens approximates it: deterministic beam search (top W by joint likelihood, the default) or
-beam sampling (Eq. 2 with T, ``sample=True``; the paper's Fig. 1 wording). The beam of highest
-joint likelihood is committed, its cache row kept, and the next step starts from it. A slow,
-target-only quality reference for MTAD (which approximates MTJD with a draft model).
+tokens approximates it, following the decoding: deterministic beam search (top W by joint
+likelihood; greedy MTJD, Corollary 3.3) under decoding=greedy, beam sampling (Eq. 2 with T; the
+paper's Fig. 1 wording) under decoding=sampling. The beam of highest joint likelihood is committed,
+its cache row kept, and the next step starts from it. A slow, target-only quality reference for
+MTAD (which approximates MTJD with a draft model).
 
 Statistics: a round is one joint step (γ tokens, no draft: ``gamma`` 0 in the round record, so the
 draft counts stay 0); ``accept_lengths`` are the tokens each step committed.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, deprecation, param, register
 from harness.errors import ConfigError
 from harness.primitives.beams import BeamSet, sampled, top
 from harness.primitives.gamma_policy import RoundObservation
@@ -27,19 +28,27 @@ from harness.primitives.kv_cache import new_cache, reorder
 class MTJDParams(SamplingParams):
     gamma: int = param(4, "tokens per joint step γ_i (App. C.1: 4)")
     width: int = param(4, "beams W of the target's beam decoding")
-    sample: bool = param(False, "false: beam search (top W); true: beam sampling with the warp T")
 
     renamed = {"k": "gamma", "num_beams": "width"}
+    retired = {"sample": bool}
 
     def __post_init__(self):
         super().__post_init__()
         self.check_at_least(1, "gamma", "width")
-        if self.sample and self.warp.is_greedy:
-            raise ConfigError("mtjd with sample=true needs temperature > 0 (or set sample=false)")
 
-    @property
-    def decoding(self) -> str:
-        return "sampling" if self.sample else "greedy"
+    @classmethod
+    def upgrade(cls, params: dict, method: str) -> dict:
+        """``sample`` (true: beam sampling, false: beam search) is now the decoding's kind."""
+        sample = params.pop("sample", None)
+        if sample is None:
+            return params
+        deprecation(f"method '{method}': parameter 'sample' is deprecated and will be removed in the next release; "
+                    f"mtjd follows the decoding (decoding=greedy: beam search, decoding=sampling: beam sampling)")
+        if not sample:
+            params["temperature"] = 0.0
+        elif params.get("temperature") == 0:
+            raise ConfigError("mtjd with sample=true needs temperature > 0 (decoding=sampling)")
+        return params
 
 
 @register
@@ -48,7 +57,7 @@ class MTJD(Decoder[MTJDParams]):
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         eos, W = self.eos_sentinel, self.params.width
-        choose = sampled(self.params.warp, W, generator) if self.params.sample else top(W)
+        choose = top(W) if self.params.warp.is_greedy else sampled(self.params.warp, W, generator)
         cache = new_cache(self.target.model)
         pending = prompt_ids  # committed tokens not yet in the cache
         out: list[int] = []
