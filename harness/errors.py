@@ -11,3 +11,9 @@ class ConfigError(HarnessError, ValueError):
 
 class TokenizerMismatchError(HarnessError):
     """Draft and target tokenizers differ, so token ids cannot be shared between them."""
+
+
+class NotApplicable(ConfigError):
+    """A method that cannot decode the requested way (e.g. a greedy-only method under decoding=sampling).
+
+    In a sweep such a cell is reported as not applicable and skipped, not failed."""

@@ -2,18 +2,31 @@
 
 The embedded default is the project's own tiny Llama pair in ``harness/assets/tiny_pair``
 (trained by ``scripts/train_tiny_pair.py``), which loads offline.
+
+A pair config is checked as a whole (:class:`PairSpec`) before any weights load: model references
+(a local directory must exist; otherwise a well-formed hub id), dtype and device names, and then the
+two tokenizers (:func:`check_tokenizers`). ``dtype: auto`` is the checkpoint's own dtype, except
+bfloat16 on a GPU without bf16 support (→ float16) and float16 on a CPU (→ float32: CPUs have no
+fast half-precision kernels).
 """
 from __future__ import annotations
 
+import dataclasses
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
+TINY_MODELS = ("tiny/target", "tiny/draft")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPE_CHOICES = ("auto", *DTYPES)
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 @dataclass
@@ -54,6 +67,102 @@ class ModelPair:
                 if p.device.type == "cuda":
                     devs.add(p.device.index or 0)
         return sorted(devs)
+
+
+def check_model_ref(key: str, ref: str) -> None:
+    """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}")
+    if ref.startswith("tiny/"):
+        if ref not in TINY_MODELS:
+            raise ConfigError(f"{key}: unknown embedded model '{ref}'. Valid: {', '.join(TINY_MODELS)}")
+        return
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return
+    looks_like_path = ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or "\\" in ref
+    if path.exists():
+        raise ConfigError(f"{key}: '{ref}' is a file, not a model directory")
+    if looks_like_path:
+        raise ConfigError(f"{key}: directory not found: {ref}")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(ref)
+    except HFValidationError as e:
+        raise ConfigError(f"{key}: '{ref}' is no local directory (not found) and no valid hub id "
+                          f"(namespace/name): {e}") from e
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """A pair config, validated as a whole before any weights load (keys, model references, dtype, device)."""
+
+    target: str = "tiny/target"
+    draft: str | None = "tiny/draft"
+    name: str | None = None
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    device_map: Any = None
+    draft_device_map: Any = None
+    attn_implementation: str | None = None
+
+    def __post_init__(self):
+        check_model_ref("pair.target", self.target)
+        if self.draft:
+            check_model_ref("pair.draft", self.draft)
+        if self.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"unknown pair.dtype '{self.dtype}'. Valid: {', '.join(DTYPE_CHOICES)}")
+        if not isinstance(self.device, str) or not DEVICE_PATTERN.match(self.device):
+            raise ConfigError(f"unknown pair.device '{self.device}'. Valid: auto, cpu, cuda, cuda:N, mps")
+        resolve_device(self.device)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> PairSpec:
+        """From a ``pair`` config; an unknown key fails with the valid keys."""
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(cfg) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown pair key(s) {unknown}. Valid keys: {', '.join(valid)}")
+        return cls(**cfg)
+
+
+def checkpoint_dtype(name_or_path: str) -> str:
+    """The dtype a checkpoint's config declares (float32 when it declares none)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(resolve_model_path(name_or_path))
+    declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    name = str(declared).replace("torch.", "") if declared is not None else "float32"
+    return name if name in DTYPES else "float32"
+
+
+def resolve_dtype(dtype: str, name_or_path: str, device: str) -> str:
+    """``auto`` → the checkpoint's dtype (bfloat16 → float16 on a GPU without bf16; float16 → float32 on a CPU)."""
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype '{dtype}'; valid: {', '.join(DTYPE_CHOICES)}")
+        return dtype
+    resolved = checkpoint_dtype(name_or_path)
+    device = resolve_device(device)
+    if device.startswith("cuda") and resolved == "bfloat16" and not torch.cuda.is_bf16_supported():
+        return "float16"
+    if device == "cpu" and resolved == "float16":
+        return "float32"
+    return resolved
+
+
+@contextmanager
+def progress_bars(enabled: bool):
+    """Show (or silence) transformers' and the hub's progress bars, e.g. "Loading weights", inside the block."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def resolve_device(device: str) -> str:
@@ -119,18 +228,23 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 
 
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
-              dtype: str = "float32", device: str = "auto", device_map=None, draft_device_map=None,
-              attn_implementation: str | None = None) -> ModelPair:
-    """Load tokenizers first and check them, then the models. The target's tokenizer is used."""
-    tokenizer = load_tokenizer(target)
-    if draft:
-        check_tokenizers(tokenizer, load_tokenizer(draft), target, draft)
-    target_model = load_model(target, dtype, device, device_map, attn_implementation)
-    draft_model = None
-    if draft:
-        draft_device = str(target_model.device) if not draft_device_map else device
-        draft_model = load_model(draft, dtype, draft_device, draft_device_map, attn_implementation)
+              dtype: str = "auto", device: str = "auto", device_map=None, draft_device_map=None,
+              attn_implementation: str | None = None, progress: bool = True) -> ModelPair:
+    """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (both in the
+    target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars."""
+    spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
+                    draft_device_map=draft_device_map, attn_implementation=attn_implementation)
+    with progress_bars(progress):
+        tokenizer = load_tokenizer(target)
+        if draft:
+            check_tokenizers(tokenizer, load_tokenizer(draft), target, draft)
+        resolved = resolve_dtype(dtype, target, device if not device_map else "auto")
+        target_model = load_model(target, resolved, device, device_map, attn_implementation)
+        draft_model = None
+        if draft:
+            draft_device = str(target_model.device) if not draft_device_map else device
+            draft_model = load_model(draft, resolved, draft_device, draft_device_map, attn_implementation)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return ModelPair(target=target_model, draft=draft_model, tokenizer=tokenizer, name=name or "custom",
-                     target_id=target, draft_id=draft, dtype=dtype)
+    return ModelPair(target=target_model, draft=draft_model, tokenizer=tokenizer, name=spec.name or "custom",
+                     target_id=target, draft_id=draft, dtype=resolved, meta={"dtype_requested": dtype})

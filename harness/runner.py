@@ -1,9 +1,11 @@
-"""Run one sweep cell: method × pair × dataset × gpu × seed.
+"""Run one sweep cell: method × decoding × pair × dataset × gpu × seed.
 
 Data flow: prompt → decoder → :class:`Generation` (ids + stats) → one record per prompt
-(with quality and energy) → cell summary. Loading and a warm-up generation happen before
-any measured window; every measured window is bracketed by the energy meter (which
-synchronises the device) and timed inside the decoder.
+(with quality and energy) → cell summary. The cell is planned first (:func:`plan_cell`: method and
+decoding resolved, parameters and pair config validated) without loading any weights; a method that
+cannot decode the requested way is "n/a" (skipped, nothing written). Loading and a warm-up
+generation happen before any measured window; every measured window is bracketed by the energy
+meter (which synchronises the device) and timed inside the decoder.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import logging
 import math
 import platform
+import re
 import resource
 import subprocess
 import time
@@ -24,42 +27,96 @@ import torch
 
 from harness import store
 from harness.decoders import build_decoder
+from harness.decoders.base import Decoder, make_params, resolve_method
+from harness.decoding import WARP_KEYS, Decoding, as_decoding
 from harness.energy import make_energy_meter, summarize_records
+from harness.errors import ConfigError, NotApplicable
 from harness.metrics.perplexity import output_perplexity
-from harness.models import ModelPair, load_pair
+from harness.models import ModelPair, PairSpec, load_pair
+from harness.record import build_record, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-IDENTITY_KEYS = ("method", "pair", "dataset", "gpu", "seed", "energy")
+IDENTITY_KEYS = ("method", "decoding", "pair", "dataset", "gpu", "seed", "energy")
 
 
 @dataclass
 class CellOutcome:
-    status: str  # "done" | "skipped" | "failed"
+    status: str  # "done" | "skipped" | "failed" | "n/a"
     cell_id: str
     cell_dir: Path
     error: str | None = None
 
 
+@dataclass
+class CellPlan:
+    """What a cell runs, resolved and validated before any weights load."""
+
+    decoder_cls: type[Decoder]
+    params: dict
+    decoding: Decoding | None
+    pair: PairSpec
+
+
+def plan_cell(cfg: dict) -> CellPlan:
+    """Resolve the method under the decoding (aliases, the decoding's warp), validate its parameters and
+    the pair config. Raises :class:`~harness.errors.NotApplicable` for a method that cannot decode the
+    requested way, :class:`~harness.errors.ConfigError` for bad input; loads nothing."""
+    method_cfg = dict(cfg["method"])
+    name = method_cfg.pop("name")
+    decoding = cfg.get("decoding")
+    if decoding is not None:
+        for key in WARP_KEYS:
+            if method_cfg.get(key) is not None:
+                log.warning("method.%s is deprecated and will be removed in the next release; set decoding.%s "
+                            "(here method.%s=%s overrides the decoding)", key, key, key, method_cfg[key])
+    cls, params = resolve_method(name, method_cfg, decoding)
+    make_params(cls, params)  # bad parameters fail before any weights load
+    return CellPlan(cls, params, as_decoding(decoding) if decoding is not None else None,
+                    PairSpec.from_config(cfg["pair"]))
+
+
 def cell_id(cfg: dict) -> str:
-    """Readable and unique: method, pair, dataset, gpu, seed, then a hash of everything that defines the cell."""
-    identity = {k: cfg.get(k) for k in IDENTITY_KEYS}
+    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of everything that
+    defines the cell."""
+    identity = {k: cfg.get(k) for k in IDENTITY_KEYS if k != "decoding" or k in cfg}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    m = cfg["method"]
-    return f"{m['name']}__{cfg['pair']['name']}__{cfg['dataset']['name']}__{cfg['gpu']['name']}__s{cfg['seed']}__{digest}"
+    parts = [cfg["method"]["name"]]
+    if cfg.get("decoding"):
+        parts.append(str(cfg["decoding"].get("name", "custom")))
+    parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}", digest]
+    return "__".join(parts)
+
+
+def gpu_label(gpu_cfg: dict) -> str:
+    """The ``gpu`` label of a cell: the profile's name, or for ``auto`` what this machine has — ``cpu``
+    without a GPU, else the matching ``conf/gpu`` profile or the device name."""
+    name = gpu_cfg.get("name", "auto")
+    if name != "auto":
+        return name
+    if not torch.cuda.is_available():
+        return "cpu"
+    device = torch.cuda.get_device_name(0)
+    import yaml
+
+    for path in sorted((PROJECT_ROOT / "conf" / "gpu").glob("*.yaml")):
+        profile = yaml.safe_load(path.read_text()) or {}
+        if any(tag in device for tag in profile.get("match") or []):
+            return profile.get("name", path.stem)
+    return re.sub(r"[^a-z0-9]+", "_", device.lower()).strip("_")
 
 
 _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
-def get_pair(pair_cfg: dict) -> ModelPair:
+def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
     """Load (once per process: a local sweep runs its cells in one process) the model pair."""
     key = json.dumps(pair_cfg, sort_keys=True)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
         kwargs = {k: v for k, v in pair_cfg.items() if k not in ("target", "draft")}
-        _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), **kwargs)
+        _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
     return _PAIR_CACHE[key]
 
 
@@ -100,9 +157,20 @@ def prompt_seed(seed: int, index: int) -> int:
 
 def run_cell(cfg: dict, results_dir: str | Path = "results", force: bool = False) -> CellOutcome:
     """Run a cell unless it already finished. Failures (OOM, bad config, ...) are recorded in
-    ``error.json`` and returned, not raised, so a sweep goes on with its other cells."""
+    ``error.json`` and returned, not raised, so a sweep goes on with its other cells. A method that
+    cannot decode the requested way returns "n/a" and writes nothing."""
+    if "gpu" in cfg:
+        cfg = {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}}
     cid = cell_id(cfg)
     cell_dir = Path(results_dir) / "cells" / cid
+    plan: CellPlan | ConfigError
+    try:
+        plan = plan_cell(cfg)
+    except NotApplicable as e:
+        log.info("cell %s is not applicable: %s", cid, e)
+        return CellOutcome("n/a", cid, cell_dir, str(e))
+    except ConfigError as e:
+        plan = e  # recorded as this cell's failure below
     if store.is_finished(cell_dir) and not force:
         log.info("cell %s already finished; skipping", cid)
         return CellOutcome("skipped", cid, cell_dir)
@@ -110,7 +178,9 @@ def run_cell(cfg: dict, results_dir: str | Path = "results", force: bool = False
     writer = None
     try:
         writer = store.RecordWriter(cell_dir)
-        _run(cfg, cid, cell_dir, writer)
+        if isinstance(plan, ConfigError):
+            raise plan
+        _run(cfg, plan, cid, cell_dir, writer)
         return CellOutcome("done", cid, cell_dir)
     except Exception as e:  # noqa: BLE001 — every failure is recorded with its traceback
         if writer is not None:
@@ -125,16 +195,18 @@ def run_cell(cfg: dict, results_dir: str | Path = "results", force: bool = False
         return CellOutcome("failed", cid, cell_dir, f"{kind}: {e}")
 
 
-def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> None:
+def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.RecordWriter) -> None:
     started = now()
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
     runner_cfg = cfg.get("runner", {})
-    method_cfg = dict(cfg["method"])
-    method_name = method_cfg.pop("name")
+    if runner_cfg.get("threads"):
+        torch.set_num_threads(int(runner_cfg["threads"]))
+    method_name = plan.decoder_cls.method
 
-    pair = get_pair(cfg["pair"])
-    decoder = build_decoder(method_name, pair, **method_cfg)
+    pair = get_pair(cfg["pair"], progress=bool(runner_cfg.get("progress", True)))
+    decoder = build_decoder(method_name, pair, sync_timing=bool(runner_cfg.get("sync_timing", False)),
+                            **plan.params)
     task = load_task(cfg["dataset"])
     examples = task.examples()
     if not examples:
@@ -158,16 +230,13 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
             gen = gens[0]
             tokens_all_reps = sum(g.stats.new_tokens for g in gens)
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
-            answer = task.truncate(text)
-            record = {"cell_id": cid, "index": i, "example_id": ex.id, "prompt_tokens": len(ids),
-                      **{f"meta.{k}": v for k, v in ex.meta.items()},
-                      **gen.stats.as_record(), "stopped_by_eos": gen.stopped_by_eos,
-                      "output_ppl": output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
-                      **{f"metric.{k}": v for k, v in task.score(ex, answer).items()},
-                      **reading.as_record(new_tokens=tokens_all_reps),
-                      "peak_gpu_mem_bytes": (torch.cuda.max_memory_allocated(pair.device)
-                                             if pair.device.type == "cuda" else math.nan),
-                      "output_text": text, "prompt": task.prompt_text(ex, tok)}
+            record = build_record(
+                cell_id=cid, index=i, example=ex, prompt_ids=ids, generation=gen, output_text=text,
+                prompt_text=task.prompt_text(ex, tok),
+                output_ppl=output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
+                metrics=task.score(ex, task.truncate(text)), energy=reading.as_record(new_tokens=tokens_all_reps),
+                peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
+                                    else math.nan))
             writer.write(record)
             records.append(record)
             totals["new_tokens"] += gen.stats.new_tokens
@@ -177,8 +246,11 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
         energy_info = {**meter.describe(), **meter.stop_window(cell_window).as_record(prefix="energy_cell.")}
     writer.commit()
     summary = summarize(records)
+    params = decoder.params_dict()
     summary.update({"cell_id": cid, "status": "done", "started_at": started, "finished_at": now(),
-                    "method_name": method_name, "decoder": type(decoder).__name__, "decoder_params": decoder.describe(),
+                    "method_name": method_name, "decoding": decoder.decoding, "decoder": type(decoder).__name__,
+                    "params": params, "facts": decoder.facts(),
+                    "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
                     "max_new_tokens": max_new, "config": cfg, "env": environment_info(pair.device),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                     "energy_meter": energy_info})
@@ -202,34 +274,10 @@ def _progress(total: int, label: str, enabled: bool):
     return update
 
 
-def _nanmean(values) -> float:
-    vals = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
 def summarize(records: list[dict]) -> dict:
-    """Cell-level aggregates. Rates are ratios of totals (total tokens ÷ total time), not means of ratios."""
-    def total(key):
-        return sum(r.get(key) or 0 for r in records)
-
-    new_tokens, wall = total("new_tokens"), total("wall_time_s")
-    target_calls, drafted, accepted, iters = (total("target_calls"), total("drafted_tokens"),
-                                               total("accepted_tokens"), total("iterations"))
-    out = {"prompts": len(records), "new_tokens": new_tokens, "wall_time_s": wall,
-           "tokens_per_s": new_tokens / wall if wall else math.nan,
-           "mean_prompt_tokens_per_s": _nanmean(r["tokens_per_s"] for r in records),
-           "target_calls": target_calls, "draft_calls": total("draft_calls"),
-           "block_efficiency": new_tokens / target_calls if target_calls else math.nan,
-           "drafted_tokens": drafted, "accepted_tokens": accepted,
-           "acceptance_rate": accepted / drafted if drafted else math.nan,
-           "mean_acceptance_length": 1 + accepted / iters if iters and drafted else math.nan,
-           "output_ppl": _nanmean(r["output_ppl"] for r in records),
-           "peak_gpu_mem_bytes": max((r["peak_gpu_mem_bytes"] for r in records
-                                      if r.get("peak_gpu_mem_bytes") is not None), default=math.nan)}
-    metric_keys = sorted({k for r in records for k in r if k.startswith("metric.") or k.startswith("stat.")})
-    for k in metric_keys:
-        out[k] = _nanmean(r.get(k) for r in records)
-    # energy: J/token gross and net as total energy ÷ total tokens over every measured repetition,
-    # mean W, source, coverage; NaN with the reasons if any prompt was not measured
+    """Cell-level aggregates (:func:`harness.record.summarize_cell`) and the energy totals: J/token gross
+    and net as total energy ÷ total tokens over every measured repetition, mean W, source, coverage;
+    NaN with the reasons if any prompt was not measured."""
+    out = summarize_cell(records)
     out.update(summarize_records(records))
     return out

@@ -29,10 +29,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.decoders import build_decoder  # noqa: E402
-from harness.decoders.base import sync  # noqa: E402
 from harness.models import load_pair  # noqa: E402
-from harness.primitives.forward import CountedModel  # noqa: E402
+from harness.primitives.forward import CountedModel, synchronize  # noqa: E402
 from harness.primitives.kv_cache import new_cache, truncate  # noqa: E402
+from harness.stats import COUNT_FIELDS, ratios  # noqa: E402
 from harness.tasks import load_task  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -41,8 +41,8 @@ SETTINGS = {"greedy": {"temperature": 0.0}, "sampling": {"temperature": 1.0, "to
 
 def method_specs(gamma: int, m: int, k_config: list[int]) -> dict[str, tuple[str, dict]]:
     return {"sd": ("sd", {"gamma": gamma}), "hf_assisted": ("hf_assisted", {"gamma": gamma}),
-            "specinfer": ("specinfer", {"gamma": gamma, "num_sequences": m}),
-            "spectr": ("spectr", {"gamma": gamma, "num_sequences": m}),
+            "specinfer": ("specinfer", {"gamma": gamma, "num_drafts": m}),
+            "spectr": ("spectr", {"gamma": gamma, "num_drafts": m}),
             "mcsd": ("mcsd", {"k_config": k_config})}
 
 
@@ -71,12 +71,12 @@ def forward_cost(pair, prompts, reps: int, tokens: int = 1) -> dict[str, float]:
             for _ in range(2):  # warm-up
                 model(step, cache)
                 truncate(cache, prompt.size(1))
-            sync(pair.device)
+            synchronize(pair.device)
             start = time.perf_counter()
             for _ in range(reps):
                 model(step, cache)
                 truncate(cache, prompt.size(1))
-            sync(pair.device)
+            synchronize(pair.device)
             total[name] += time.perf_counter() - start
         count += reps
     return {name: t / count for name, t in total.items()}
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=4)
-    parser.add_argument("--num-sequences", type=int, default=2, help="m for specinfer/spectr")
+    parser.add_argument("--num-drafts", type=int, default=2, help="m for specinfer/spectr")
     parser.add_argument("--k-config", default="4,2,2,1", help="MCSD k-config")
     parser.add_argument("--settings", default="greedy,sampling")
     parser.add_argument("--methods", default="sd,hf_assisted,specinfer,spectr,mcsd")
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     task = load_task({**yaml.safe_load((CONF / "dataset" / f"{args.dataset}.yaml").read_text()),
                       "num_prompts": args.prompts})
     prompts = [task.prompt_ids(ex, pair.tokenizer) for ex in task.examples()]
-    specs = method_specs(args.gamma, args.num_sequences, [int(k) for k in args.k_config.split(",")])
+    specs = method_specs(args.gamma, args.num_drafts, [int(k) for k in args.k_config.split(",")])
     methods = args.methods.split(",")
     report = {"device": str(pair.device), "dtype": args.dtype, "threads": args.threads,
               "torch": torch.__version__, "transformers": transformers.__version__,
@@ -129,38 +129,27 @@ def main(argv=None) -> int:
             arms[name] = build_decoder(method, pair, **params, **warp)
         for dec in arms.values():  # warm-up
             dec.generate(prompts[0], 16, seed=0)
-        totals = {name: {"tokens": 0, "seconds": 0.0, "target_calls": 0, "draft_calls": 0, "iterations": 0,
-                         "drafted": 0, "accepted": 0, "rejected_rounds": 0} for name in arms}
+        totals = {name: dict.fromkeys(COUNT_FIELDS + ("committed_tokens",), 0) for name in arms}
         names = list(arms)
         for r in range(args.rounds):
             for i, ids in enumerate(prompts):
                 shift = (r * len(prompts) + i) % len(names)
                 for name in names[shift:] + names[:shift]:
                     st = arms[name].generate(ids, args.max_new_tokens, seed=1000 * r + i).stats
-                    t = totals[name]
-                    t["tokens"] += st.new_tokens
-                    t["seconds"] += st.wall_time_s
-                    t["target_calls"] += st.target_calls
-                    t["draft_calls"] += st.draft_calls
-                    t["iterations"] += st.iterations
-                    t["drafted"] += st.drafted_tokens
-                    t["accepted"] += st.accepted_tokens
-                    t["rejected_rounds"] += st.extra.get("rejected_rounds", 0)
-        ar_tps = totals["ar"]["tokens"] / totals["ar"]["seconds"]
+                    for key, value in st.totals().items():
+                        totals[name][key] += value
+        ar_tps = ratios(totals["ar"])["tokens_per_s"]
         rows = {}
         for name, t in totals.items():
-            tps = t["tokens"] / t["seconds"]
-            row = {"tokens_per_s": tps, "speedup_vs_ar": tps / ar_tps, "tokens": t["tokens"],
-                   "block_efficiency": t["tokens"] / t["target_calls"]}
-            if t["drafted"]:
-                row.update(acceptance_rate=t["accepted"] / t["drafted"],
-                           mean_acceptance_length=1 + t["accepted"] / t["iterations"],
-                           draft_calls_per_token=t["draft_calls"] / t["tokens"])
+            row = {**ratios(t), "tokens": t["new_tokens"]}  # pooled over every prompt and round
+            row["speedup_vs_ar"] = row["tokens_per_s"] / ar_tps
+            if t["rounds"]:
+                row["draft_calls_per_token"] = t["draft_calls"] / t["new_tokens"]
             rows[name] = row
         out = {"methods": rows}
         if "sd" in totals:
             sd = totals["sd"]
-            alpha = sd["accepted"] / (sd["accepted"] + sd["rejected_rounds"])
+            alpha = sd["accepted_tokens"] / (sd["accepted_tokens"] + sd["rejected_rounds"])
             out["alpha"] = alpha
             out["analytic_improvement_factor"] = analytic_improvement(alpha, args.gamma, c)
             out["analytic_with_measured_verify_cost"] = analytic_improvement(
@@ -177,11 +166,10 @@ def main(argv=None) -> int:
           f"-> c = {c:.3f}; target forward of gamma+1 tokens = {report['target_verify_over_single']:.2f} x one token")
     for setting, out in report["settings"].items():
         print(f"\n[{setting}]")
-        print(f"{'method':<12} {'tok/s':>8} {'vs AR':>7} {'accept':>7} {'mean AL':>8} {'tok/call':>8}")
+        print(f"{'method':<12} {'tok/s':>8} {'vs AR':>7} {'accept':>7} {'node acc':>8} {'mean AL':>8} {'tok/call':>8}")
         for name, row in out["methods"].items():
-            nan = float("nan")
-            print(f"{name:<12} {row['tokens_per_s']:8.1f} {row['speedup_vs_ar']:7.3f} "
-                  f"{row.get('acceptance_rate', nan):7.3f} {row.get('mean_acceptance_length', nan):8.2f} "
+            print(f"{name:<12} {row['tokens_per_s']:8.1f} {row['speedup_vs_ar']:7.3f} {row['acceptance_rate']:7.3f} "
+                  f"{row['node_acceptance_rate']:8.3f} {row['mean_acceptance_length']:8.2f} "
                   f"{row['block_efficiency']:8.2f}")
         if "alpha" in out:
             print(f"SD: alpha = {out['alpha']:.3f}, analytic IF = {out['analytic_improvement_factor']:.3f} "

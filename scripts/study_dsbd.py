@@ -55,11 +55,11 @@ def configurations(include_sd: bool) -> list[tuple[str, str, str, dict]]:
     if include_sd:
         confs.append(("mtad", "sd γ=4", "sd", dict(gamma=4, **WARP_002)))
     for tau in (0.1, 0.9):
-        confs.append(("mtad", f"mtad γ=4 beams=8 τ={tau}", "mtad", dict(gamma=4, num_beams=8, tau=tau, **WARP_002)))
+        confs.append(("mtad", f"mtad γ=4 beams=8 τ={tau}", "mtad", dict(gamma=4, draft_width=8, tau=tau, **WARP_002)))
     confs.append(("mtad", "bild γ=10 τ1=0.9 τ2=2", "bild",
                   dict(gamma=10, fallback_threshold=0.9, rollback_threshold=2.0, **WARP_002)))
     confs.append(("mtad", "typical γ=4", "typical", dict(gamma=4, **WARP_002)))
-    confs.append(("mtad", "mtjd K=4 beams=4", "mtjd", dict(k=4, num_beams=4)))
+    confs.append(("mtad", "mtjd γ=4 width=4 (beam search)", "mtjd", dict(gamma=4, width=4, temperature=0.0)))
     return confs
 
 
@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     include_sd = "sd" in registry()
     confs = configurations(include_sd)
     decoders = {(part, label): build_decoder(method, pair, **params) for part, label, method, params in confs}
-    acc = {key: {"tokens": 0, "seconds": 0.0, "ppl": [], "target_calls": 0, "extra": []} for key in decoders}
+    acc = {key: {"tokens": 0, "seconds": 0.0, "ppl": [], "target_calls": 0, "accepted": 0, "rounds": 0, "extra": []}
+           for key in decoders}
     for dec in decoders.values():
         dec.generate(prompts[0], 8, seed=0)  # warm-up
     rng = random.Random(0)
@@ -107,8 +108,10 @@ def main(argv=None) -> int:
                 a["tokens"] += gen.stats.new_tokens
                 a["seconds"] += gen.stats.wall_time_s
                 a["target_calls"] += gen.stats.target_calls
+                a["accepted"] += gen.stats.accepted_tokens
+                a["rounds"] += gen.stats.rounds
                 a["ppl"].append(output_perplexity(pair.target, ids, gen.output_ids))
-                a["extra"].append(gen.stats.extra)
+                a["extra"].append(gen.stats.extras_record())
         print(f"round {rnd + 1}/{args.rounds} done after {time.time() - start:.0f} s", flush=True)
 
     rows = []
@@ -120,8 +123,9 @@ def main(argv=None) -> int:
                "ppl_sem": statistics.stdev(ppls) / len(ppls) ** 0.5 if len(ppls) > 1 else math.nan,
                "tokens_per_target_call": a["tokens"] / max(a["target_calls"], 1)}
         if method == "dsbd":
-            for key in ("avg_width", "layers_accepted_per_iteration", "peak_kv_bytes"):
-                vals = [e[key] for e in a["extra"] if not math.isnan(e.get(key, math.nan))]
+            row["layers_accepted_per_iteration"] = a["accepted"] / a["rounds"] if a["rounds"] else math.nan
+            for key in ("avg_width", "peak_kv_bytes"):
+                vals = [e[f"stat.{key}"] for e in a["extra"] if not math.isnan(e.get(f"stat.{key}", math.nan))]
                 row[key] = statistics.mean(vals) if vals else math.nan
         rows.append(row)
     for part in ("dsbd", "mtad"):

@@ -25,3 +25,21 @@ def heldout_prompts(tiny_pair):
 
     task = load_task({"task": "text_continuation", "name": "kjv_heldout", "num_prompts": 24, "prompt_words": 10})
     return [tiny_pair.tokenizer(ex.prompt)["input_ids"] for ex in task.examples()]
+
+
+def composed_method_config(method: str) -> dict:
+    """The CLI's ``method`` config for ``method=<name>`` with its defaults (Hydra compose; no weights)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from harness.cli import CONF_DIR
+    from harness.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=[f"method={method}"]).method)
+
+
+@pytest.fixture(scope="session")
+def method_config():
+    return composed_method_config

@@ -2,19 +2,15 @@
 greedy identity with AR greedy, and the degenerate thresholds that reduce them to known decoders.
 Also: the method configs of issue 5 build their decoders."""
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from harness.decoders import build_decoder
 from harness.decoders.bild import first_rollback
 from harness.decoders.typical import typical_prefix_length
 from harness.errors import ConfigError
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
-
-CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 
 
 def test_typical_acceptance_bar_adapts_to_entropy():
@@ -52,7 +48,7 @@ def test_bild_always_falling_back_is_multinomial_sampling():
     exact = exact_sequence_distribution(pair.target, [1, 2], 3, dec.params.warp)
     samples = [tuple(dec.generate([1, 2], 3, seed=s).output_ids) for s in range(1200)]
     assert chi_square_pvalue(samples, exact) > 1e-3
-    assert dec.generate([1, 2], 3, seed=0).stats.extra["fallbacks"] == 3
+    assert dec.generate([1, 2], 3, seed=0).stats.extras.fallbacks == 3
 
 
 def test_bild_never_falling_back_nor_rolling_back_keeps_every_draft():
@@ -60,7 +56,7 @@ def test_bild_never_falling_back_nor_rolling_back_keeps_every_draft():
     dec = build_decoder("bild", pair, gamma=4, fallback_threshold=0.0, rollback_threshold=math.inf)
     st = dec.generate([1, 2], 15, seed=0).stats
     assert st.accept_lengths == [5, 5, 5] and st.target_calls == 3
-    assert st.extra["fallbacks"] == 0 and st.extra["rollbacks"] == 0
+    assert st.extras.fallbacks == 0 and st.rejected_rounds == 0
 
 
 def test_typical_with_zero_threshold_keeps_every_draft():
@@ -79,11 +75,11 @@ def test_bad_parameters_are_rejected():
 
 
 @pytest.mark.parametrize("method", ["dsbd", "mtad", "mtjd", "bild", "typical"])
-def test_method_config_builds_decoder(method):
-    cfg = yaml.safe_load((CONF / f"{method}.yaml").read_text())
+def test_method_config_builds_decoder(method, method_config):
+    cfg = method_config(method)
     assert cfg.pop("name") == method
     decoder = build_decoder(method, toy_pair(vocab_size=5), **cfg)
-    assert decoder.describe()["method"] == method
+    assert decoder.method == method
     if method != "mtjd":
         with pytest.raises(ConfigError, match="draft"):
             build_decoder(method, toy_pair(vocab_size=5, with_draft=False), **cfg)
@@ -109,8 +105,8 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
         state["checked"] += 1
         return out
 
-    def recording_verify(target, caches, dtree, draft_prefix, rule, device):
-        result = real_verify(target, caches, dtree, draft_prefix, rule, device)
+    def recording_verify(target, caches, dtree, draft_prefix, rule):
+        result = real_verify(target, caches, dtree, draft_prefix, rule)
         state["context"] += result.tokens
         state["drafted"] = []
         return result
@@ -123,5 +119,5 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
         for seed, prompt in enumerate(([1], [3, 0, 2])):
             state["context"], state["drafted"] = list(prompt), []
             st = dec.generate(prompt, 16, seed=seed).stats
-            assert (st.extra["fallbacks"] > 0 and st.extra["rollbacks"] > 0) == (thresholds[0] > 0)
+            assert (st.extras.fallbacks > 0 and st.rejected_rounds > 0) == (thresholds[0] > 0)  # rollbacks
     assert state["checked"] > 40

@@ -1,58 +1,121 @@
-"""Bad configuration fails early with a message that lists the valid choices."""
+"""Config: the decoders' Params are the single source of the method configs (Hydra's ConfigStore), Hydra
+validates keys and types, every method is reachable from the CLI with its defaults, and bad input fails
+early with a message naming the key and the valid choices."""
+import dataclasses
 import subprocess
 import sys
+import warnings
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
 
-from harness.cli import check_overrides, config_groups
+from harness.cli import CONF_DIR
+from harness.configs import register_configs
 from harness.decoders import build_decoder, registry
-from harness.decoders.base import make_params
+from harness.decoders.base import canonical_params, make_params, resolve_method
+from harness.decoding import PRESETS as DECODINGS
 from harness.errors import ConfigError
 from harness.tasks import load_task
 from harness.testing import toy_pair
 
 
+def _compose(*overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("method", sorted(registry()))
+def test_every_registered_method_is_reachable_with_its_defaults(method):
+    """compose(method=<name>, decoding=<each one it supports>) gives exactly the decoder's Params defaults
+    with the decoding's warp (no weights loaded)."""
+    cls = registry()[method]
+    for decoding in cls.decodings:
+        cfg = OmegaConf.to_container(_compose(f"method={method}", f"decoding={decoding}"), resolve=True)
+        assert cfg["method"]["name"] == method
+        resolved, params = resolve_method(cfg["method"].pop("name"), cfg["method"], cfg["decoding"])
+        assert resolved is cls
+        warp = DECODINGS[decoding].warp_params() if "temperature" in params else {}
+        assert make_params(cls, params) == cls.Params(**warp)
+
+
+def test_aliases_compose_and_follow_the_decoding():
+    cfg = _compose("method=ar")
+    assert OmegaConf.to_container(cfg.method) == {"name": "ar"} and cfg.decoding.name == "sampling"
+    assert resolve_method("ar", {}, cfg.decoding)[0].method == "ar_sampling"
+    assert resolve_method("ar", {}, "greedy")[0].method == "ar_greedy"
+    beam = _compose("method=beam", "method.width=2").method
+    assert beam.name == "beam" and beam.width == 2 and beam.length_penalty == 1.0
+    beam = OmegaConf.to_container(beam)
+    beam.pop("name")
+    cls, params = resolve_method("beam", beam, "greedy")
+    assert cls.method == "beam_search" and params == {"width": 2, "length_penalty": 1.0, "early_stopping": False}
+    cls, params = resolve_method("beam", beam, "sampling")  # beam search's own keys at their defaults drop out
+    assert cls.method == "beam_sampling" and params == {"width": 2, **DECODINGS["sampling"].warp_params()}
+    with pytest.raises(ConfigError, match="length_penalty"):
+        resolve_method("beam", {**beam, "length_penalty": 0.5}, "sampling")
+
+
+def test_overrides_are_typed():
+    cfg = _compose("method=mcsd", "method.k_config=[3,2,1]", "method.replacement=true")
+    assert list(cfg.method.k_config) == [3, 2, 1] and cfg.method.replacement is True
+    assert _compose("method=dsbd", "method.width=null").method.width is None
+    assert _compose("method=beam_search", "method.early_stopping=never").method.early_stopping == "never"
+
+
 def test_unknown_method_lists_valid_choices():
-    with pytest.raises(ConfigError) as e:
-        check_overrides(["method=nope"])
+    with pytest.raises(MissingConfigException) as e:
+        _compose("method=nope")
     msg = str(e.value)
     assert "nope" in msg and "ar_greedy" in msg and "beam_sampling" in msg
 
 
-def test_unknown_method_in_a_sweep_list():
-    with pytest.raises(ConfigError, match="'bogus'"):
-        check_overrides(["-m", "method=ar,bogus"])
+def test_bad_method_key_names_the_key():
+    with pytest.raises(ConfigCompositionException) as e:
+        _compose("method=beam_sampling", "method.widht=3")
+    assert "widht" in str(e.value.__cause__ or e.value)
 
 
-def test_bad_method_key_lists_valid_keys():
-    with pytest.raises(ConfigError) as e:
-        check_overrides(["method=beam_sampling", "method.widht=3"])
-    assert "widht" in str(e.value) and "width" in str(e.value) and "top_p" in str(e.value)
+def test_bad_value_type_names_the_key():
+    with pytest.raises(ConfigCompositionException) as e:
+        _compose("method=sd", "method.gamma=abc")
+    assert "gamma" in str(e.value.__cause__ or e.value)
 
 
-def test_bad_root_key_lists_valid_keys():
-    with pytest.raises(ConfigError) as e:
-        check_overrides(["sed=3"])
-    assert "seed" in str(e.value) and "method" in str(e.value)
+def test_bad_root_key_is_refused():
+    with pytest.raises(ConfigCompositionException, match="sed"):
+        _compose("sed=3")
 
 
-def test_valid_overrides_pass():
-    check_overrides(["-m", "method=ar,beam", "method.width=2", "seed=0,1", "runner.warmup_generations=0",
-                     "hydra.verbose=true", "+method.extra=1"])
+def test_deprecated_parameter_names_map_to_the_new_ones(caplog):
+    """Old names work for one release (Python API and CLI), with a message naming the new key."""
+    pair = toy_pair(vocab_size=5)
+    for method, old, new, value in (("mtjd", "k", "gamma", 2), ("mtjd", "num_beams", "width", 3),
+                                    ("mtad", "num_beams", "draft_width", 2), ("specinfer", "num_sequences",
+                                                                               "num_drafts", 3),
+                                    ("spectr", "num_sequences", "num_drafts", 3)):
+        with pytest.warns(DeprecationWarning, match=f"'{old}'.*'{new}'"):
+            decoder = build_decoder(method, pair, **{old: value})
+        assert getattr(decoder.params, new) == value
+    cfg = OmegaConf.to_container(_compose("method=mtjd", "method.k=2").method)  # the CLI schema keeps old names
+    cfg.pop("name")
+    assert cfg["k"] == 2 and cfg["temperature"] is None  # the warp is the decoding's (deprecated slot unset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert make_params(registry()["mtjd"], cfg).gamma == 2
+    assert "method.gamma" in caplog.text
+    with pytest.raises(ConfigError, match="both"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            canonical_params(registry()["mtjd"], {"gamma": 3, "k": 2})
 
 
-def test_every_method_config_matches_its_decoder_params():
-    """Each conf/method/*.yaml names a registered decoder and only that decoder's parameters."""
-    import yaml
-
-    from harness.cli import CONF_DIR
-
-    methods = registry()
-    for option in config_groups()["method"]:
-        cfg = yaml.safe_load((CONF_DIR / "method" / f"{option}.yaml").read_text())
-        name = cfg.pop("name")
-        assert name in methods, f"method/{option}.yaml names unknown decoder {name}"
-        make_params(methods[name], cfg)  # raises on a key the decoder does not take
+def test_params_carry_help_for_every_field():
+    for name, cls in registry().items():
+        for f in dataclasses.fields(cls.Params):
+            assert f.metadata.get("help"), f"{name}.{f.name} has no help text"
 
 
 def test_build_decoder_errors():
@@ -70,8 +133,33 @@ def test_unknown_task_and_task_key():
         load_task({"task": "text_continuation", "prompt_wrds": 3})
 
 
-def test_cli_exits_2_with_clear_message(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness", "method=nope", f"results_dir={tmp_path}"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2
-    assert "Valid choices for method" in r.stderr and "ar_sampling" in r.stderr
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def test_cli_cfg_job_prints_the_composed_config():
+    r = _cli("method=sd", "method.gamma=3", "--cfg", "job")
+    assert r.returncode == 0, r.stderr
+    cfg = OmegaConf.create(r.stdout)
+    assert cfg.method.name == "sd" and cfg.method.gamma == 3 and cfg.decoding.top_k == 20
+
+
+def test_cli_unknown_method_fails_with_the_valid_choices(tmp_path):
+    r = _cli("method=nope", f"results_dir={tmp_path}")
+    assert r.returncode != 0
+    assert "method/nope" in r.stderr and "ar_sampling" in r.stderr and "specinfer" in r.stderr
+    assert not (tmp_path / "cells").exists()
+
+
+def test_cli_user_config_directories(tmp_path):
+    """A lab keeps its pairs outside the package: --config-dir and hydra.searchpath both add config groups."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "pair" / "mine.yaml").write_text("defaults:\n  - tiny\n  - _self_\nname: mine\ndtype: float16\n")
+    r = _cli(f"--config-dir={tmp_path}", "pair=mine", "--cfg", "job")
+    assert r.returncode == 0, r.stderr
+    assert OmegaConf.create(r.stdout).pair.name == "mine"
+    r = _cli(f"hydra.searchpath=[file://{tmp_path}]", "pair=mine", "--cfg", "job")
+    assert r.returncode == 0, r.stderr
+    pair = OmegaConf.create(r.stdout).pair
+    assert pair.name == "mine" and pair.dtype == "float16" and pair.target == "tiny/target"

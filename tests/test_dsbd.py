@@ -139,9 +139,10 @@ def test_one_target_call_per_iteration_and_stats():
     gen = dec.generate([1, 2, 3], 12, seed=0)
     st = gen.stats
     assert len(gen.output_ids) == 12
-    assert st.target_calls == st.iterations  # ONE forest call per iteration (§3.3), the prompt prefilled in the first
-    assert sum(st.accept_lengths) == 12 and st.accepted_tokens == 12 - st.iterations
-    assert st.extra["avg_width"] >= 1 and st.extra["layers_accepted_per_iteration"] >= 0
+    assert st.target_calls == st.rounds  # ONE forest call per round (§3.3), the prompt prefilled in the first
+    assert sum(st.accept_lengths) == 12 and st.accepted_tokens == 12 - st.rounds
+    assert st.extras.avg_width >= 1 and st.mean_acceptance_length >= 1
+    assert st.draft_positions == sum(st.round_gammas) and st.draft_nodes == 4 * st.draft_positions
 
 
 def test_bad_parameters_are_rejected():
@@ -176,7 +177,7 @@ def test_memory_constrained_mode_keeps_one_cache_and_less_memory(tiny_pair, held
     dsbd.target, dsbd.draft = CacheRecorder(dsbd.target), CacheRecorder(dsbd.draft)
     gen = dsbd.generate(prompt, 40, seed=0)
     assert set(dsbd.target.rows) == {1} and set(dsbd.draft.rows) == {1}
-    assert gen.stats.extra["peak_kv_rows"] == 1
+    assert gen.stats.extras.peak_kv_rows == 1
     beam = build_decoder("beam_sampling", tiny_pair, width=4)
     beam.target = CacheRecorder(beam.target)
     beam.generate(prompt, 40, seed=0)

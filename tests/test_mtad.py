@@ -55,16 +55,16 @@ def test_mtad_tests_the_right_joint_likelihoods(eos, monkeypatch):
         records[-1]["p"], records[-1]["q"] = p_joint.clone(), q_joint.clone()
         return real_rule(p_joint, q_joint, tau)
 
-    def recording_verify(target_model, caches, dtree, draft_prefix, rule, device):
+    def recording_verify(target_model, caches, dtree, draft_prefix, rule):
         records.append({"context": list(context), "tokens": dtree.tokens.tolist()})
-        result = real_verify(target_model, caches, dtree, draft_prefix, rule, device)
+        result = real_verify(target_model, caches, dtree, draft_prefix, rule)
         context.extend(result.tokens)
         return result
 
     monkeypatch.setattr(mtad_module, "longest_accepted_prefix", recording_rule)
     monkeypatch.setattr(mtad_module, "verify_chain", recording_verify)
     checked = 0
-    for params in (dict(), dict(gamma=1, num_beams=2), dict(gamma=3, num_beams=1, tau=0.0), dict(tau=0.9)):
+    for params in (dict(), dict(gamma=1, draft_width=2), dict(gamma=3, draft_width=1, tau=0.0), dict(tau=0.9)):
         dec = build_decoder("mtad", pair, top_k=0, top_p=1.0, **params)
         for seed, prompt in enumerate(([1], [2, 0, 4], [4, 4])):
             context[:] = list(prompt)
@@ -79,16 +79,16 @@ def test_mtad_tests_the_right_joint_likelihoods(eos, monkeypatch):
 
 def test_mtad_one_target_call_per_iteration():
     pair = toy_pair(vocab_size=6)
-    gen = build_decoder("mtad", pair, gamma=4, num_beams=4).generate([1, 2, 3], 16, seed=0)
+    gen = build_decoder("mtad", pair, gamma=4, draft_width=4).generate([1, 2, 3], 16, seed=0)
     assert len(gen.output_ids) == 16
-    assert gen.stats.target_calls == gen.stats.iterations  # the prompt is prefilled inside the first call
+    assert gen.stats.target_calls == gen.stats.rounds  # the prompt is prefilled inside the first call
     assert sum(gen.stats.accept_lengths) >= 16
 
 
 def test_mtad_tau_one_is_multinomial_sampling():
     """τ = 1 rejects every draft, so each iteration samples one token from T∘p (seed 002 §5.2.2)."""
     pair = toy_pair(vocab_size=4, sharpness=0.6)
-    dec = build_decoder("mtad", pair, tau=1.0, gamma=1, num_beams=2, top_k=3, top_p=1.0)
+    dec = build_decoder("mtad", pair, tau=1.0, gamma=1, draft_width=2, top_k=3, top_p=1.0)
     exact = exact_sequence_distribution(pair.target, [1, 2], 3, dec.params.warp)
     samples = [tuple(dec.generate([1, 2], 3, seed=s).output_ids) for s in range(1200)]
     assert chi_square_pvalue(samples, exact) > 1e-3
@@ -96,9 +96,9 @@ def test_mtad_tau_one_is_multinomial_sampling():
 
 @torch.no_grad()
 def test_mtjd_beam_search_finds_the_joint_arg_max():
-    """With num_beams = |V| the K = 2 beam search is exhaustive: each step is the exact MTJD arg max."""
+    """With width = |V| the γ = 2 beam search is exhaustive: each step is the exact MTJD arg max."""
     pair = toy_pair(vocab_size=5)
-    dec = build_decoder("mtjd", pair, k=2, num_beams=5)
+    dec = build_decoder("mtjd", pair, gamma=2, width=5, decoding="greedy")
     prompt = [1, 2]
     out = dec.generate(prompt, 6).output_ids
     context = list(prompt)
@@ -113,7 +113,7 @@ def test_mtjd_beam_search_finds_the_joint_arg_max():
 def test_mtjd_k1_width1_is_greedy():
     pair = toy_pair(vocab_size=7)
     greedy = build_decoder("ar_greedy", pair).generate([3, 1], 12).output_ids
-    assert build_decoder("mtjd", pair, k=1, num_beams=1).generate([3, 1], 12).output_ids == greedy
+    assert build_decoder("mtjd", pair, gamma=1, width=1, decoding="greedy").generate([3, 1], 12).output_ids == greedy
 
 
 def test_mtjd_joint_likelihood_not_worse_than_greedy():
@@ -122,13 +122,13 @@ def test_mtjd_joint_likelihood_not_worse_than_greedy():
     scorer = Scorer(pair.target)
     prompt = [3, 1]
     greedy = build_decoder("ar_greedy", pair).generate(prompt, 12).output_ids
-    joint = build_decoder("mtjd", pair, k=4, num_beams=7).generate(prompt, 12).output_ids
+    joint = build_decoder("mtjd", pair, gamma=4, width=7, decoding="greedy").generate(prompt, 12).output_ids
     assert float(scorer.prefix_joints(prompt, joint)[-1]) >= float(scorer.prefix_joints(prompt, greedy)[-1]) - 1e-5
 
 
 def test_bad_parameters_are_rejected():
     pair = toy_pair(vocab_size=4)
-    for method, bad in (("mtad", dict(tau=1.5)), ("mtad", dict(num_beams=0)), ("mtad", dict(temperature=0.0)),
-                        ("mtjd", dict(k=0)), ("mtjd", dict(sample=True, temperature=0.0)), ("mtad", dict(beams=2))):
+    for method, bad in (("mtad", dict(tau=1.5)), ("mtad", dict(draft_width=0)), ("mtad", dict(temperature=0.0)),
+                        ("mtjd", dict(gamma=0)), ("mtjd", dict(sample=True, temperature=0.0)), ("mtad", dict(beams=2))):
         with pytest.raises(ConfigError):
             build_decoder(method, pair, **bad)

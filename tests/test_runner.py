@@ -85,7 +85,7 @@ def _harness(args, results):
 
 def test_killed_sweep_resumes_without_duplicates(tmp_path):
     """Kill a 3-cell sweep while its second cell runs; the rerun finishes it, with each row once."""
-    cmd, env = _harness(["-m", "method=ar_greedy,beam_search,ar_sampling"], tmp_path)
+    cmd, env = _harness(["-m", "method=ar_greedy,beam_search,ar_sampling", "decoding=greedy"], tmp_path)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     cells = tmp_path / "cells"
     deadline = time.time() + 240

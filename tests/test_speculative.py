@@ -6,24 +6,25 @@ the empirical distribution of generated sequences matches the exact warped targe
 distribution (enumerated), by a TV bound and a chi-square test.
 """
 import copy
-from pathlib import Path
+import dataclasses
 
 import pytest
 import torch
-import yaml
 
 from harness.decoders import build_decoder
 from harness.errors import ConfigError
 from harness.models import TINY_PAIR_DIR, ModelPair
+from harness.primitives.acceptance import (k_sequential_select, multi_step_select,
+                                           multi_step_select_without_replacement)
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import cache_length
 from harness.primitives.sampling import make_generator
-from harness.primitives.speculative import SpeculativeCaches, chain_step, tree_step
+from harness.primitives.spec_loop import chain_step, tree_step
+from harness.primitives.spec_state import SpeculativeCaches
 from harness.primitives.warping import Warp
 from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, toy_model, toy_pair,
                              total_variation, tv_bound)
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 SPECULATIVE = ("sd", "specinfer", "spectr", "mcsd")
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
@@ -51,8 +52,8 @@ def _warp_params(warp: Warp) -> dict:
 @pytest.mark.parametrize("method,params", [
     ("sd", {"gamma": 2}),
     ("sd", {"gamma": 3}),
-    ("specinfer", {"gamma": 3, "num_sequences": 3}),
-    ("spectr", {"gamma": 3, "num_sequences": 3}),
+    ("specinfer", {"gamma": 3, "num_drafts": 3}),
+    ("spectr", {"gamma": 3, "num_drafts": 3}),
     ("mcsd", {"k_config": (3, 2, 1)}),
     ("mcsd", {"k_config": (2, 2, 2), "replacement": True}),
 ])
@@ -107,11 +108,11 @@ def test_one_target_forward_per_iteration(pair, method, params):
         gen = decoder.generate([1, 2, 3, 0], max_new, seed=seed)
         st = gen.stats
         assert len(gen.output_ids) == max_new
-        assert st.target_calls == st.iterations == len(st.accept_lengths)  # prompt prefilled in round 1
-        assert st.draft_calls <= gamma * st.iterations  # one draft forward per tree level
-        assert st.accepted_tokens == sum(st.accept_lengths) - st.iterations
+        assert st.target_calls == st.rounds == len(st.accept_lengths)  # prompt prefilled in round 1
+        assert st.draft_calls <= gamma * st.rounds  # one draft forward per tree level
+        assert st.accepted_tokens == sum(st.accept_lengths) - st.rounds
         assert sum(st.accept_lengths) >= max_new
-        assert st.drafted_tokens >= st.draft_calls
+        assert st.draft_nodes >= st.draft_calls
 
 
 @torch.no_grad()
@@ -138,11 +139,13 @@ def test_kv_rollback_equals_from_scratch_forward(pair, kind):
         if kind == "chain":
             res = chain_step(target, draft, caches, 3, warp, g)
         elif kind == "mcsd":
-            res = tree_step(target, draft, caches, [3, 2, 2], warp, g, "multi_step", replacement=False)
+            res = tree_step(target, draft, caches, [3, 2, 2], warp, g, multi_step_select_without_replacement,
+                            replacement=False)
         elif kind == "greedy_tree":
-            res = tree_step(target, draft, caches, [3, 2, 1], warp, g, "multi_step")
+            res = tree_step(target, draft, caches, [3, 2, 1], warp, g, multi_step_select)
         else:
-            res = tree_step(target, draft, caches, [3, 1, 1], warp, g, kind)
+            rule = {"multi_step": multi_step_select, "k_sequential": k_sequential_select}[kind]
+            res = tree_step(target, draft, caches, [3, 1, 1], warp, g, rule)
         committed += res.tokens
         saw_two_pending |= caches.draft_pending.size(1) == 2
         _assert_cache_matches_scratch(target, caches.target_cache, caches.target_pending, committed)
@@ -172,7 +175,7 @@ def test_greedy_is_token_identical_to_ar_greedy_on_tiny_pair(tiny_pair, heldout_
     for ids, ref in list(zip(heldout_prompts, tiny_ar_greedy))[:num_prompts]:
         gen = decoder.generate(ids, 40)
         assert gen.output_ids == ref
-        assert gen.stats.target_calls == gen.stats.iterations
+        assert gen.stats.target_calls == gen.stats.rounds
         accepted += gen.stats.accepted_tokens
     assert accepted > 0
 
@@ -184,18 +187,19 @@ def test_hf_assisted_records_stats_and_schedule(pair):
     assert pair.draft.generation_config.to_dict() == before  # the schedule is set for the call only
     st = gen.stats
     assert len(gen.output_ids) == 25
-    assert st.iterations == len(st.accept_lengths) == st.target_calls
+    assert st.rounds == len(st.accept_lengths) == st.target_calls
     assert sum(st.accept_lengths) == 25
-    assert st.drafted_tokens == st.draft_calls and st.drafted_tokens <= 3 * st.iterations
-    assert st.extra["transformers_version"]
-    assert st.extra["hf_default_schedule"]["num_assistant_tokens_schedule"]
-    described = decoder.describe()
-    assert described["gamma"] == 3 and described["schedule"] == "constant" and "transformers_version" in described
+    assert st.draft_nodes == st.draft_positions == st.draft_calls and st.draft_nodes <= 3 * st.rounds
+    facts = decoder.facts()
+    assert facts["transformers_version"]
+    assert facts["hf_default_schedule"]["num_assistant_tokens_schedule"]
+    params = decoder.params_dict()
+    assert params["gamma"] == 3 and params["schedule"] == "constant" and "transformers_version" not in params
 
 
 @pytest.mark.parametrize("method,params,match", [
     ("sd", {"gamma": 0}, "gamma"),
-    ("specinfer", {"num_sequences": 0}, "num_sequences"),
+    ("specinfer", {"num_drafts": 0}, "num_drafts"),
     ("mcsd", {"k_config": []}, "k_config"),
     ("mcsd", {"k_config": [2, 0]}, "k_config"),
     ("hf_assisted", {"schedule": "sometimes"}, "constant"),
@@ -214,9 +218,9 @@ def test_methods_need_a_draft():
 
 
 @pytest.mark.parametrize("method", SPECULATIVE + ("hf_assisted",))
-def test_method_config_builds_decoder(pair, method):
-    cfg = yaml.safe_load((CONF / f"{method}.yaml").read_text())
+def test_method_config_builds_decoder(pair, method, method_config):
+    cfg = method_config(method)
     name = cfg.pop("name")
     assert name == method
     decoder = build_decoder(name, pair, **cfg)
-    assert decoder.describe()["method"] == method
+    assert decoder.method == method and decoder.params_dict() == dataclasses.asdict(decoder.params)

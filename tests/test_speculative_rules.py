@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from harness.primitives.sampling import make_generator, sample
-from harness.primitives.speculative import (accept_chain, accept_chain_greedy, draw_children, k_sequential_rho,
-                                            k_sequential_select, multi_step_select)
+from harness.primitives.acceptance import (accept_chain, accept_chain_greedy, k_sequential_rho, k_sequential_select,
+                                           multi_step_select)
+from harness.primitives.drafting import draw_children
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, total_variation, tv_bound
 
@@ -149,7 +150,8 @@ def test_k_sequential_accepts_more_than_one_draw_sd():
 
 def test_merge_keeps_duplicate_draws_as_candidates():
     """Identical sibling draws share a target node but stay separate i.i.d. candidates (multiplicity)."""
-    from harness.primitives.speculative import DraftTree, merge_duplicates
+    from harness.primitives.drafting import merge_duplicates
+    from harness.primitives.spec_state import DraftTree
 
     # roots: 2, 2, 1 (two equal draws); children: one each → 5 under the first 2, 5 under the second 2, 0 under 1
     dtree = DraftTree(tokens=torch.tensor([2, 2, 1, 5, 5, 0]), parents=[-1, -1, -1, 0, 1, 2], root_q=None,

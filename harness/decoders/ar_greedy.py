@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import torch
 
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, DecoderParams, register
 from harness.primitives.kv_cache import new_cache
 
 
 @register
-class ArGreedy(Decoder):
+class ArGreedy(Decoder[DecoderParams]):
     method = "ar_greedy"
+    decodings = ("greedy",)
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         cache = new_cache(self.target.model)
         logits = self.target(prompt_ids, cache, all_logits=False)
         out: list[int] = []
@@ -24,4 +25,4 @@ class ArGreedy(Decoder):
             if token == self.eos_token_id or len(out) == max_new_tokens:
                 break
             logits = self.target(torch.tensor([[token]], device=self.device), cache)
-        return out
+        return Decoded(out)

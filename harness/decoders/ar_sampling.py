@@ -6,36 +6,20 @@ warpers; checked statistically against the exact warped distribution on a toy mo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, register
 from harness.primitives.kv_cache import new_cache
 from harness.primitives.sampling import sample
-from harness.primitives.warping import Warp
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_k: int = 20
-    top_p: float = 0.9
-
-    @property
-    def warp(self) -> Warp:
-        return Warp(self.temperature, self.top_k, self.top_p)
-
-    def __post_init__(self):
-        self.warp  # validates ranges  # noqa: B018
+__all__ = ["ArSampling", "SamplingParams"]
 
 
 @register
-class ArSampling(Decoder):
+class ArSampling(Decoder[SamplingParams]):
     method = "ar_sampling"
-    Params = SamplingParams
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         warp = self.params.warp
         cache = new_cache(self.target.model)
         logits = self.target(prompt_ids, cache, all_logits=False)
@@ -46,4 +30,4 @@ class ArSampling(Decoder):
             if token == self.eos_token_id or len(out) == max_new_tokens:
                 break
             logits = self.target(torch.tensor([[token]], device=self.device), cache)
-        return out
+        return Decoded(out)

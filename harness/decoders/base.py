@@ -1,68 +1,166 @@
-"""The decoder interface: prompt ids in, :class:`Generation` (ids + stats) out.
+"""The decoder contract: prompt ids in, :class:`Generation` (ids + stats) out.
 
-Every decoder is one class in its own file, registered under a method name with
-:func:`register`, with a frozen dataclass of parameters (``Params``). Decoders call
-models only through :class:`~harness.primitives.forward.CountedModel`, so forward counts
-are uniform; wall time is taken here, around the whole generation, after a device sync.
+Every decoder is one class in its own file, registered under a method name with :func:`register`,
+typed by its parameters: ``class SD(Decoder[SDParams])``. ``Params`` is a frozen dataclass (its
+fields, with ``field(metadata={"help": ...})``, are the method's config: the CLI's ``method.<name>``
+keys come from them through Hydra's ConfigStore). ``_decode`` returns a :class:`Decoded` (the new
+tokens, the decoder's declared ``Extras``, and the final beams for beam decoders). Decoders call
+models only through :class:`~harness.primitives.forward.CountedModel`, so forward counts are
+uniform; wall time is taken here, around the whole generation, after a device sync. Rounds are
+recorded by the loop drivers only (``stats.observe_round``), see :mod:`harness.stats`.
+
+Glossary — one name per concept, in every decoder:
+
+=====================  ========================================================================
+``gamma``              draft length / depth γ per round (chain length; tree depth; DSBD layers;
+                       MTJD tokens per joint step). MCSD's tree shape is ``k_config`` (γ = its length).
+``width``              beams of the method's own beam search (beam_search, beam_sampling, MTJD;
+                       DSBD's fixed W_L, ``None`` = dynamic width)
+``draft_width``        beams of the draft's beam sampling (DSBD's W_S, MTAD)
+``num_drafts``         number of draft sequences (SpecInfer / Spectr m)
+``temperature``,       the warp T (seed 002 App. F): temperature → top-k → top-p; temperature 0 is
+``top_k``, ``top_p``   greedy. Written once in :class:`SamplingParams`.
+=====================  ========================================================================
+
+Decoding: every method follows one decoding setting (:mod:`harness.decoding`: ``greedy``,
+``sampling`` = seed 002 App. F, ``sampling_seed000``): :func:`resolve_method` applies its warp to the
+method's Params. Methods say which decodings they support (``Decoder.decodings``): ``ar_greedy`` and
+``beam_search`` are greedy only, ``beam_sampling``, ``dsbd`` and ``mtad`` sampling only; the aliases
+``ar`` (ar_greedy | ar_sampling) and ``beam`` (beam_search | beam_sampling) follow the decoding, so
+a sweep over decodings pairs every method with the right baseline. A method asked to decode a way it
+cannot raises :class:`~harness.errors.NotApplicable` (a sweep skips that cell).
+
+Renamed parameters keep working for one release (``Params.renamed``; retired ones through
+``Params.upgrade``): the old name maps to the new one with a ``DeprecationWarning`` and a logged
+message naming the new key.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, Mapping, TypeVar, get_args, get_origin
 
 import torch
 
-from harness.errors import ConfigError
+from harness.decoding import SAMPLING, WARP_KEYS, Decoding, as_decoding
+from harness.errors import ConfigError, NotApplicable
 from harness.models import ModelPair
-from harness.primitives.forward import CountedModel
+from harness.primitives.forward import CountedModel, synchronize
+from harness.primitives.gamma_policy import FixedGamma, GammaPolicy
 from harness.primitives.sampling import make_generator
+from harness.primitives.warping import Warp
+from harness.registry import Registry
+from harness.stats import GenerationStats, NoExtras
+
+log = logging.getLogger("harness")
+
+
+def param(default, help: str, **kwargs):  # noqa: A002 — the metadata key is Hydra/argparse's "help"
+    """A Params field with its help text (shown in the README's method table and config errors)."""
+    return field(default=default, metadata={"help": help, **kwargs})
+
+
+@dataclass(frozen=True)
+class DecoderParams:
+    """Base of every decoder's parameters: a frozen dataclass whose fields are the method's config keys.
+
+    ``renamed`` maps a deprecated parameter name to its name now (accepted for one release);
+    ``retired`` names deprecated parameters with no new name, with their type (the CLI schema keeps a
+    slot for them) — :meth:`upgrade` maps them.
+    """
+
+    renamed: ClassVar[Mapping[str, str]] = {}
+    retired: ClassVar[Mapping[str, type]] = {}
+
+    @classmethod
+    def upgrade(cls, params: dict[str, Any], method: str) -> dict[str, Any]:
+        """Map retired parameters in ``params`` (after renames) to what replaces them."""
+        return params
+
+    @property
+    def decoding(self) -> str:
+        """``"greedy"`` (deterministic) or ``"sampling"``."""
+        return "greedy"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def check_at_least(self, minimum: int, *names: str) -> None:
+        """ConfigError naming the first of ``names`` whose value is below ``minimum``."""
+        for name in names:
+            value = getattr(self, name)
+            if value < minimum:
+                raise ConfigError(f"{name} ({_help(type(self), name)}) must be >= {minimum}, got {value}")
+
+
+def _help(cls: type, name: str) -> str:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("help", name).split(";")[0].split(" (")[0]
+    return name
+
+
+NoParams = DecoderParams
+
+
+@dataclass(frozen=True)
+class SamplingParams(DecoderParams):
+    """The warp T of every method that can sample, with its checks, written once. Defaults: the
+    ``sampling`` decoding preset (seed 002 App. F: temperature 1, top-20, top-p 0.9); on the command
+    line these come from the ``decoding`` group, never from the method."""
+
+    temperature: float = param(SAMPLING.temperature, "temperature of the warp T; 0 = greedy")
+    top_k: int = param(SAMPLING.top_k, "keep the k most likely tokens (0 = off); seed 002 App. F: 20")
+    top_p: float = param(SAMPLING.top_p, "nucleus: keep the smallest set of probability >= p (1 = off); "
+                                         "seed 002 App. F: 0.9")
+
+    @property
+    def warp(self) -> Warp:
+        return Warp(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def decoding(self) -> str:
+        return "greedy" if self.temperature == 0 else "sampling"
+
+    def __post_init__(self):
+        self.warp  # validates ranges  # noqa: B018
+
+    def require_sampling(self, method: str, why: str) -> None:
+        """ConfigError unless the warp samples (``method`` ``why``, e.g. "samples its draft beams")."""
+        if self.warp.is_greedy:
+            raise ConfigError(f"{method} {why}: it needs temperature > 0 (decoding=sampling)")
 
 
 @dataclass
-class GenerationStats:
-    """What one generation cost, and (for speculative methods) what drafting bought.
+class Decoded:
+    """What ``_decode`` returns: new token ids, the decoder's declared extras, and (beam decoders) final beams."""
 
-    Conventions (GUIDE §3): draft acceptance rate = accepted ÷ drafted (vLLM); mean
-    acceptance length = 1 + accepted ÷ drafting rounds; block efficiency = new tokens ÷
-    target calls (MTAD code); ``accept_lengths`` per iteration as in Spec-Bench.
-    """
+    tokens: list[int]
+    extras: Any = None
+    beams: list[Beam] | None = None
 
-    new_tokens: int = 0
-    target_calls: int = 0
-    draft_calls: int = 0
-    wall_time_s: float = 0.0
-    iterations: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    accept_lengths: list[int] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
+@dataclass(frozen=True)
+class Beam:
+    """One final beam of a beam decoder: its new tokens (up to and including EOS), its joint
+    log-likelihood under the target, and the score the decoder ranks beams by (higher is better:
+    beam_search's length-penalised log-likelihood; −log perplexity = logp ÷ length for the sampling
+    beam decoders)."""
 
-    @property
-    def block_efficiency(self) -> float:
-        return self.new_tokens / self.target_calls if self.target_calls else float("nan")
+    tokens: list[int]
+    logp: float
+    score: float
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else float("nan")
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        return 1 + self.accepted_tokens / self.iterations if self.iterations and self.drafted_tokens else float("nan")
-
-    def as_record(self) -> dict:
-        rec = {k: getattr(self, k) for k in ("new_tokens", "target_calls", "draft_calls", "wall_time_s", "iterations",
-                                             "drafted_tokens", "accepted_tokens", "tokens_per_s", "block_efficiency",
-                                             "acceptance_rate", "mean_acceptance_length")}
-        rec["accept_lengths"] = list(self.accept_lengths)
-        rec.update({f"stat.{k}": v for k, v in self.extra.items()})
-        return rec
+    @staticmethod
+    def by_perplexity(tokens: torch.Tensor, logp: torch.Tensor, length: torch.Tensor) -> list[Beam]:
+        """Final beams (W, t) with joint log-likelihoods and lengths (up to EOS), lowest perplexity first."""
+        score = logp / length.clamp_min(1)
+        order = torch.argsort(-score, stable=True).tolist()
+        return [Beam(tokens[i, : int(length[i])].tolist(), float(logp[i]), float(score[i])) for i in order]
 
 
 @dataclass
@@ -74,41 +172,71 @@ class Generation:
     stats: GenerationStats
     stopped_by_eos: bool = False
     text: str | None = None
+    beams: list[Beam] | None = None
 
 
-def sync(device: torch.device) -> None:
-    """Wait for queued device work so wall-clock timing covers it (Spec-Bench convention)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+P = TypeVar("P", bound=DecoderParams)
 
 
-@dataclass(frozen=True)
-class NoParams:
-    pass
-
-
-class Decoder(ABC):
-    """Base class. Subclasses set ``method`` (registry name), ``Params`` and implement ``_decode``."""
+class Decoder(ABC, Generic[P]):
+    """Base class. Subclasses set ``method`` (registry name), subclass ``Decoder[TheirParams]`` and
+    implement ``_decode``; optional: ``Extras`` (a dataclass of method-specific stats), ``uses_draft``,
+    ``uses_gamma_policy`` (the decoder runs :func:`~harness.primitives.spec_loop.speculative_loop`)."""
 
     method: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
+    Extras: ClassVar[type] = NoExtras
     uses_draft: ClassVar[bool] = False
+    uses_gamma_policy: ClassVar[bool] = False
+    decodings: ClassVar[tuple[str, ...]] = ("greedy", "sampling")  # the decodings the method supports
+    params: P
 
-    def __init__(self, pair: ModelPair, params=None):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            if get_origin(base) is Decoder:
+                (arg,) = get_args(base)
+                if isinstance(arg, type) and "Params" not in cls.__dict__:
+                    cls.Params = arg
+
+    def __init__(self, pair: ModelPair, params: P | None = None, *, gamma_policy: GammaPolicy | None = None,
+                 sync_timing: bool = False):
         self.pair = pair
         self.params = params if params is not None else self.Params()
+        if gamma_policy is not None and not self.uses_gamma_policy:
+            raise ConfigError(f"method '{self.method}' has no draft-length policy (gamma_policy is for "
+                              f"{', '.join(m for m, c in registry().items() if c.uses_gamma_policy)})")
+        self.gamma_policy = gamma_policy if gamma_policy is not None else self.default_gamma_policy()
+        self.sync_timing = sync_timing  # device-synchronise at the draft/verify boundaries (a no-op on CPU)
         self.target = CountedModel(pair.target, pair.vocab_size)
         self.draft = CountedModel(pair.require_draft(self.method), pair.vocab_size) if self.uses_draft else None
         self.eos_token_id = pair.tokenizer.eos_token_id
+
+    def default_gamma_policy(self) -> GammaPolicy | None:
+        """``FixedGamma(params.gamma)`` for decoders that run the speculative loop."""
+        return FixedGamma(self.params.gamma) if self.uses_gamma_policy else None
 
     @property
     def device(self) -> torch.device:
         return self.pair.device
 
+    @property
+    def eos_sentinel(self) -> int:
+        """The EOS id, or −1 (a token no model produces) when the tokenizer has none."""
+        return -1 if self.eos_token_id is None else int(self.eos_token_id)
+
+    @property
+    def decoding(self) -> str:
+        """``"greedy"`` or ``"sampling"``, as the parameters make this decoder decode."""
+        return self.params.decoding
+
     @abstractmethod
     def _decode(self, prompt_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None,
-                stats: GenerationStats) -> list[int]:
-        """Return new token ids (≤ max_new_tokens; ending at EOS if produced). Fill method stats."""
+                stats: GenerationStats) -> Decoded:
+        """Return the new token ids (≤ max_new_tokens; ending at EOS if produced) and declared extras.
+
+        ``stats`` is for the loop drivers' ``observe_round``; decoders never write it themselves.
+        """
 
     def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> Generation:
         """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end."""
@@ -116,44 +244,77 @@ class Decoder(ABC):
         generator = make_generator(seed, self.device)
         stats = GenerationStats()
         t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
-        sync(self.device)
+        synchronize(self.device)
         start = time.perf_counter()
-        out = self._decode(ids, max_new_tokens, generator, stats)
-        sync(self.device)
+        decoded = self._decode(ids, max_new_tokens, generator, stats)
+        synchronize(self.device)
         stats.wall_time_s = time.perf_counter() - start
-        out = [int(t) for t in out][:max_new_tokens]
+        out = [int(t) for t in decoded.tokens][:max_new_tokens]
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls
         stats.draft_calls = (self.draft.calls - d_calls) if self.draft else 0
+        extras = decoded.extras if decoded.extras is not None else self.Extras()
+        if not isinstance(extras, self.Extras):
+            raise TypeError(f"{type(self).__name__} returned extras of type {type(extras).__name__}, "
+                            f"not its declared {self.Extras.__name__}")
+        stats.extras = extras
         eos = self.eos_token_id is not None and len(out) > 0 and out[-1] == self.eos_token_id
-        return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos)
+        return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
+                          beams=decoded.beams)
 
-    def describe(self) -> dict:
-        """Method name and every parameter, for result records."""
-        return {"method": self.method, **dataclasses.asdict(self.params)}
+    def params_dict(self) -> dict[str, Any]:
+        """Every parameter (the Params fields), for summaries: ``summary.json["params"]``."""
+        return self.params.as_dict()
+
+    def facts(self) -> dict[str, Any]:
+        """What else identifies the run besides the parameters (e.g. a library version): ``summary.json["facts"]``."""
+        return {}
 
 
-_REGISTRY: dict[str, type[Decoder]] = {}
-
-
-def register(cls: type[Decoder]) -> type[Decoder]:
-    if not cls.method:
-        raise TypeError(f"{cls.__name__} has no method name")
-    if cls.method in _REGISTRY and _REGISTRY[cls.method] is not cls:
-        raise TypeError(f"method '{cls.method}' registered twice ({_REGISTRY[cls.method].__name__}, {cls.__name__})")
-    _REGISTRY[cls.method] = cls
-    return cls
+DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders")
+register = DECODERS.register
 
 
 def registry() -> dict[str, type[Decoder]]:
-    from harness import decoders  # noqa: F401  (imports every decoder module)
+    """Every registered decoder class by method name (imports every decoder module once)."""
+    return DECODERS.all()
 
-    return dict(_REGISTRY)
 
-
-def make_params(cls: type[Decoder], params: dict | None):
-    """Build ``cls.Params`` from a dict, with a clear error naming the valid keys."""
+def canonical_params(cls: type[Decoder], params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Map deprecated parameter names to their names now (with a DeprecationWarning and a log line naming
+    the new key) and retired parameters to what replaces them; drop unset (None) deprecated slots, which
+    the CLI schema carries for every old name."""
     params = dict(params or {})
+    renamed = getattr(cls.Params, "renamed", {})
+    defaults = {f.name: f.default for f in dataclasses.fields(cls.Params)}
+    for old, new in renamed.items():
+        if old not in params:
+            continue
+        value = params.pop(old)
+        if value is None:
+            continue
+        deprecation(f"method '{cls.method}': parameter '{old}' is deprecated and will be removed in the next "
+                    f"release; use '{new}' (method.{new}={value} on the command line)")
+        current = params.get(new, defaults.get(new))
+        if new in params and current != value and current != defaults.get(new):
+            raise ConfigError(f"method '{cls.method}': both '{new}'={current} and its deprecated name "
+                              f"'{old}'={value} are set; keep '{new}' only")
+        params[new] = value
+    for old in (*getattr(cls.Params, "retired", {}), *WARP_KEYS):  # unset CLI slots (the warp is the decoding's)
+        if old in params and params[old] is None:
+            params.pop(old)
+    return cls.Params.upgrade(params, cls.method)
+
+
+def deprecation(message: str) -> None:
+    """A DeprecationWarning for Python callers and a logged line for command-line users."""
+    warnings.warn(message, DeprecationWarning, stacklevel=4)
+    log.warning(message)
+
+
+def make_params(cls: type[Decoder], params: Mapping[str, Any] | None):
+    """Build ``cls.Params`` from a dict, with a clear error naming the valid keys."""
+    params = canonical_params(cls, params)
     valid = {f.name for f in dataclasses.fields(cls.Params)}
     unknown = sorted(set(params) - valid)
     if unknown:
@@ -165,10 +326,79 @@ def make_params(cls: type[Decoder], params: dict | None):
         raise ConfigError(f"bad parameters for method '{cls.method}': {e}") from e
 
 
-def build_decoder(method: str, pair: ModelPair, **params) -> Decoder:
-    """Decoder for a registered method name, e.g. ``build_decoder("sd", pair, gamma=4)``."""
-    methods = registry()
-    if method not in methods:
-        raise ConfigError(f"unknown method '{method}'. Valid methods: {', '.join(sorted(methods))}")
-    cls = methods[method]
-    return cls(pair, make_params(cls, params))
+#: Method aliases that follow the decoding: alias -> {decoding kind: decoder}.
+ALIASES: dict[str, dict[str, str]] = {"ar": {"greedy": "ar_greedy", "sampling": "ar_sampling"},
+                                      "beam": {"greedy": "beam_search", "sampling": "beam_sampling"}}
+
+
+def method_names() -> list[str]:
+    """Every method name the CLI and the API accept: registered decoders and the aliases."""
+    return sorted([*registry(), *ALIASES])
+
+
+def resolve_method(method: str, params: Mapping[str, Any] | None = None,
+                   decoding: str | Mapping[str, Any] | Decoding | None = None) -> tuple[type[Decoder], dict]:
+    """The decoder class and its parameters for ``method`` under ``decoding`` (as the CLI and the API do it).
+
+    The decoding's warp (temperature, top_k, top_p) becomes the method's, unless ``params`` sets one
+    explicitly; ``ar`` and ``beam`` resolve by the decoding's kind (greedy | sampling). Without a
+    decoding, explicit parameters and the Params defaults apply (aliases then follow ``temperature``,
+    default sampling). A method that cannot decode the requested kind raises
+    :class:`~harness.errors.NotApplicable`.
+    """
+    params = dict(params or {})
+    if method not in ALIASES:
+        params = canonical_params(DECODERS.get(method), params)
+    explicit = {k: params.pop(k) for k in WARP_KEYS if k in params}
+    explicit = {k: v for k, v in explicit.items() if v is not None}
+    dec = as_decoding(decoding) if decoding is not None else None
+    warp = {**(dec.warp_params() if dec is not None else {}), **explicit}
+    kind = "greedy" if warp.get("temperature", SAMPLING.temperature) == 0 else "sampling"
+    name = ALIASES[method][kind] if method in ALIASES else method
+    cls = DECODERS.get(name)
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    if dec is not None and "temperature" not in explicit and kind not in cls.decodings:
+        raise NotApplicable(_not_applicable(name, cls, dec))
+    if set(WARP_KEYS) <= fields:
+        params.update(warp)
+    elif explicit:
+        params.update(explicit)  # a method without the warp rejects it (unknown parameter)
+    if method in ALIASES:
+        params = _fit_alias_params(method, cls, params)
+    return cls, params
+
+
+def _not_applicable(name: str, cls: type[Decoder], dec: Decoding) -> str:
+    alias = next((a for a, targets in ALIASES.items() if name in targets.values()), None)
+    hint = f"; method={alias} follows the decoding" if alias else ""
+    only = "greedily" if cls.decodings == ("greedy",) else "by sampling"
+    return f"method '{name}' decodes {only} only: not applicable under decoding={dec.name}{hint}"
+
+
+def _fit_alias_params(alias: str, cls: type[Decoder], params: dict) -> dict:
+    """An alias's config carries the greedy target's keys: drop those the resolved decoder lacks while
+    they hold that decoder's defaults; a changed one is an error naming the decoding it needs."""
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    extra = {k: v for k, v in params.items() if k not in fields}
+    for target in ALIASES[alias].values():
+        other = DECODERS.get(target)
+        defaults = {f.name: f.default for f in dataclasses.fields(other.Params)}
+        for key, value in list(extra.items()):
+            if key in defaults and defaults[key] == value:
+                extra.pop(key)
+                params.pop(key)
+    if extra:
+        raise ConfigError(f"method={alias} resolved to '{cls.method}', which has no parameter(s) "
+                          f"{sorted(extra)}; they apply under another decoding")
+    return params
+
+
+def build_decoder(method: str, pair: ModelPair, *, decoding: str | Mapping[str, Any] | Decoding | None = None,
+                  gamma_policy: GammaPolicy | None = None, sync_timing: bool = False, **params) -> Decoder:
+    """Decoder for a method name or alias, e.g. ``build_decoder("sd", pair, gamma=4, decoding="greedy")``.
+
+    ``decoding`` is a preset name (``greedy``, ``sampling``, ``sampling_seed000``), a mapping or a
+    :class:`~harness.decoding.Decoding`, as the CLI's ``decoding`` group; explicit warp parameters win.
+    """
+    cls, params = resolve_method(method, params, decoding)
+    return cls(pair, make_params(cls, params), gamma_policy=gamma_policy, sync_timing=sync_timing)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Beam, Decoded, Decoder, DecoderParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.kv_cache import new_cache, reorder
 
@@ -19,24 +19,23 @@ NEG = -1.0e9
 
 
 @dataclass(frozen=True)
-class BeamSearchParams:
-    width: int = 4
-    length_penalty: float = 1.0
-    early_stopping: bool | str = False  # False, True or "never", as in HF
+class BeamSearchParams(DecoderParams):
+    width: int = param(4, "beams W of the search")
+    length_penalty: float = param(1.0, "finished hypotheses score sum log p / length^length_penalty (HF)")
+    early_stopping: bool | str = param(False, "true, false or 'never', as in HF generate")
 
     def __post_init__(self):
-        if self.width < 1:
-            raise ConfigError(f"beam width must be >= 1, got {self.width}")
+        self.check_at_least(1, "width")
         if self.early_stopping not in (True, False, "never"):
             raise ConfigError(f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
 
 
 @register
-class BeamSearch(Decoder):
+class BeamSearch(Decoder[BeamSearchParams]):
     method = "beam_search"
-    Params = BeamSearchParams
+    decodings = ("greedy",)
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         W, lp, early = self.params.width, self.params.length_penalty, self.params.early_stopping
         K = 2 * W  # HF keeps (1 + #eos) * W candidates, at least 2W
         dev = self.device
@@ -97,5 +96,7 @@ class BeamSearch(Decoder):
                 break
             reorder(cache, beam_idx)
             logits = self.target(running[:, -1:], cache)[:, -1]
-        stats.extra["beam_width"] = W
-        return finished[0, : int(finished_len[0])].tolist()
+        beams = [Beam(finished[i, : int(finished_len[i])].tolist(),
+                      logp=float(finished_scores[i]) * int(finished_len[i]) ** lp, score=float(finished_scores[i]))
+                 for i in range(W) if bool(is_finished[i])]  # HF's order: best score first
+        return Decoded(finished[0, : int(finished_len[0])].tolist(), beams=beams)

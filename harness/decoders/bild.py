@@ -18,29 +18,32 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.chain_verify import chain_draft_tree, verify_chain
-from harness.primitives.kv_cache import cache_length
+from harness.primitives.drafting import draft_tree
 from harness.primitives.sampling import sample
-from harness.primitives.speculative import SpeculativeCaches, draft_tree, speculative_loop
+from harness.primitives.spec_loop import speculative_loop, verify_chain
+from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
 @dataclass(frozen=True)
 class BiLDParams(SamplingParams):
-    gamma: int = 10  # most draft tokens per iteration
-    fallback_threshold: float = 0.9  # τ1 on the draft's confidence
-    rollback_threshold: float = 2.0  # τ2 on the target's NLL (nats)
+    gamma: int = param(10, "most draft tokens per round (Table 15: 10)")
+    fallback_threshold: float = param(0.9, "τ1 on the draft's confidence (Table 15: 0.3, 0.9)")
+    rollback_threshold: float = param(2.0, "τ2 on the target's NLL in nats (Table 15: 1, 2, 3)")
 
     def __post_init__(self):
         super().__post_init__()
-        if self.gamma < 1:
-            raise ConfigError(f"gamma must be >= 1, got {self.gamma}")
+        self.check_at_least(1, "gamma")
         if not 0.0 <= self.fallback_threshold <= 1.0:
             raise ConfigError(f"fallback_threshold (τ1) must be in [0, 1], got {self.fallback_threshold}")
         if self.rollback_threshold < 0:
             raise ConfigError(f"rollback_threshold (τ2) must be >= 0, got {self.rollback_threshold}")
+
+
+@dataclass
+class BiLDExtras:
+    fallbacks: int = 0  # rounds whose drafting stopped on a draft confidence < τ1 (rollbacks: rejected_rounds)
 
 
 def first_rollback(target_nll: torch.Tensor, threshold: float) -> int:
@@ -50,40 +53,55 @@ def first_rollback(target_nll: torch.Tensor, threshold: float) -> int:
 
 
 @register
-class BiLD(Decoder):
-    method = "bild"
-    Params = BiLDParams
-    uses_draft = True
+class BiLD(Decoder[BiLDParams]):
+    """Rounds: γ_r is the number of drafts sent to the target (the fallback token is not one), so a
+    round is rejected (``rejected_rounds``) exactly when it rolls back."""
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids)
-        warp = self.params.warp
-        stats.extra["fallbacks"] = stats.extra["rollbacks"] = 0
+    method = "bild"
+    Extras = BiLDExtras
+    uses_draft = True
+    uses_gamma_policy = True
+
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
+        warp, threshold = self.params.warp, self.params.rollback_threshold
+        extras = BiLDExtras()
 
         def rule(logits, drafted):
             p = warp.probs(logits)
             nll = -torch.log(p[:-1].gather(1, drafted[:, None]).squeeze(1))
-            kept = first_rollback(nll, self.params.rollback_threshold)
-            stats.extra["rollbacks"] += int(kept < drafted.numel())
+            kept = first_rollback(nll, threshold)
             return kept, int(sample(p[kept], generator)[0]) if not warp.is_greedy else int(p[kept].argmax())
 
         def step(depth: int):
-            draft_prefix = cache_length(caches.draft_cache) + caches.draft_pending.size(1)
-            drafted: list[torch.Tensor] = []
-            num_fed = 0
-            while len(drafted) < depth:  # the draft runs token by token until it is unsure (fallback)
-                num_fed = len(drafted)
-                one = draft_tree(self.draft, caches, [1], warp, generator)
-                confidence = 1.0 if warp.is_greedy else float(one.root_q.max())
-                if confidence < self.params.fallback_threshold:
-                    stats.extra["fallbacks"] += 1
-                    break
-                drafted.append(one.tokens)
-                caches.draft_pending = one.tokens[None]
-            else:
-                num_fed = max(len(drafted) - 1, 0)
-            tokens = torch.cat(drafted) if drafted else torch.empty(0, dtype=torch.long, device=self.device)
-            return verify_chain(self.target, caches, chain_draft_tree(tokens, num_fed), draft_prefix, rule,
-                                self.device)
+            with caches.clock.drafting():
+                draft_prefix = caches.draft_prefix()
+                tokens, num_fed, fell_back = self._draft_until_unsure(caches, depth, generator)
+            extras.fallbacks += fell_back
+            return verify_chain(self.target, caches, DraftTree.chain(tokens, num_fed), draft_prefix, rule)
 
-        return speculative_loop(step, self.params.gamma, max_new_tokens, self.eos_token_id, stats)
+        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
+                                  self.eos_token_id, stats)
+        return Decoded(tokens, extras)
+
+    def _draft_until_unsure(self, caches: SpeculativeCaches, depth: int, generator) -> tuple[torch.Tensor, int, bool]:
+        """Fallback policy: draft token by token while the draft's confidence max T∘q ≥ τ1, at most ``depth``.
+
+        Returns the drafts, how many of them the draft model has processed, and whether it fell back.
+        """
+        warp = self.params.warp
+        drafted: list[torch.Tensor] = []
+        num_fed, fell_back = 0, False
+        while len(drafted) < depth:  # the draft runs token by token until it is unsure (fallback)
+            num_fed = len(drafted)
+            one = draft_tree(self.draft, caches, [1], warp, generator)
+            confidence = 1.0 if warp.is_greedy else float(one.root_q.max())
+            if confidence < self.params.fallback_threshold:
+                fell_back = True
+                break
+            drafted.append(one.tokens)
+            caches.draft_pending = one.tokens[None]
+        else:
+            num_fed = max(len(drafted) - 1, 0)
+        tokens = torch.cat(drafted) if drafted else torch.empty(0, dtype=torch.long, device=self.device)
+        return tokens, num_fed, fell_back

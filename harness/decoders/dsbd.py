@@ -21,6 +21,7 @@ Acceptance test: min(1, p'/q_beam), as the App. A proof requires (Alg. 1 line 16
 Theorem 3.1: with a fixed width, each layer's output beams are i.i.d. T∘p_beam, so the output
 follows target beam sampling (``beam_sampling``) exactly.
 The returned sequence is the final beam with the lowest perplexity (as ``beam_sampling``).
+Seed 000's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_seed000``.
 
 Choices the paper leaves open: Eq. 5/7 use the number of surviving drafts of the layer as M_S;
 the extra layer (no draft, so no Eq. 7) keeps the width of the last verified layer; the draft's
@@ -33,42 +34,42 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Beam, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.beam_verify import acceptance_rates, dynamic_width, verify_layer
-from harness.primitives.beams import beam_distribution, beam_joint_logprobs
+from harness.primitives.beams import beam_distribution, beam_joint_logprobs, extend, lowest_perplexity
+from harness.primitives.gamma_policy import RoundObservation
 from harness.primitives.kv_cache import cache_bytes, cache_length, gather_positions, new_cache
 from harness.primitives.sampling import sample
+from harness.primitives.spec_state import StepClock
 from harness.primitives.tree import tree_attention_mask, tree_position_ids, with_stem
-from harness.primitives.warping import Warp
 
 
 @dataclass(frozen=True)
-class DSBDParams:
-    draft_width: int = 4  # W_S: beams of the draft's beam sampling
-    gamma: int = 3  # γ: draft layers per iteration
-    threshold: float = 0.9  # t of Eq. 7
-    min_width: int = 1  # W_min of Eq. 6
-    width: int | None = None  # fixed W_L (§3.1); None = dynamic width (§3.2, Eq. 6-7)
-    memory_constrained: bool = False  # §3.4: only the lowest-perplexity output beam continues
-    temperature: float = 1.0
-    top_k: int = 10  # seed 000 §4.1: k = 10, p = 0.8
-    top_p: float = 0.8
-
-    @property
-    def warp(self) -> Warp:
-        return Warp(self.temperature, self.top_k, self.top_p)
+class DSBDParams(SamplingParams):
+    draft_width: int = param(4, "W_S: beams of the draft's beam sampling (§4: 2..6)")
+    gamma: int = param(3, "γ: draft layers per round (§4: 2, 3)")
+    threshold: float = param(0.9, "t of Eq. 7 (§4: 0.7, 0.9)")
+    min_width: int = param(1, "W_min of Eq. 6 (§4: 1, 2, 3)")
+    width: int | None = param(None, "fixed W_L (§3.1); null = dynamic width (§3.2, Eq. 6-7)")
+    memory_constrained: bool = param(False, "§3.4: only the lowest-perplexity output beam continues")
 
     def __post_init__(self):
-        if self.draft_width < 1 or self.gamma < 1 or self.min_width < 1:
-            raise ConfigError(f"draft_width, gamma and min_width must be >= 1, got {self.draft_width}, "
-                              f"{self.gamma}, {self.min_width}")
+        super().__post_init__()
+        self.check_at_least(1, "draft_width", "gamma", "min_width")
         if not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"threshold t must be in [0, 1], got {self.threshold}")
         if self.width is not None and self.width < 1:
             raise ConfigError(f"width must be >= 1 or null (dynamic width), got {self.width}")
-        if self.warp.is_greedy:
-            raise ConfigError("dsbd samples beams: it needs temperature > 0")
+        self.require_sampling("dsbd", "samples beams")
+
+
+@dataclass
+class DSBDExtras:
+    avg_width: float = float("nan")  # W̄ (App. C): output beams per generated step
+    avg_accepted_drafts_per_layer: float = float("nan")  # accepted draft beams per verified layer
+    peak_kv_rows: int = 1  # target KV rows kept between rounds
+    peak_kv_bytes: int = 0  # target + draft caches right after the forest call
 
 
 @dataclass
@@ -137,19 +138,28 @@ def _forest_forward(model, cache, prefix_len: int, row_parents: list[list[int]],
 
 
 @register
-class DSBD(Decoder):
+class DSBD(Decoder[DSBDParams]):
+    """Rounds: γ_r = draft layers (0 for the last token: one target step), draft_nodes = W_S·γ_r draft
+    beams, accepted = layers passed; the committed tokens of a round are the first output beam's."""
+
     method = "dsbd"
-    Params = DSBDParams
+    decodings = ("sampling",)
+    Extras = DSBDExtras
     uses_draft = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        beams = self.final_beams(prompt_ids, max_new_tokens, generator, stats)
-        best = int(torch.argmin(-beams.logp / beams.length.clamp_min(1)))
-        return beams.tokens[best, : int(beams.length[best])].tolist()
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        beams, extras = self._run(prompt_ids, max_new_tokens, generator, stats)
+        best = lowest_perplexity(beams.logp, beams.length)
+        return Decoded(beams.tokens[best, : int(beams.length[best])].tolist(), extras,
+                       Beam.by_perplexity(beams.tokens, beams.logp, beams.length))
 
-    def final_beams(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> _Beams:
+    def final_beams(self, prompt_ids, max_new_tokens, generator, stats) -> _Beams:
         """Run DSBD; returns every final beam (``_decode`` returns the lowest-perplexity one)."""
+        return self._run(prompt_ids, max_new_tokens, generator, stats)[0]
+
+    def _run(self, prompt_ids, max_new_tokens, generator, stats) -> tuple[_Beams, DSBDExtras]:
         dev = self.device
+        clock = StepClock(dev, self.sync_timing)
         tcache, dcache = new_cache(self.target.model), new_cache(self.draft.model)
         zero = torch.zeros(1, device=dev)
         beams = _Beams(tokens=torch.empty((1, 0), dtype=torch.long, device=dev), target_pending=prompt_ids,
@@ -158,32 +168,31 @@ class DSBD(Decoder):
         widths, drafts_accepted, peak_rows, peak_bytes = [], [], 1, 0
         while beams.tokens.size(1) < max_new_tokens and not bool(beams.finished.all()):
             gamma = min(self.params.gamma, max_new_tokens - beams.tokens.size(1) - 1)
-            forest = self._draft(dcache, beams, gamma, generator) if gamma else _Forest([])
-            self._target_forward(tcache, beams, forest)
-            peak_bytes = max(peak_bytes, cache_bytes(tcache) + cache_bytes(dcache))
-            front, joint, outcomes, steps, layer_widths, accepted = self._verify(beams, forest, generator)
-            beams = self._advance(tcache, dcache, beams, forest, front, joint, outcomes, steps)
+            with clock.drafting():
+                forest = self._draft(dcache, beams, gamma, generator) if gamma else _Forest([])
+            with clock.verifying():
+                self._target_forward(tcache, beams, forest)
+                peak_bytes = max(peak_bytes, cache_bytes(tcache) + cache_bytes(dcache))
+                front, joint, outcomes, steps, layer_widths, accepted = self._verify(beams, forest, generator)
+                beams = self._advance(tcache, dcache, beams, forest, front, joint, outcomes, steps)
+            draft_s, verify_s = clock.take()
             peak_rows = max(peak_rows, beams.tokens.size(0))
-            stats.iterations += 1
-            stats.drafted_tokens += gamma
-            stats.accepted_tokens += steps - 1
-            stats.accept_lengths.append(steps)
+            stats.observe_round(RoundObservation(
+                gamma=gamma, accepted=steps - 1, draft_nodes=gamma * self.params.draft_width,
+                committed=tuple(beams.tokens[0, -steps:].tolist()), draft_time_s=draft_s, verify_time_s=verify_s))
             widths += layer_widths
             drafts_accepted += accepted
         nan = float("nan")
-        stats.extra["avg_width"] = sum(widths) / len(widths) if widths else nan  # W̄ (App. C): beams per step
-        stats.extra["avg_accepted_drafts_per_layer"] = (sum(drafts_accepted) / len(drafts_accepted)
-                                                        if drafts_accepted else nan)
-        stats.extra["layers_accepted_per_iteration"] = (stats.accepted_tokens / stats.iterations
-                                                        if stats.iterations else nan)
-        stats.extra["peak_kv_rows"] = peak_rows  # target KV rows kept between iterations
-        stats.extra["peak_kv_bytes"] = peak_bytes  # target + draft caches right after the forest call
-        return beams
+        extras = DSBDExtras(avg_width=sum(widths) / len(widths) if widths else nan,
+                            avg_accepted_drafts_per_layer=(sum(drafts_accepted) / len(drafts_accepted)
+                                                           if drafts_accepted else nan),
+                            peak_kv_rows=peak_rows, peak_kv_bytes=peak_bytes)
+        return beams, extras
 
     # ---------------------------------------------------------------- 1. draft forest (§3.1, Fig. 2a)
     def _draft(self, dcache, beams: _Beams, gamma: int, generator) -> _Forest:
         """Draft beam sampling (Eq. 1 with q), width W_S, γ steps; layers < γ are fed as per-row trees."""
-        W_S, warp, eos = self.params.draft_width, self.params.warp, self._eos
+        W_S, warp, eos = self.params.draft_width, self.params.warp, self.eos_sentinel
         logits = self.draft(beams.pending, dcache)
         if beams.deferred_finished is not None:  # complete q(x_{1:t}) with the last pending token
             joint = beam_joint_logprobs(beams.q_logp, torch.log_softmax(logits[:, -2], -1), beams.deferred_finished,
@@ -198,10 +207,9 @@ class DSBD(Decoder):
         for d in range(gamma):
             joint = beam_joint_logprobs(q_logp, next_logq, finished, eos)
             q_flat = beam_distribution(joint, warp)
-            flat = sample(q_flat, generator, W_S)
-            vocab = joint.size(-1)
-            layer = _Layer(parent=flat // vocab, token=flat % vocab, tree=tree[flat // vocab], q_flat=q_flat,
-                           q_logp=joint.reshape(-1)[flat], finished=finished[flat // vocab] | (flat % vocab == eos))
+            ext = extend(joint, sample(q_flat, generator, W_S), finished, eos)
+            layer = _Layer(parent=ext.parent, token=ext.token, tree=tree[ext.parent], q_flat=q_flat, q_logp=ext.logp,
+                           finished=ext.finished)
             forest.layers.append(layer)
             if d == gamma - 1:
                 break  # the last layer's children are never needed from the draft
@@ -259,7 +267,7 @@ class DSBD(Decoder):
     def _verify(self, beams: _Beams, forest: _Forest, generator):
         """Verify layer by layer. Returns the kept frontier, the joint log p over frontier × V, the
         output beams as flat outcomes of it, the generated steps, per-step widths, accepted drafts."""
-        warp, eos, params = self.params.warp, self._eos, self.params
+        warp, eos, params = self.params.warp, self.eos_sentinel, self.params
         front = _Frontier(node=torch.arange(beams.tokens.size(0), device=self.device), logp=beams.logp,
                           finished=beams.finished, length=beams.length, next_logp=forest.root_logp)
         widths, accepted = [], []
@@ -296,7 +304,7 @@ class DSBD(Decoder):
                  outcomes: torch.Tensor, steps: int) -> _Beams:
         """The output beams become the next input beams: scores, tokens, and both caches gathered per
         output beam (its input beam's row, plus the cached positions of its path through the tree)."""
-        vocab, eos, layers = joint.size(-1), self._eos, forest.layers
+        vocab, eos, layers = joint.size(-1), self.eos_sentinel, forest.layers
         slot, token = outcomes // vocab, outcomes % vocab
         logp = joint.reshape(-1)[outcomes]
         length = front.length[slot] + (~front.finished[slot]).long()
@@ -339,10 +347,6 @@ class DSBD(Decoder):
             new.q_logp = beam_joint_logprobs(prev_q, next_logq, parent_finished, eos).gather(
                 1, token[:, None]).squeeze(1)
         return new
-
-    @property
-    def _eos(self) -> int:
-        return -1 if self.eos_token_id is None else int(self.eos_token_id)
 
     @property
     def _pad(self) -> int:

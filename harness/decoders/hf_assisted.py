@@ -6,8 +6,9 @@ compared side by side. The candidate schedule is pinned by the parameters — γ
 round (``num_assistant_tokens``), schedule ``constant`` and no confidence early stop by
 default, i.e. the same drafting as our ``sd`` — and the installed transformers version and
 its default schedule are recorded (they changed between versions; GUIDE §3).
-Forward calls are counted with forward hooks; per-round accepted tokens come from the
-streamer (one ``put`` per round), drafted tokens from the draft forwards in that round.
+Forward calls are counted with forward hooks; rounds are reported from the streamer (one ``put``
+per round): γ_r is the number of draft forwards in that round (one drafted token each), the
+committed tokens are the ones put. Draft/verify times are not measured (NaN).
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
+from harness.primitives.gamma_policy import RoundObservation
 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 SCHEDULE_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -29,14 +30,13 @@ SCHEDULE_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assis
 
 @dataclass(frozen=True)
 class HFAssistedParams(SamplingParams):
-    gamma: int = 4  # num_assistant_tokens: draft tokens per round (the initial value for heuristic schedules)
-    schedule: str = "constant"  # num_assistant_tokens_schedule
-    confidence_threshold: float = 0.0  # assistant_confidence_threshold; 0 = off (HF's default is 0.4 in 5.x)
+    gamma: int = param(4, "num_assistant_tokens: draft tokens per round (the initial value for heuristic schedules)")
+    schedule: str = param("constant", f"num_assistant_tokens_schedule: {', '.join(SCHEDULES)}")
+    confidence_threshold: float = param(0.0, "assistant_confidence_threshold; 0 = off (HF 5.x default: 0.4)")
 
     def __post_init__(self):
         super().__post_init__()
-        if self.gamma < 1:
-            raise ConfigError(f"gamma (num_assistant_tokens) must be >= 1, got {self.gamma}")
+        self.check_at_least(1, "gamma")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
         if not 0.0 <= self.confidence_threshold < 1.0:
@@ -54,54 +54,56 @@ def hf_default_schedule() -> dict:
 
 
 class _RoundRecorder(BaseStreamer):
-    """Per round of assisted generation: tokens committed and draft forwards spent."""
+    """Reports every round of assisted generation to ``stats.observe_round``: the tokens committed and
+    the draft forwards spent (one drafted token each)."""
 
-    def __init__(self, draft_counter: list[int]):
+    def __init__(self, draft_counter: list[int], stats):
         self.draft_counter = draft_counter
+        self.stats = stats
         self.prompt_seen = False
         self.last_draft_calls = 0
-        self.committed: list[int] = []
-        self.drafted: list[int] = []
 
     def put(self, value):
         if not self.prompt_seen:  # generate() streams the prompt first
             self.prompt_seen = True
             self.last_draft_calls = self.draft_counter[0]
             return
-        self.committed.append(int(value.numel()))
-        self.drafted.append(self.draft_counter[0] - self.last_draft_calls)
+        committed = tuple(int(t) for t in value.reshape(-1).tolist())
+        drafted = self.draft_counter[0] - self.last_draft_calls
         self.last_draft_calls = self.draft_counter[0]
+        self.stats.observe_round(RoundObservation(gamma=drafted, accepted=len(committed) - 1, draft_nodes=drafted,
+                                                  committed=committed, draft_time_s=float("nan"),
+                                                  verify_time_s=float("nan")))
 
     def end(self):
         pass
 
 
 @register
-class HFAssisted(Decoder):
+class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
-    Params = HFAssistedParams
     uses_draft = True
 
     def _generate_kwargs(self, max_new_tokens: int) -> dict:
         p = self.params
         # The tokenizer's EOS, as for our decoders; without one, HF would fall back to the model
         # config's and stop early, so pass an id no token has (its warning is silenced in _decode).
-        eos = self.eos_token_id if self.eos_token_id is not None else -1
         pad = self.pair.tokenizer.pad_token_id
-        kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": eos, "pad_token_id": pad if pad is not None else 0}
+        kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_sentinel,
+                  "pad_token_id": pad if pad is not None else 0}
         if p.warp.is_greedy:
             kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         else:
             kwargs.update(do_sample=True, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
         return kwargs
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         p = self.params
         target, draft = self.target.model, self.draft.model
         counts = {"target": [0], "draft": [0]}
         hooks = [m.register_forward_hook(lambda *_, c=counts[name]: c.__setitem__(0, c[0] + 1))
                  for name, m in (("target", target), ("draft", draft))]
-        recorder = _RoundRecorder(counts["draft"])
+        recorder = _RoundRecorder(counts["draft"], stats)
         cfg = draft.generation_config
         saved = {k: getattr(cfg, k, None) for k in SCHEDULE_KEYS}
         cfg.num_assistant_tokens = p.gamma
@@ -124,16 +126,8 @@ class HFAssisted(Decoder):
                 setattr(cfg, k, v)
         self.target.calls += counts["target"][0]
         self.draft.calls += counts["draft"][0]
-        stats.iterations = len(recorder.committed)
-        stats.drafted_tokens = sum(recorder.drafted)
-        stats.accepted_tokens = sum(recorder.committed) - len(recorder.committed)
-        stats.accept_lengths = list(recorder.committed)
-        stats.extra.update(self._schedule_record())
-        return out[0, prompt_ids.size(1):].tolist()
+        return Decoded(out[0, prompt_ids.size(1):].tolist())
 
-    def _schedule_record(self) -> dict:
-        return {"transformers_version": transformers.__version__,
-                "hf_default_schedule": hf_default_schedule()}
-
-    def describe(self) -> dict:
-        return {**super().describe(), **self._schedule_record()}
+    def facts(self) -> dict:
+        """The installed transformers and its default candidate schedule (it changed between versions)."""
+        return {"transformers_version": transformers.__version__, "hf_default_schedule": hf_default_schedule()}

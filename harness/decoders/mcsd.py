@@ -7,22 +7,25 @@ forward with the topology-aware causal mask. Candidates are drawn without replac
 (MCSD's variant; Gumbel-top-k in draw order) and verified by multi-step speculative sampling
 with the draft distribution renormalised after each rejected candidate — or, with
 ``replacement: true``, drawn i.i.d. and verified as in SpecInfer. Both are exact. Greedy
-(temperature 0): each node's children are the draft's top-k tokens.
+(temperature 0): each node's children are the draft's top-k tokens. The tree's depth γ is
+``len(k_config)``; a γ policy may ask for less (the first levels of the k-config).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.speculative import SpeculativeCaches, speculative_loop, tree_step
+from harness.primitives.acceptance import multi_step_select, multi_step_select_without_replacement
+from harness.primitives.spec_loop import speculative_loop, tree_step
+from harness.primitives.spec_state import SpeculativeCaches
 
 
 @dataclass(frozen=True)
 class MCSDParams(SamplingParams):
-    k_config: tuple[int, ...] = (4, 2, 2, 1)  # children per node at each depth; depth γ = len(k_config)
-    replacement: bool = False
+    k_config: tuple[int, ...] = param((4, 2, 2, 1), "children per node at each depth; depth γ = len(k_config) "
+                                      "(seed 003: (4, 2, 2, 1))")
+    replacement: bool = param(False, "false: candidates drawn without replacement (MCSD); true: i.i.d. (SpecInfer)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -34,19 +37,25 @@ class MCSDParams(SamplingParams):
             raise ConfigError(f"k_config must be a non-empty list of positive integers, got {self.k_config!r}")
         object.__setattr__(self, "k_config", k_config)
 
+    @property
+    def gamma(self) -> int:
+        """The tree's depth γ."""
+        return len(self.k_config)
+
 
 @register
-class MCSD(Decoder):
+class MCSD(Decoder[MCSDParams]):
     method = "mcsd"
-    Params = MCSDParams
     uses_draft = True
+    uses_gamma_policy = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        warp, k_config = self.params.warp, list(self.params.k_config)
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids)
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        warp, k_config, replacement = self.params.warp, list(self.params.k_config), self.params.replacement
+        select = multi_step_select if replacement else multi_step_select_without_replacement
+        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
 
         def step(depth):
-            return tree_step(self.target, self.draft, caches, k_config[:depth], warp, generator, "multi_step",
-                             self.params.replacement)
+            return tree_step(self.target, self.draft, caches, k_config[:depth], warp, generator, select, replacement)
 
-        return speculative_loop(step, len(k_config), max_new_tokens, self.eos_token_id, stats)
+        return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
+                                        self.eos_token_id, stats))

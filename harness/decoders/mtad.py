@@ -2,7 +2,7 @@
 
 One iteration (Alg. 1):
 
-1. the draft model runs beam sampling (seed 002 Eq. 2 with q, warped by T) with ``num_beams`` beams
+1. the draft model runs beam sampling (seed 002 Eq. 2 with q, warped by T) with ``draft_width`` beams
    for γ steps, with its KV cache; the beam of highest draft joint likelihood is the draft
    x_{1:γ}, with q_j = q(x_{1:j} | input) (line 3);
 2. ONE target call scores the chain: p(x_{1:j} | input) = Π_{i ≤ j} p(x_i | x_{<i}, input) (line 4);
@@ -13,7 +13,7 @@ One iteration (Alg. 1):
 
 Verification uses the models' raw (unwarped) joint likelihoods, as the paper does (§3.2 footnote 3);
 sampling (draft beams, the target token) uses T. Drafts are cut after an EOS.
-Table 15 defaults: γ = 4, 8 beams, τ = 0.1 (0.9 on Spider / MT-Bench with Llama).
+Table 15 defaults: γ = 4, 8 draft beams, τ = 0.1 (0.9 on Spider / MT-Bench with Llama).
 """
 from __future__ import annotations
 
@@ -22,30 +22,29 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.beams import beam_joint_logprobs, sample_beams
-from harness.primitives.chain_verify import chain_draft_tree, verify_chain
-from harness.primitives.kv_cache import cache_length, reorder
+from harness.primitives.beams import BeamSet, sampled
+from harness.primitives.kv_cache import reorder
 from harness.primitives.sampling import sample
-from harness.primitives.speculative import SpeculativeCaches, speculative_loop
+from harness.primitives.spec_loop import speculative_loop, verify_chain
+from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
 @dataclass(frozen=True)
 class MTADParams(SamplingParams):
-    gamma: int = 4  # draft length γ
-    num_beams: int = 8  # beams of the draft's beam sampling
-    tau: float = 0.1  # acceptance threshold τ ∈ [0, 1]; τ = 1 rejects every draft (AR sampling, §5.2.2)
+    gamma: int = param(4, "draft length γ (Table 15: 4)")
+    draft_width: int = param(8, "beams of the draft's beam sampling (Table 15: 8)")
+    tau: float = param(0.1, "acceptance threshold τ in [0, 1] (Table 15: 0.1, 0.9); 1 rejects every draft")
+
+    renamed = {"num_beams": "draft_width"}
 
     def __post_init__(self):
         super().__post_init__()
-        if self.gamma < 1 or self.num_beams < 1:
-            raise ConfigError(f"gamma and num_beams must be >= 1, got {self.gamma}, {self.num_beams}")
+        self.check_at_least(1, "gamma", "draft_width")
         if not 0.0 <= self.tau <= 1.0:
             raise ConfigError(f"tau must be in [0, 1], got {self.tau}")
-        if self.warp.is_greedy:
-            raise ConfigError("mtad samples its draft beams: it needs temperature > 0")
+        self.require_sampling("mtad", "samples its draft beams")
 
 
 def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> int:
@@ -60,56 +59,55 @@ def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tens
 
 
 @register
-class MTAD(Decoder):
+class MTAD(Decoder[MTADParams]):
     method = "mtad"
-    Params = MTADParams
+    decodings = ("sampling",)
     uses_draft = True
+    uses_gamma_policy = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids)
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
+        warp, tau = self.params.warp, self.params.tau
 
         def step(depth: int):
-            tokens, q_joint, draft_prefix = self._beam_draft(caches, depth, generator)
+            with caches.clock.drafting():
+                draft_prefix = caches.draft_prefix()
+                tokens, q_joint = self._beam_draft(caches, depth, generator)
+                dtree = DraftTree.chain(tokens, num_fed=min(tokens.numel(), max(depth - 1, 0)))
 
             def rule(logits, drafted):
                 p_cond = torch.log_softmax(logits[:-1], -1).gather(1, drafted[:, None]).squeeze(1)
-                eta = longest_accepted_prefix(torch.cumsum(p_cond, 0), q_joint, self.params.tau)
-                return eta, int(sample(self.params.warp.probs(logits[eta]), generator)[0])
+                eta = longest_accepted_prefix(torch.cumsum(p_cond, 0), q_joint, tau) if drafted.numel() else 0
+                return eta, int(sample(warp.probs(logits[eta]), generator)[0])
 
-            dtree = chain_draft_tree(tokens, num_fed=min(tokens.numel(), depth - 1))
-            return verify_chain(self.target, caches, dtree, draft_prefix, rule, self.device)
+            return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
-        return speculative_loop(step, self.params.gamma, max_new_tokens, self.eos_token_id, stats)
+        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
+                                  self.eos_token_id, stats)
+        return Decoded(tokens)
 
     def _beam_draft(self, caches: SpeculativeCaches, depth: int, generator):
-        """Draft beam sampling for ``depth`` steps (Alg. 1 line 3). Returns the best beam's tokens, its
-        prefix joint log-likelihoods log q(x_{1:j}), and the draft cache length before the chain.
+        """Draft beam sampling for ``depth`` steps (Alg. 1 line 3). Returns the best beam's tokens (cut after
+        an EOS) and its prefix joint log-likelihoods log q(x_{1:j}).
 
         The draft cache ends as one row: the committed sequence plus the best beam's first depth − 1 tokens.
         """
-        cache, warp = caches.draft_cache, self.params.warp
-        eos = -1 if self.eos_token_id is None else int(self.eos_token_id)
+        if depth == 0:  # a plain target step: the draft does not run
+            return torch.empty(0, dtype=torch.long, device=self.device), torch.empty(0, device=self.device)
+        cache, eos = caches.draft_cache, self.eos_sentinel
+        choose = sampled(self.params.warp, self.params.draft_width, generator)
         logits = self.draft(caches.draft_pending, cache, all_logits=False)[:, -1]
-        draft_prefix = cache_length(cache)
-        beam_logp = torch.zeros(1, device=self.device)
-        finished = torch.zeros(1, dtype=torch.bool, device=self.device)
-        seqs = torch.empty((1, 0), dtype=torch.long, device=self.device)
-        prefix_logp = torch.empty((1, 0), device=self.device)
+        beams = BeamSet.start(self.device)
         for d in range(depth):
-            joint = beam_joint_logprobs(beam_logp, torch.log_softmax(logits, -1), finished, eos)
-            parent, token = sample_beams(joint, warp, self.params.num_beams, generator)
-            beam_logp = joint[parent, token]
-            finished = finished[parent] | (token == eos)
-            seqs = torch.cat([seqs[parent], token[:, None]], dim=1)
-            prefix_logp = torch.cat([prefix_logp[parent], beam_logp[:, None]], dim=1)
+            beams = beams.extend(torch.log_softmax(logits, -1), choose, eos)
             if d == depth - 1:
                 break
-            reorder(cache, parent)
-            logits = self.draft(token[:, None], cache)[:, -1]
-        best = int(torch.argmax(beam_logp))
-        reorder(cache, parent[best:best + 1])  # rows are the depth − 1 step's beams: keep best's ancestor
-        tokens, q_joint = seqs[best], prefix_logp[best]
+            beams.reorder(cache)
+            logits = self.draft(beams.last_tokens, cache)[:, -1]
+        best = beams.best_by_likelihood()
+        reorder(cache, beams.parent[best:best + 1])  # rows are the depth − 1 step's beams: keep best's ancestor
+        tokens, q_joint = beams.tokens[best], beams.prefix_logp[best]
         if eos >= 0 and bool((tokens == eos).any()):
             end = int(torch.nonzero(tokens == eos)[0, 0]) + 1
             tokens, q_joint = tokens[:end], q_joint[:end]
-        return tokens, q_joint, draft_prefix
+        return tokens, q_joint

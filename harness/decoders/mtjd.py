@@ -1,11 +1,15 @@
-"""MTJD: multi-token joint decoding with γ_i = K (seed 002 §3.1, Definition 3.1; Fig. 1; App. C.1).
+"""MTJD: multi-token joint decoding with γ_i = γ (seed 002 §3.1, Definition 3.1; Fig. 1; App. C.1).
 
-Each step picks the next K tokens by their JOINT likelihood p(x_{t+1:t+K} | x_{1:t}) under the
-target. The exact arg max costs |V|^K, so, as in the paper, a target-model beam decoding over K
-tokens approximates it: deterministic beam search (top W by joint likelihood, the default) or
-beam sampling (Eq. 2 with T, ``sample=True``; the paper's Fig. 1 wording). The beam of highest
-joint likelihood is committed, its cache row kept, and the next step starts from it. A slow,
-target-only quality reference for MTAD (which approximates MTJD with a draft model).
+Each step picks the next γ tokens by their JOINT likelihood p(x_{t+1:t+γ} | x_{1:t}) under the
+target. The exact arg max costs |V|^γ, so, as in the paper, a target-model beam decoding over γ
+tokens approximates it, following the decoding: deterministic beam search (top W by joint
+likelihood; greedy MTJD, Corollary 3.3) under decoding=greedy, beam sampling (Eq. 2 with T; the
+paper's Fig. 1 wording) under decoding=sampling. The beam of highest joint likelihood is committed,
+its cache row kept, and the next step starts from it. A slow, target-only quality reference for
+MTAD (which approximates MTJD with a draft model).
+
+Statistics: a round is one joint step (γ tokens, no draft: ``gamma`` 0 in the round record, so the
+draft counts stay 0); ``accept_lengths`` are the tokens each step committed.
 """
 from __future__ import annotations
 
@@ -13,67 +17,69 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, deprecation, param, register
 from harness.errors import ConfigError
-from harness.primitives.beams import beam_joint_logprobs, sample_beams
+from harness.primitives.beams import BeamSet, sampled, top
+from harness.primitives.gamma_policy import RoundObservation
 from harness.primitives.kv_cache import new_cache, reorder
 
 
 @dataclass(frozen=True)
 class MTJDParams(SamplingParams):
-    k: int = 4  # tokens per step, γ_i = K (App. C.1 uses K = 4)
-    num_beams: int = 4
-    sample: bool = False  # False: beam search (top W); True: beam sampling with T (temperature, top_k, top_p)
+    gamma: int = param(4, "tokens per joint step γ_i (App. C.1: 4)")
+    width: int = param(4, "beams W of the target's beam decoding")
+
+    renamed = {"k": "gamma", "num_beams": "width"}
+    retired = {"sample": bool}
 
     def __post_init__(self):
         super().__post_init__()
-        if self.k < 1 or self.num_beams < 1:
-            raise ConfigError(f"k and num_beams must be >= 1, got {self.k}, {self.num_beams}")
-        if self.sample and self.warp.is_greedy:
-            raise ConfigError("mtjd with sample=true needs temperature > 0 (or set sample=false)")
+        self.check_at_least(1, "gamma", "width")
+
+    @classmethod
+    def upgrade(cls, params: dict, method: str) -> dict:
+        """``sample`` (true: beam sampling, false: beam search) is now the decoding's kind."""
+        sample = params.pop("sample", None)
+        if sample is None:
+            return params
+        deprecation(f"method '{method}': parameter 'sample' is deprecated and will be removed in the next release; "
+                    f"mtjd follows the decoding (decoding=greedy: beam search, decoding=sampling: beam sampling)")
+        if not sample:
+            params["temperature"] = 0.0
+        elif params.get("temperature") == 0:
+            raise ConfigError("mtjd with sample=true needs temperature > 0 (decoding=sampling)")
+        return params
 
 
 @register
-class MTJD(Decoder):
+class MTJD(Decoder[MTJDParams]):
     method = "mtjd"
-    Params = MTJDParams
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        eos = -1 if self.eos_token_id is None else int(self.eos_token_id)
-        W, warp = self.params.num_beams, self.params.warp
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        eos, W = self.eos_sentinel, self.params.width
+        choose = top(W) if self.params.warp.is_greedy else sampled(self.params.warp, W, generator)
         cache = new_cache(self.target.model)
         pending = prompt_ids  # committed tokens not yet in the cache
         out: list[int] = []
         while len(out) < max_new_tokens:
-            k = min(self.params.k, max_new_tokens - len(out))
+            k = min(self.params.gamma, max_new_tokens - len(out))
             logits = self.target(pending, cache, all_logits=False)[:, -1]
-            beam_logp = torch.zeros(1, device=self.device)
-            finished = torch.zeros(1, dtype=torch.bool, device=self.device)
-            seqs = torch.empty((1, 0), dtype=torch.long, device=self.device)
+            beams = BeamSet.start(self.device)
             for d in range(k):
-                joint = beam_joint_logprobs(beam_logp, torch.log_softmax(logits, -1), finished, eos)
-                if self.params.sample:
-                    parent, token = sample_beams(joint, warp, W, generator)
-                else:
-                    flat = torch.topk(joint.reshape(-1), min(W, joint.numel())).indices
-                    parent, token = flat // joint.size(-1), flat % joint.size(-1)
-                beam_logp = joint[parent, token]
-                finished = finished[parent] | (token == eos)
-                seqs = torch.cat([seqs[parent], token[:, None]], dim=1)
+                beams = beams.extend(torch.log_softmax(logits, -1), choose, eos)
                 if d == k - 1:
                     break
-                reorder(cache, parent)
-                logits = self.target(token[:, None], cache)[:, -1]
-            best = int(torch.argmax(beam_logp))  # arg max of the joint likelihood among the beams
-            reorder(cache, parent[best:best + 1])
-            chunk = seqs[best].tolist()
+                beams.reorder(cache)
+                logits = self.target(beams.last_tokens, cache)[:, -1]
+            best = beams.best_by_likelihood()  # arg max of the joint likelihood among the beams
+            reorder(cache, beams.parent[best:best + 1])
+            chunk = beams.tokens[best].tolist()
             ended = eos in chunk
             chunk = chunk[: chunk.index(eos) + 1] if ended else chunk
             out += chunk
-            stats.iterations += 1
-            stats.accept_lengths.append(len(chunk))
+            stats.observe_round(RoundObservation(gamma=0, accepted=0, draft_nodes=0, committed=tuple(chunk),
+                                                 draft_time_s=float("nan"), verify_time_s=float("nan")))
             if ended:
                 break
-            pending = seqs[best, -1:][None]
-        return out[:max_new_tokens]
+            pending = beams.tokens[best, -1:][None]
+        return Decoded(out[:max_new_tokens])

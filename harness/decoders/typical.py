@@ -16,25 +16,23 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.ar_sampling import SamplingParams
-from harness.decoders.base import Decoder, GenerationStats, register
+from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.chain_verify import verify_chain
-from harness.primitives.kv_cache import cache_length
+from harness.primitives.drafting import draft_tree
 from harness.primitives.sampling import sample
-from harness.primitives.speculative import SpeculativeCaches, draft_tree, speculative_loop
+from harness.primitives.spec_loop import speculative_loop, verify_chain
+from harness.primitives.spec_state import SpeculativeCaches
 
 
 @dataclass(frozen=True)
 class TypicalParams(SamplingParams):
-    gamma: int = 4  # draft length
-    posterior_threshold: float = 0.09  # ε
-    posterior_alpha: float = 0.3  # δ
+    gamma: int = param(4, "draft length γ per round")
+    posterior_threshold: float = param(0.09, "ε, the acceptance bar where the target is unsure (Medusa: 0.09)")
+    posterior_alpha: float = param(0.3, "δ, scales exp(−H) (Medusa: √ε = 0.3)")
 
     def __post_init__(self):
         super().__post_init__()
-        if self.gamma < 1:
-            raise ConfigError(f"gamma must be >= 1, got {self.gamma}")
+        self.check_at_least(1, "gamma")
         if not (0.0 <= self.posterior_threshold <= 1.0 and self.posterior_alpha >= 0.0):
             raise ConfigError(f"need posterior_threshold ε in [0, 1] and posterior_alpha δ >= 0, got "
                               f"{self.posterior_threshold}, {self.posterior_alpha}")
@@ -57,13 +55,13 @@ def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperatur
 
 
 @register
-class Typical(Decoder):
+class Typical(Decoder[TypicalParams]):
     method = "typical"
-    Params = TypicalParams
     uses_draft = True
+    uses_gamma_policy = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats: GenerationStats) -> list[int]:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids)
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
         params, warp = self.params, self.params.warp
 
         def rule(logits, drafted):
@@ -73,8 +71,10 @@ class Typical(Decoder):
             return kept, int(nxt)
 
         def step(depth: int):
-            draft_prefix = cache_length(caches.draft_cache) + caches.draft_pending.size(1)
-            dtree = draft_tree(self.draft, caches, [1] * depth, warp, generator)
-            return verify_chain(self.target, caches, dtree, draft_prefix, rule, self.device)
+            with caches.clock.drafting():
+                draft_prefix = caches.draft_prefix()
+                dtree = draft_tree(self.draft, caches, [1] * depth, warp, generator)
+            return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
-        return speculative_loop(step, params.gamma, max_new_tokens, self.eos_token_id, stats)
+        return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
+                                        self.eos_token_id, stats))

@@ -44,3 +44,9 @@ class CountedModel:
             kwargs["logits_to_keep"] = 1
         out = self.model(input_ids=input_ids, **kwargs)
         return out.logits[..., : self.vocab_size].float()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so that host-side timing covers it (Spec-Bench convention). No-op on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -6,14 +6,13 @@ are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.errors import ConfigError
+from harness.registry import Registry
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TASKS_DIR = PROJECT_ROOT / "tasks"
@@ -34,6 +33,48 @@ class Example:
 
 
 PROMPT_FORMATS = ("auto", "plain", "chat")
+
+
+def uses_chat_template(tokenizer, messages, prompt_format: str = "auto", who: str = "prompt") -> bool:
+    """Whether a prompt goes through the tokenizer's chat template: ``plain`` never, ``auto`` when there
+    are messages and the tokenizer has a template, ``chat`` always (an error without a template)."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ConfigError(f"unknown prompt_format '{prompt_format}'. Valid: {', '.join(PROMPT_FORMATS)}")
+    if prompt_format == "plain" or not messages:
+        return False
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if prompt_format == "chat" and not has_template:
+        raise ConfigError(f"{who}: prompt_format 'chat' but the tokenizer has no chat template. "
+                          f"Valid: {', '.join(PROMPT_FORMATS)}")
+    return has_template
+
+
+def render_prompt(tokenizer, text: str, messages=None, response_prefix: str = "",
+                  prompt_format: str = "auto", who: str = "prompt") -> tuple[str, bool]:
+    """The text the model continues, and whether it is a chat-template rendering (which writes its own
+    special tokens, so none are added when encoding it)."""
+    if not uses_chat_template(tokenizer, messages, prompt_format, who):
+        return text, False
+    rendered = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return rendered + response_prefix, True
+
+
+def encode_prompt(tokenizer, prompt, *, prompt_format: str = "auto", response_prefix: str = "") -> list[int]:
+    """Prompt token ids exactly as the CLI's tasks make them (Python API).
+
+    ``prompt`` is a string or a list of chat messages (``{"role": ..., "content": ...}``). Messages go
+    through the tokenizer's chat template when it has one (``prompt_format="auto"``; ``"chat"`` requires
+    it, ``"plain"`` never uses it); a string is a plain prompt, or one user message under ``"chat"``.
+    Without a template, messages are joined as plain text.
+    """
+    if isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}] if prompt_format == "chat" else None
+        text = prompt
+    else:
+        messages = [dict(m) for m in prompt]
+        text = "\n".join(str(m["content"]) for m in messages)
+    rendered, chat = render_prompt(tokenizer, text, messages, response_prefix, prompt_format)
+    return tokenizer(rendered, add_special_tokens=not chat)["input_ids"]
 
 
 @dataclass
@@ -71,26 +112,21 @@ class Task:
         keep = sorted(random.Random(self.sample_seed).sample(range(len(items)), self.num_prompts))
         return [items[i] for i in keep]
 
+    def _render(self, example: Example, tokenizer) -> tuple[str, bool]:
+        return render_prompt(tokenizer, example.prompt, example.messages, example.response_prefix,
+                             self.prompt_format, who=f"task '{self.name}'")
+
     def uses_chat_template(self, example: Example, tokenizer) -> bool:
-        if self.prompt_format == "plain" or not example.messages:
-            return False
-        has_template = bool(getattr(tokenizer, "chat_template", None))
-        if self.prompt_format == "chat" and not has_template:
-            raise ConfigError(f"task '{self.name}': prompt_format 'chat' but the tokenizer has no chat template. "
-                              f"Valid: {', '.join(PROMPT_FORMATS)}")
-        return has_template
+        return uses_chat_template(tokenizer, example.messages, self.prompt_format, who=f"task '{self.name}'")
 
     def prompt_text(self, example: Example, tokenizer) -> str:
         """The text the model continues: the plain prompt or the chat-template rendering."""
-        if not self.uses_chat_template(example, tokenizer):
-            return example.prompt
-        rendered = tokenizer.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True)
-        return rendered + example.response_prefix
+        return self._render(example, tokenizer)[0]
 
     def prompt_ids(self, example: Example, tokenizer) -> list[int]:
         """Prompt token ids. A chat template writes its own special tokens (BOS), so none are added then."""
-        chat = self.uses_chat_template(example, tokenizer)
-        return tokenizer(self.prompt_text(example, tokenizer), add_special_tokens=not chat)["input_ids"]
+        text, chat = self._render(example, tokenizer)
+        return tokenizer(text, add_special_tokens=not chat)["input_ids"]
 
     def truncate(self, text: str) -> str:
         """Cut the output at the first stop sequence (applied after decoding, before scoring)."""
@@ -111,31 +147,20 @@ class Task:
         return p if p.is_absolute() else TASKS_DIR / p
 
 
-_TASKS: dict[str, type[Task]] = {}
-
-
-def register_task(cls: type[Task]) -> type[Task]:
-    _TASKS[cls.kind] = cls
-    return cls
+TASKS: Registry[type[Task]] = Registry("task kind", "kind", "harness.tasks")
+register_task = TASKS.register
 
 
 def task_registry() -> dict[str, type[Task]]:
-    import harness.tasks as pkg
-
-    for m in pkgutil.iter_modules(pkg.__path__):
-        if m.name != "base":
-            importlib.import_module(f"harness.tasks.{m.name}")
-    return dict(_TASKS)
+    """Every registered task class by kind (imports every task module once)."""
+    return TASKS.all()
 
 
 def load_task(cfg: dict) -> Task:
     """Build a task from a ``dataset`` config: ``{task: <kind>, name: ..., <fields>}``."""
     cfg = dict(cfg)
-    kind = cfg.pop("task", None)
-    tasks = task_registry()
-    if kind not in tasks:
-        raise ConfigError(f"unknown task kind '{kind}'. Valid task kinds: {', '.join(sorted(tasks))}")
-    cls = tasks[kind]
+    cls = TASKS.get(cfg.pop("task", None))
+    kind = cls.kind
     valid = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(cfg) - valid)
     if unknown:

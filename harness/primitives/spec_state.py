@@ -1,0 +1,167 @@
+"""State of one speculative generation, written once for every draft-then-verify decoder.
+
+* :class:`SpeculativeCaches` — both models' KV caches plus the committed tokens each has not seen
+  yet, so that no prefix is ever recomputed, and the :class:`StepClock` of the round;
+* :class:`DraftTree` — draft tokens with their parents and the draft distributions they came from
+  (a chain is a tree whose nodes each have one child);
+* :class:`StepResult` — what one round committed and cost;
+* :func:`commit_target` / :func:`commit_draft` — roll both caches back to the accepted path.
+
+Imports run one way: ``spec_state`` ← ``drafting`` ← ``spec_loop``; ``acceptance`` is pure.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from harness.primitives.forward import synchronize
+from harness.primitives.kv_cache import cache_length, new_cache
+from harness.primitives.tree import commit_path
+
+NAN = float("nan")
+
+
+class StepClock:
+    """Host-side time of the current round's drafting and verification (``time.perf_counter``).
+
+    With ``sync`` the device is synchronised at every boundary, so that queued GPU work is
+    attributed to the phase that queued it (a no-op on CPU); without it the times are host time only.
+    :meth:`take` hands the round's two times over and resets them to NaN (not measured).
+    """
+
+    def __init__(self, device: torch.device | str, sync: bool = False):
+        self.device = torch.device(device)
+        self.sync = sync
+        self.draft_s = NAN
+        self.verify_s = NAN
+
+    def now(self) -> float:
+        if self.sync:
+            synchronize(self.device)
+        return time.perf_counter()
+
+    @contextmanager
+    def _span(self, attr: str):
+        start = self.now()
+        try:
+            yield
+        finally:
+            setattr(self, attr, _plus(getattr(self, attr), self.now() - start))
+
+    def drafting(self):
+        """Context: time spent drafting (added to the round's draft seconds)."""
+        return self._span("draft_s")
+
+    def verifying(self):
+        """Context: time spent on the target's verification, acceptance and rollback."""
+        return self._span("verify_s")
+
+    def take(self) -> tuple[float, float]:
+        """(draft seconds, verify seconds) of the round so far; both reset to NaN."""
+        out = (self.draft_s, self.verify_s)
+        self.draft_s = self.verify_s = NAN
+        return out
+
+
+def _plus(total: float, dt: float) -> float:
+    return dt if math.isnan(total) else total + dt
+
+
+class SpeculativeCaches:
+    """KV caches of target and draft, and the committed tokens each cache still lacks (``*_pending``).
+
+    Invariant: cache + pending = the committed sequence. The caches start empty with the
+    whole prompt pending, so the prompt is prefilled inside the first round's draft and
+    target forwards (as HF assisted generation does): one target call per round, none extra.
+    """
+
+    def __init__(self, target, draft, prompt_ids: torch.Tensor, sync_timing: bool = False):
+        if prompt_ids.numel() == 0:
+            raise ValueError("speculative decoding needs a prompt of at least one token")
+        self.target_cache = new_cache(target.model)
+        self.draft_cache = new_cache(draft.model)
+        self.target_pending = prompt_ids
+        self.draft_pending = prompt_ids
+        self.clock = StepClock(prompt_ids.device, sync_timing)
+
+    def draft_prefix(self) -> int:
+        """Length of the committed sequence as the draft cache will hold it once its pending tokens are fed."""
+        return cache_length(self.draft_cache) + self.draft_pending.size(1)
+
+    def target_prefix(self) -> int:
+        """Length of the committed sequence as the target cache will hold it once its pending tokens are fed."""
+        return cache_length(self.target_cache) + self.target_pending.size(1)
+
+
+@dataclass
+class DraftTree:
+    """Draft tokens in breadth-first (drafting) order with the distributions they were drawn from.
+
+    ``parents[i]`` indexes an earlier node (−1: child of the committed sequence).
+    ``root_q`` (V,) is T∘q at the committed sequence; ``node_q[i]`` (V,) is T∘q after node i,
+    for the ``num_fed`` nodes the draft model has processed (all but the last level). Both
+    are None when greedy (or when the drafting method keeps no distributions).
+    """
+
+    tokens: torch.Tensor
+    parents: list[int]
+    root_q: torch.Tensor | None
+    node_q: torch.Tensor | None
+    num_fed: int
+
+    def q_after(self, node: int) -> torch.Tensor:
+        return self.root_q if node < 0 else self.node_q[node]
+
+    @classmethod
+    def chain(cls, tokens: torch.Tensor, num_fed: int) -> DraftTree:
+        """A chain of draft tokens of which the draft model has processed the first ``num_fed``."""
+        return cls(tokens, list(range(-1, tokens.numel() - 1)), None, None, num_fed)
+
+    @classmethod
+    def empty(cls, device) -> DraftTree:
+        """No draft (γ = 0): the round is one plain target step."""
+        return cls(torch.empty(0, dtype=torch.long, device=device), [], None, None, 0)
+
+
+@dataclass
+class StepResult:
+    """One speculative round: committed tokens (accepted drafts + one target token) and what the round cost.
+
+    ``gamma`` is the draft depth γ_r proposed to the target (chain length; tree depth),
+    ``draft_nodes`` every draft token proposed (all tree nodes), ``accepted`` the drafts kept.
+    """
+
+    tokens: list[int]
+    gamma: int
+    draft_nodes: int
+    accepted: int
+    draft_time_s: float = NAN
+    verify_time_s: float = NAN
+
+
+def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int) -> None:
+    """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending."""
+    commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
+    caches.target_pending = torch.tensor([[new_token]], device=caches.target_pending.device)
+
+
+def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree, draft_path: list[int],
+                 new_token: int) -> None:
+    """Roll the draft cache back to the accepted path; unprocessed path tokens become pending.
+
+    If the draft did not run this round (γ = 0: its cache is still short of ``draft_prefix``),
+    its pending tokens stay pending, followed by the new token.
+    """
+    device = caches.draft_pending.device
+    if cache_length(caches.draft_cache) < draft_prefix:
+        new = torch.tensor([[new_token]], dtype=torch.long, device=device)
+        caches.draft_pending = torch.cat([caches.draft_pending, new], dim=1)
+        return
+    in_cache = [n for n in draft_path if n < dtree.num_fed]
+    commit_path(caches.draft_cache, draft_prefix, [draft_prefix + n for n in in_cache])
+    missing = dtree.tokens[draft_path[len(in_cache):]].tolist()
+    caches.draft_pending = torch.tensor([missing + [new_token]], dtype=torch.long, device=device)

@@ -1,0 +1,94 @@
+"""The house's layout rules: imports inside ``harness/`` run one way (no cycles), primitives never import
+decoders, and every decoder is one registered file."""
+import ast
+from pathlib import Path
+
+import harness
+
+ROOT = Path(harness.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _exists(module: str) -> bool:
+    rel = Path(*module.split("."))
+    return (ROOT.parent / rel).with_suffix(".py").is_file() or (ROOT.parent / rel / "__init__.py").is_file()
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the harness modules it imports, from every ``import``/``from ... import`` line in it
+    (function-level imports included). ``from harness.x import y`` counts as importing ``harness.x.y``
+    when y is a module, else ``harness.x``."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        name = _module_name(path)
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "harness":
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add(sub if _exists(sub) else node.module)
+            elif isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.split(".")[0] == "harness")
+        edges.discard(name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_sees_the_speculative_modules():
+    graph = import_graph()
+    assert "harness.primitives.spec_state" in graph["harness.primitives.spec_loop"]
+    assert "harness.primitives.acceptance" in graph["harness.primitives.spec_loop"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_harness_imports_have_no_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_primitives_import_only_primitives_and_leaf_modules():
+    """Data flows prompt → decoder → generation → record → report: primitives sit below decoders."""
+    allowed = ("harness.primitives", "harness.errors")
+    for module, edges in import_graph().items():
+        if module.startswith("harness.primitives"):
+            bad = sorted(e for e in edges if not e.startswith(allowed))
+            assert not bad, f"{module} imports {bad}"
+
+
+def test_every_decoder_module_registers_one_decoder():
+    from harness.decoders import registry
+
+    files = {p.stem for p in (ROOT / "decoders").glob("*.py") if p.stem not in ("__init__", "base")}
+    modules = {cls.__module__.rsplit(".", 1)[-1] for cls in registry().values()}
+    assert files == modules
