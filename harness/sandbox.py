@@ -30,10 +30,12 @@ grade.
   interface but a down loopback, every process dies with the program, every mount read-only but
   the program's temporary directory, then all capabilities dropped;
 - ``fallback`` (unprivileged user namespaces are often disabled on clusters): where the kernel
-  has them, a seccomp filter (no exec, fork, sockets, ptrace, io_uring, mounts, signals to
-  other processes, raising limits, ``TIOCSTI``) and Landlock (writes only beneath the temporary
-  directory; reads nowhere under ``/proc`` but the program's own entry; no TCP; with ABI ≥ 6 no
-  signals out of the sandbox), capabilities dropped. ``HARNESS_SANDBOX=fallback`` forces it.
+  has them, a seccomp filter (no fork, sockets, ptrace, io_uring, mounts, signals to other
+  processes, raising limits, ``TIOCSTI``) and Landlock (writes only beneath the temporary
+  directory; reads nowhere under ``/proc`` but the program's own entry; nothing executable but
+  the Python interpreter; no TCP; with ABI ≥ 6 no signals out of the sandbox), capabilities
+  dropped — all applied before the program's interpreter starts, so it never loads ctypes.
+  ``HARNESS_SANDBOX=fallback`` forces it.
 
 In both modes: the program's own temporary directory (cwd, ``HOME``, ``TMPDIR``), a scrubbed
 environment, ``-I -S`` (no site-packages), a new session, resource limits (CPU, address space,
@@ -44,10 +46,9 @@ extensions from outside the standard library, sqlite3, crafted code objects and 
 ``/proc/<other pid>``, terminals, directories outside its folder (so no ``dir_fd`` escapes), and
 writes, renames, links, deletions and mode changes outside its folder (``dir_fd`` resolved; no
 symlinks at all); ``os.mknod``/``os.mkfifo``/pidfds, which raise no audit event, are removed (best
-effort). The hook is a speed bump for Python-level tricks;
-native code (a CPython memory bug, crafted bytecode it failed to spot) gets past it, and then
-the kernel layers above are what holds — weaker in the fallback, and weakest where the kernel
-has neither seccomp nor Landlock (see :func:`isolation_layers`).
+effort). The hook stops Python-level tricks; native code (a CPython memory-safety bug) gets past
+it, and then the kernel layers above are what holds — weaker in the fallback, and weakest where
+the kernel has neither seccomp nor Landlock (see :func:`isolation_layers`).
 
 SQL (:func:`readonly_query`): sqlite URI ``mode=ro``, ``PRAGMA query_only``, an authorizer that
 allows only reads (no ATTACH, CREATE, writes, PRAGMA, transactions), a value-size limit, a
@@ -384,6 +385,7 @@ class _Program:
     """The sandboxed program, seen from the checker: started, called, killed."""
 
     def __init__(self, job: dict, deadline: float):
+        import resource
         import subprocess
 
         self.deadline = deadline
@@ -397,8 +399,6 @@ class _Program:
                    "guard": job["guard"], "dynload": job["dynload"],
                    "entry_point": (job["check"] or {}).get("entry_point"), "requests": req_r, "replies": resp_w})]
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"}
-        import resource
-
         rlimits = [tuple(r) for r in job["rlimits"]]
         fallback = {"tmp": tmp, "layers": job["layers"]} if job["isolation"] == "fallback" else None
         self.proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=self.out,
@@ -472,7 +472,6 @@ class _Program:
     def stop(self) -> tuple[int | None, str, str]:
         """Kill the program and everything it started; (exit code, stdout, stderr)."""
         import signal
-
         import subprocess
 
         for fd in (self.req_w, self.resp_r):
@@ -570,29 +569,23 @@ def _reap_descendants() -> None:
     """Kill and reap every remaining descendant: orphans re-parent to the checker (a subreaper)."""
     import signal
 
-    for _ in range(100):
+    while True:
         children = []
-        for stat in os.listdir("/proc"):
-            if stat.isdigit():
-                try:
-                    with open(f"/proc/{stat}/stat", "rb") as f:
-                        fields = f.read().rsplit(b")", 1)[1].split()
-                    if int(fields[1]) == os.getpid():
-                        children.append(int(stat))
-                except (OSError, IndexError, ValueError):
-                    continue
-        for pid in children:
+        for entry in os.listdir("/proc"):
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            return
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid():
+                        children.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
         if not children:
             return
+        for pid in children:  # each SIGKILLed and waited for; their own orphans come next round
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def _supervise() -> None:
@@ -618,7 +611,7 @@ def _supervise() -> None:
             program = _Program(job, deadline)
             first = program.receive()
             if check is None:
-                passed = first == ["done"] and program.proc.wait(max(0.0, deadline - _monotonic())) == 0
+                passed = first == ["done"] and _exit_code(program.proc, deadline) == 0
                 reason = "ran to its end" if passed else _not_ready(first, program)
             elif first != ["ready"]:
                 reason = _not_ready(first, program)
@@ -653,11 +646,20 @@ def _supervise() -> None:
     os.write(verdict_fd, b"\n" + _dumps(verdict))
 
 
+def _exit_code(proc, deadline: float) -> int:
+    import subprocess
+
+    try:
+        return proc.wait(max(0.0, deadline - _monotonic()))
+    except subprocess.TimeoutExpired:
+        raise _Deadline() from None
+
+
 def _not_ready(first, program: _Program) -> str:
     if first is None:
         return f"the program ended before it was ready (exit code {program.proc.wait()})"
-    if first[:1] == ["error"]:
-        return f"the program raised {str(first[1:2])[:500]}"
+    if first[0] == "error" and len(first) == 2:
+        return f"the program raised {str(first[1])[:500]}"
     return "the program sent an unexpected first message"
 
 
