@@ -3,9 +3,12 @@ deleting files outside its temporary directory, opening a socket) fails and harm
 generated SQL cannot modify, attach or create databases and is stopped by a time limit.
 The fallback mode (no namespaces) always runs; namespaces mode where ``unshare`` works."""
 import hashlib
+import os
 import shutil
 import socket
+import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,19 @@ def processes_mentioning(text: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+@contextmanager
+def process_with_secret(secret: str):
+    """A process started with ``secret`` in its environment, as a harness launched with tokens is
+    (``/proc/<pid>/environ`` shows the environment a process was started with). Yields its pid."""
+    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, "HARNESS_TEST_SECRET": secret})
+    try:
+        assert secret in Path(f"/proc/{proc.pid}/environ").read_text()  # readable from outside the sandbox
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -18,7 +18,7 @@ import yaml
 from harness.errors import ConfigError
 from harness.sandbox import FORCE_ENV, PythonLimits, isolation_in_force, isolation_layers, run_python
 from harness.tasks import load_task
-from test_sandbox import KERNEL_LAYERS, MODES
+from test_sandbox import KERNEL_LAYERS, MODES, process_with_secret
 
 FAST = PythonLimits(timeout_s=5.0)
 SECRET = "harness-test-secret-93ab"
@@ -42,8 +42,12 @@ attempt("open a directory outside (for dir_fd)", lambda: os.open(OUT, os.O_RDONL
 attempt("O_PATH on a directory outside", lambda: os.open(OUT, os.O_PATH))
 attempt("O_DIRECTORY on the parent", lambda: os.open("..", os.O_RDONLY | os.O_DIRECTORY))
 here = os.open(".", os.O_RDONLY)  # its own folder: allowed
+attempt("create relative to a dir_fd outside (issue 15)",
+        lambda: os.close(os.open("via_dirfd.txt", os.O_WRONLY | os.O_CREAT, dir_fd=os.open(OUT, os.O_RDONLY))))
 attempt("create relative to dir_fd, climbing", lambda: os.open("../x", os.O_WRONLY | os.O_CREAT, dir_fd=here))
 open("mine.txt", "w").write("mine")
+attempt("rename with a dst_dir_fd outside (issue 15)",
+        lambda: os.rename("mine.txt", "renamed.txt", dst_dir_fd=os.open(OUT, os.O_RDONLY)))
 attempt("rename with dst_dir_fd, climbing", lambda: os.rename("mine.txt", "../stolen.txt", dst_dir_fd=here))
 attempt("rename into the folder outside", lambda: os.rename("mine.txt", OUT + "/stolen.txt"))
 attempt("sqlite3.connect elsewhere", lambda: sqlite3.connect(OUT + "/elsewhere.db").execute("create table t(a)"))
@@ -156,7 +160,7 @@ def hook_only(monkeypatch):
     assert "seccomp" not in isolation_layers("fallback") and "landlock" not in " ".join(isolation_layers("fallback"))
 
 
-def _run(program: str, outside: Path, mode: str, guard: bool = True, request=None):
+def _run(program: str, outside: Path, mode: str, guard: bool = True, request=None, harness: int = 0):
     import _ctypes
     import psutil._psutil_linux
 
@@ -164,7 +168,7 @@ def _run(program: str, outside: Path, mode: str, guard: bool = True, request=Non
         request.getfixturevalue("hook_only")
         mode = "fallback"
 
-    source = (PRELUDE + program).format(outside=str(outside), harness=os.getpid(), ctypes_path=_ctypes.__file__,
+    source = (PRELUDE + program).format(outside=str(outside), harness=harness, ctypes_path=_ctypes.__file__,
                                         extension_path=psutil._psutil_linux.__file__)
     return run_python(source, FAST, audit_guard=guard, isolation=mode)
 
@@ -205,9 +209,9 @@ def test_no_processes_native_code_or_signals(outside, mode, request):
 
 
 @pytest.mark.parametrize("mode", ESCAPE_MODES)
-def test_the_harness_environment_stays_secret(outside, mode, monkeypatch, request):
-    monkeypatch.setenv("HARNESS_TEST_SECRET", SECRET)
-    result = _run(SECRETS, outside, mode, request=request)
+def test_the_harness_environment_stays_secret(outside, mode, request):
+    with process_with_secret(SECRET) as harness:
+        result = _run(SECRETS, outside, mode, request=request, harness=harness)
     denied, escaped = _attempts(result)
     assert result.passed, result.stderr[-2000:]
     assert escaped == [] and len(denied) == 6, result.stdout
@@ -217,10 +221,9 @@ def test_the_harness_environment_stays_secret(outside, mode, monkeypatch, reques
 
 
 @pytest.mark.skipif(not KERNEL_LAYERS, reason="this kernel/libc has no seccomp + Landlock: the hook is the fallback's guard")
-def test_fallback_kernel_layers_hold_without_the_audit_hook(outside, monkeypatch):
+def test_fallback_kernel_layers_hold_without_the_audit_hook(outside):
     """Native code gets past any audit hook (here: the hook is off and ctypes makes raw calls);
     seccomp and Landlock still stop it."""
-    monkeypatch.setenv("HARNESS_TEST_SECRET", SECRET)
     program = '''
 import ctypes, errno, sqlite3
 libc = ctypes.CDLL(None, use_errno=True)
@@ -242,7 +245,8 @@ raw("read the harness environment", libc.open(b"/proc/{harness}/environ", os.O_R
 attempt("sqlite3.connect elsewhere", lambda: sqlite3.connect(OUT + "/elsewhere.db").execute("create table t(a)"))
 '''
     before = _listing(outside)
-    result = _run(program, outside, "fallback", guard=False)
+    with process_with_secret(SECRET) as harness:
+        result = _run(program, outside, "fallback", guard=False, harness=harness)
     denied, escaped = _attempts(result)
     assert result.passed, result.stderr[-2000:]
     assert escaped == [] and len(denied) == 10, result.stdout

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from harness.metrics.code_flags import suspicious_constructs
-from harness.sandbox import PythonLimits, check_candidate, namespaces_available
+from harness.sandbox import PythonLimits, _from_wire, check_candidate, namespaces_available
 from harness.tasks import load_task
-from test_sandbox import MODES, processes_mentioning
+from test_sandbox import MODES, process_with_secret, processes_mentioning
 
 FAST = PythonLimits(timeout_s=3.0)
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
@@ -185,9 +185,9 @@ CASES = [("fallback", name) for name in sorted(HOSTILE)] + [
     pytest.param(*MODES[0].values, name, marks=MODES[0].marks) for name in sorted(OS_DEPENDENT)]
 
 
-def _check_hostile(case: tuple[str, str]):
+def _check_hostile(case: tuple[str, str], harness: int):
     mode, name = case
-    completion = HOSTILE[name].replace("{harness}", str(os.getpid()))
+    completion = HOSTILE[name].replace("{harness}", str(harness))
     limits = PythonLimits(timeout_s=1.0) if "forever" in name else FAST
     return check_candidate(PROMPT + completion, "add", TEST, PROMPT, limits, isolation=mode)
 
@@ -198,9 +198,8 @@ def hostile_results():
     cases = [("fallback", name) for name in sorted(HOSTILE)]
     if namespaces_available():
         cases += [("namespaces", name) for name in sorted(OS_DEPENDENT)]
-    with pytest.MonkeyPatch.context() as patch, ThreadPoolExecutor(4) as pool:
-        patch.setenv("HARNESS_TEST_SECRET", SECRET)  # the harness's environment: must stay unreadable
-        return dict(zip(cases, pool.map(_check_hostile, cases)))
+    with process_with_secret(SECRET) as harness, ThreadPoolExecutor(4) as pool:  # its environment must stay unread
+        return dict(zip(cases, pool.map(lambda case: _check_hostile(case, harness), cases)))
 
 
 @pytest.mark.parametrize("mode,name", CASES)
@@ -241,6 +240,13 @@ def check(candidate):
 '''
     result = check_candidate(program, "echo", test, "def echo(x):\n    pass\n", FAST, isolation="fallback")
     assert result.passed, result.reason
+
+
+@pytest.mark.parametrize("reply", [{"tuple": 1}, {"object": []}, {"dict": [[1]]}, {"set": [[1]]}, {"int": 5},
+                                   {"tuple": [], "set": []}, {"complex": ["1", 2]}, {"bytes": "zz"}])
+def test_the_checker_decodes_nothing_but_plain_data(reply):
+    with pytest.raises((ValueError, TypeError)):
+        _from_wire(reply)
 
 
 # --- through the HumanEval task: helpers the reference harness lets a completion patch -----------
