@@ -69,7 +69,12 @@ def process_with_secret(secret: str):
     (``/proc/<pid>/environ`` shows the environment a process was started with). Yields its pid."""
     proc = subprocess.Popen(["sleep", "120"], env={**os.environ, "HARNESS_TEST_SECRET": secret})
     try:
-        assert secret in Path(f"/proc/{proc.pid}/environ").read_text()  # readable from outside the sandbox
+        for _ in range(500):  # until exec has finished (then it is readable from outside the sandbox)
+            if secret in Path(f"/proc/{proc.pid}/environ").read_text():
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the helper's environment never became readable")
         yield proc.pid
     finally:
         proc.kill()
