@@ -867,7 +867,7 @@ def _seccomp() -> None:
             if rc < 0:  # libseccomp returns -errno
                 raise OSError(-rc, f"seccomp rule {name}: {os.strerror(-rc)}")
 
-        for name in ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
+        for name in ("fork", "vfork", "mknod", "mknodat", "ptrace", "process_vm_readv", "process_vm_writev",
                      "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "kcmp", "tkill", "socket",
                      "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2", "pivot_root",
                      "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
