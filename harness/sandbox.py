@@ -830,8 +830,9 @@ def _seccomp() -> None:
     other architectures' calls kill the process) that fails with EPERM: new processes (fork,
     vfork, clone without CLONE_THREAD; clone3 answers ENOSYS so threads fall back to clone) —
     exec stays, the filter being installed before the program's interpreter is exec'd, so an exec
-    only replaces the process under the same filter and Landlock —, sockets (socketpair
-    stays), ptrace and cross-process memory, pidfds, signals to other processes, io_uring,
+    only replaces the process under the same filter and Landlock —, mknod (device nodes, FIFOs and
+    files: no audit event covers it), sockets (socketpair stays), ptrace and cross-process memory,
+    pidfds, signals to other processes, io_uring,
     mounts and namespaces, raising resource limits, kernel keys/modules/BPF, file handles, and the
     TIOCSTI/TIOCLINUX ioctls (typing into a terminal)."""
     import ctypes
