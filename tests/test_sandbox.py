@@ -1,43 +1,58 @@
-"""Generated code is contained: hostile Python (infinite loop, fork bomb, deleting files outside
-its temporary directory, opening a socket) fails and harms nothing; generated SQL cannot modify,
-attach or create databases and is stopped by a time limit."""
+"""Generated code is contained, in both isolation modes: hostile Python (infinite loop, fork bomb,
+deleting files outside its temporary directory, opening a socket) fails and harms nothing;
+generated SQL cannot modify, attach or create databases and is stopped by a time limit.
+The fallback mode (no namespaces) always runs; namespaces mode where ``unshare`` works."""
 import hashlib
+import os
 import shutil
 import socket
+import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from harness.sandbox import PythonLimits, QueryError, namespaces_available, readonly_query, run_python
+from harness.sandbox import (PythonLimits, QueryError, isolation_layers, namespaces_available, readonly_query,
+                             run_python)
 
 FAST = PythonLimits(timeout_s=3.0)
-# layer 3 (audit hook) on and off: off, only the OS layers (namespaces, read-only mounts) protect
-NO_NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="no namespaces here: the audit hook is the only guard")
-GUARDS = [True, pytest.param(False, marks=NO_NAMESPACES)]
+NAMESPACES = pytest.param("namespaces", marks=pytest.mark.skipif(
+    not namespaces_available(), reason="unshare cannot create namespaces here (fallback mode is tested)"))
+MODES = [NAMESPACES, "fallback"]
+KERNEL_LAYERS = {"seccomp", "landlock"} <= {layer.split()[0] for layer in isolation_layers("fallback")}
+# (mode, audit hook): without the hook only the OS layers protect: namespaces, or seccomp + Landlock
+LAYERS = [pytest.param(*NAMESPACES.values, True, marks=NAMESPACES.marks), ("fallback", True),
+          pytest.param("namespaces", False, marks=NAMESPACES.marks),
+          pytest.param("fallback", False, marks=pytest.mark.skipif(
+              not KERNEL_LAYERS, reason="this kernel/libc has no seccomp + Landlock: the hook is the fallback's guard"))]
 
 
-def test_a_correct_program_passes_and_failures_fail():
-    ok = run_python("print(sum(range(10)))", FAST)
-    assert ok.passed and ok.stdout.strip() == "45"
-    assert not run_python("assert 1 + 1 == 3", FAST).passed
-    assert not run_python("raise SystemExit(0)", FAST).passed  # leaving early is not passing
-    assert not run_python("import os\nos._exit(0)", FAST).passed
-    assert not run_python("def f(:\n", FAST).passed
+@pytest.mark.parametrize("mode", MODES)
+def test_a_correct_program_passes_and_failures_fail(mode):
+    ok = run_python("print(sum(range(10)))", FAST, isolation=mode)
+    assert ok.passed and ok.stdout.strip() == "45" and ok.isolation == mode
+    assert not run_python("assert 1 + 1 == 3", FAST, isolation=mode).passed
+    assert not run_python("raise SystemExit(0)", FAST, isolation=mode).passed  # leaving early is not passing
+    assert not run_python("import os\nos._exit(0)", FAST, isolation=mode).passed
+    assert not run_python("def f(:\n", FAST, isolation=mode).passed
 
 
-def test_infinite_loop_times_out():
+@pytest.mark.parametrize("mode", MODES)
+def test_infinite_loop_times_out(mode):
     start = time.monotonic()
-    result = run_python("while True:\n    pass\n", PythonLimits(timeout_s=1.5))
+    result = run_python("while True:\n    pass\n", PythonLimits(timeout_s=1.5), isolation=mode)
     assert result.timed_out and not result.passed
     assert time.monotonic() - start < 10
 
 
-def test_memory_limit():
-    assert not run_python("x = bytearray(3 << 30)\nprint(len(x))", PythonLimits(timeout_s=3.0, memory_mb=512)).passed
+@pytest.mark.parametrize("mode", MODES)
+def test_memory_limit(mode):
+    program = "x = bytearray(3 << 30)\nprint(len(x))"
+    assert not run_python(program, PythonLimits(timeout_s=3.0, memory_mb=512), isolation=mode).passed
 
 
-def _processes_mentioning(text: str) -> list[str]:
+def processes_mentioning(text: str) -> list[str]:
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -48,24 +63,44 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_fork_bomb_is_stopped():
-    result = run_python("import os\nwhile True:\n    os.fork()\n", FAST)
+@contextmanager
+def process_with_secret(secret: str):
+    """A process started with ``secret`` in its environment, as a harness launched with tokens is
+    (``/proc/<pid>/environ`` shows the environment a process was started with). Yields its pid."""
+    proc = subprocess.Popen(["sleep", "120"], env={**os.environ, "HARNESS_TEST_SECRET": secret})
+    try:
+        for _ in range(500):  # until exec has finished (then it is readable from outside the sandbox)
+            if secret in Path(f"/proc/{proc.pid}/environ").read_text():
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the helper's environment never became readable")
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fork_bomb_is_stopped(mode):
+    result = run_python("import os\nwhile True:\n    os.fork()\n", FAST, isolation=mode)
     assert not result.passed
 
 
-@pytest.mark.skipif(not namespaces_available(), reason="needs a PID namespace")
-def test_children_left_behind_are_killed():
-    # without the audit hook the program can fork; its children must not outlive it
+@pytest.mark.parametrize("mode", MODES)
+def test_children_left_behind_are_killed(mode):
+    # without the audit hook the program may fork (namespaces) or be refused (seccomp); either way
+    # nothing it started outlives it: a PID namespace, or the checker as child subreaper
     program = "import os, time\nprint(os.getcwd(), flush=True)\nfor _ in range(8):\n    if os.fork() == 0:\n" \
               "        os.setsid()\n        time.sleep(600)\n"
-    result = run_python(program, FAST, audit_guard=False)
+    result = run_python(program, FAST, audit_guard=False, isolation=mode)
     tmp = result.stdout.split()[0]
     assert "harness-sandbox-" in tmp
-    assert _processes_mentioning(tmp) == []
+    assert processes_mentioning(tmp) == []
 
 
-@pytest.mark.parametrize("guard", GUARDS)
-def test_cannot_delete_or_write_outside_its_directory(tmp_path, guard):
+@pytest.mark.parametrize("mode,guard", LAYERS)
+def test_cannot_delete_or_write_outside_its_directory(tmp_path, mode, guard):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     program = f"""
@@ -82,30 +117,31 @@ for attempt in (lambda: os.remove({str(victim)!r}), lambda: shutil.rmtree({str(t
 open('own.txt', 'w').write('mine')  # its own directory is writable
 assert open('own.txt').read() == 'mine'
 """
-    result = run_python(program, FAST, audit_guard=guard)
+    result = run_python(program, FAST, audit_guard=guard, isolation=mode)
     assert result.passed, result.stderr
     assert "DONE" not in result.stdout and result.stdout.count("denied") == 4
     assert victim.read_text() == "precious" and not (tmp_path / "new.txt").exists()
 
 
-@pytest.mark.parametrize("guard", GUARDS)
-def test_no_network(guard):
+@pytest.mark.parametrize("mode,guard", LAYERS)
+def test_no_network(mode, guard):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)  # the kernel completes a connection into the backlog, accepted or not
         program = f"import socket\ns = socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2)\n" \
                   "print('connected')"
-        result = run_python(program, FAST, audit_guard=guard)
+        result = run_python(program, FAST, audit_guard=guard, isolation=mode)
         assert not result.passed and "connected" not in result.stdout
         server.setblocking(False)
         with pytest.raises(BlockingIOError):
             server.accept()
 
 
-def test_no_subprocesses_or_ctypes():
-    assert not run_python("import subprocess\nsubprocess.run(['true'])", FAST).passed
-    assert not run_python("import os\nos.system('true')", FAST).passed
-    assert not run_python("import ctypes\nctypes.CDLL(None).fork()", FAST).passed
+@pytest.mark.parametrize("mode", MODES)
+def test_no_subprocesses_or_ctypes(mode):
+    assert not run_python("import subprocess\nsubprocess.run(['true'])", FAST, isolation=mode).passed
+    assert not run_python("import os\nos.system('true')", FAST, isolation=mode).passed
+    assert not run_python("import ctypes\nctypes.CDLL(None).fork()", FAST, isolation=mode).passed
 
 
 # --- SQL ---------------------------------------------------------------------------------------

