@@ -69,6 +69,7 @@ def test_save_load_roundtrip(tmp_path):
     meta = json.loads((tmp_path / "toy_t2.json").read_text())
     assert meta["note"] is None and meta["architecture"]["kind"] == "t2"
     loaded = DecisionModel.load(tmp_path / "toy_t2")
+    assert DecisionModel.load(tmp_path / "toy_t2.json").info["name"] == "toy_t2"
     x = torch.randn(7, 11)
     torch.testing.assert_close(loaded.predict(x), model.predict(x))
     assert loaded.threshold == 0.3
@@ -106,3 +107,54 @@ def test_committed_models_load_and_predict(name):
     assert not model.should_stop(hidden, probs, threshold=0.0)
     with pytest.raises(ValueError, match="features"):
         model.predict(torch.randn(w, 5))
+
+
+def _script():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    sys.path.insert(0, str(scripts))
+    spec = importlib.util.spec_from_file_location("train_decision_models", scripts / "train_decision_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _TextIds:
+    """A stand-in tokenizer: one id per chapter text, so chapters can be traced through the split."""
+    bos_token_id = -1
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [hash(text)]}
+
+
+def test_labels_come_from_training_split_chapters_only():
+    script = _script()
+    from train_tiny_pair import chapter_text, is_heldout, load_kjv_chapters
+
+    chapters = load_kjv_chapters()
+    parts = script.split_training_chapters(_TextIds())
+    seen = [ids[1] for part in parts.values() for ids in part]
+    heldout = {hash(chapter_text(c)) for i, c in enumerate(chapters) if is_heldout(i)}
+    assert len(seen) == sum(not is_heldout(i) for i in range(len(chapters)))
+    assert heldout and not heldout & set(seen)
+    assert not {ids[1] for ids in parts["eval"]} & {ids[1] for part in ("fit", "val") for ids in parts[part]}
+
+
+def test_collected_labels_on_a_toy_pair():
+    from harness.primitives.sampling import make_generator
+    from harness.primitives.warping import Warp
+    from harness.testing import toy_pair
+
+    script = _script()
+    pair = toy_pair(vocab_size=6)
+    data = script.collect(pair, [[1, 2, 3], [4, 5]], width=3, depth=4, warp=Warp(0.9), top_k=3,
+                          generator=make_generator(0, "cpu"))
+    assert data["hidden"].shape == (2, 3, 4, 16) and data["t2"].shape == (2, 3, 4, 4)
+    torch.testing.assert_close(data["accept_prob"], torch.clamp(data["p_x"] / data["q_x"], max=1.0))
+    assert data["accepted"].dtype == torch.bool and bool((data["q_x"] > 0).all())
+    # T2 features: descending top-k probabilities of a distribution, then its entropy
+    top = data["t2"][..., :3]
+    assert bool((top[..., :-1] >= top[..., 1:]).all()) and bool((top.sum(-1) <= 1 + 1e-5).all())

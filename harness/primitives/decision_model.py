@@ -208,13 +208,14 @@ class DecisionModel(torch.nn.Module):
         or the common stem)."""
         from safetensors.torch import load_file
 
-        path = Path(str(name_or_path))
-        stem = path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
-        if not stem.with_suffix(".json").exists():
-            stem = ASSETS_DIR / str(name_or_path)
-        meta_path, weights_path = stem.with_suffix(".json"), stem.with_suffix(".safetensors")
+        stem = str(name_or_path)
+        for suffix in (".json", ".safetensors"):  # names hold dots (temp0.7): strip only these
+            stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
+        if not Path(stem + ".json").exists():
+            stem = str(ASSETS_DIR / stem)
+        meta_path, weights_path = Path(stem + ".json"), Path(stem + ".safetensors")
         if not meta_path.exists() or not weights_path.exists():
-            raise ConfigError(f"decision model '{name_or_path}' not found (need {stem.name}.json and "
+            raise ConfigError(f"decision model '{name_or_path}' not found (need {Path(stem).name}.json and "
                               f".safetensors); available: {', '.join(available_decision_models()) or 'none'}")
         meta = json.loads(meta_path.read_text())
         arch = meta.pop("architecture")
