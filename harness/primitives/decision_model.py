@@ -1,11 +1,12 @@
 """Early-stop decision models for dynamic multi-candidate drafting (seed 003 §3.3, §4.1, App. A.2).
 
 While the draft extends W candidate sequences one turn at a time, a small MLP predicts, for
-every sequence, the probability that the target accepts the sequence's next draft token; if
-the prediction is below the threshold β for EVERY sequence, drafting stops early (§3.3;
-β = 0.4 for both models, §3.3 and Fig. 2). The decision model only chooses the draft depth γ
-of a round; verification is untouched, so a lossless decoder stays lossless whatever it
-predicts.
+every sequence, the probability that the target accepts the sequence's latest (T1) or next
+(T2) draft token; if the prediction is below the threshold β for EVERY sequence, drafting
+stops early (§3.3; β = 0.4 for both models, §3.3 and Fig. 2). The decision model only chooses
+the draft depth γ of a round; verification is untouched. Because both kinds decide from what
+exists before the tokens they gate are drawn, the tree's shape is a stopping time of the
+drafting, and a lossless verification stays lossless whatever the model predicts.
 
 Two kinds (§3.3):
 
@@ -29,8 +30,8 @@ Features (seed 003 §3.3 says "for token i"; where exactly is this project's rea
 
 Either way the rule is evaluated once per drafting turn, after turn d's draft forward, for
 d = 1 … D − 1 (every round drafts at least one turn, Fig. 2's smallest slice); when it fires,
-the round's depth is γ = d. (On the tiny pair the own-position hidden state gave a held-out
-AUC of about 0.645 against 0.62 for the hidden state x_i is drawn from.) The seed gives
+the round's depth is γ = d. (On the tiny pair, in an exploratory run, the own-position hidden
+state gave a held-out AUC of 0.645 against 0.62 for the hidden state x_i is drawn from.) The seed gives
 neither k nor the layer widths: k = 10 and the widths in :data:`ARCHITECTURES` are this
 project's choices (recorded with each saved model).
 
