@@ -154,9 +154,8 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
         for i, (ex, ids) in enumerate(zip(examples, encoded)):
             if pair.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pair.device)
-            gens, reading = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
-            gen = gens[0]
-            tokens_all_reps = sum(g.stats.new_tokens for g in gens)
+            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+            gen = measured.result
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
             answer = task.truncate(text)
             record = {"cell_id": cid, "index": i, "example_id": ex.id, "prompt_tokens": len(ids),
@@ -164,7 +163,7 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
                       **gen.stats.as_record(), "stopped_by_eos": gen.stopped_by_eos,
                       "output_ppl": output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
                       **{f"metric.{k}": v for k, v in task.score(ex, answer).items()},
-                      **reading.as_record(new_tokens=tokens_all_reps),
+                      **measured.as_record(lambda g: g.stats.new_tokens),
                       "peak_gpu_mem_bytes": (torch.cuda.max_memory_allocated(pair.device)
                                              if pair.device.type == "cuda" else math.nan),
                       "output_text": text, "prompt": task.prompt_text(ex, tok)}
@@ -175,13 +174,14 @@ def _run(cfg: dict, cid: str, cell_dir: Path, writer: store.RecordWriter) -> Non
             progress(totals)
         progress(None)
         energy_info = {**meter.describe(), **meter.stop_window(cell_window).as_record(prefix="energy_cell.")}
+        gpu_state = meter.gpu_state()
     writer.commit()
     summary = summarize(records)
     summary.update({"cell_id": cid, "status": "done", "started_at": started, "finished_at": now(),
                     "method_name": method_name, "decoder": type(decoder).__name__, "decoder_params": decoder.describe(),
                     "max_new_tokens": max_new, "config": cfg, "env": environment_info(pair.device),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                    "energy_meter": energy_info})
+                    "energy_meter": energy_info, "gpu_state": gpu_state})
     store.atomic_write_json(cell_dir / store.SUMMARY, summary)
     log.info("cell %s: %d prompts, %.1f tokens/s", cid, len(records), summary["tokens_per_s"])
 
