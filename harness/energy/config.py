@@ -32,7 +32,7 @@ class EnergyConfig:
     counter_min_periods: int = 10
     min_window_s: float = 5.0
     min_repetitions: int = 32
-    trials: int = 4
+    trials: int = 1
     trial_delay_s: tuple[float, float] = (0.1, 0.5)
     phase_shifts: int = 8
     phase_poll_s: float = 0.001

@@ -188,6 +188,7 @@ class GpuEnergyMeter(EnergyMeter):
             self._host_due = -math.inf
             self.sampler.extra.append(self._host_tick)
         self.idle = IdleTracker(self.devices)
+        self.refreshes: dict[str, list] = {}  # channel → device 0's refreshes seen by the meter's own polling
         self.sampler.start()
         started = self.clock.now()
         self.update_periods = (infer_update_periods(channels, self.clock, cfg.infer_update_period_s)
@@ -314,15 +315,44 @@ class GpuEnergyMeter(EnergyMeter):
         seen = RefreshWatcher(channel, self.clock, self.cfg.phase_poll_s).until_refreshes(
             2 if due else 1, timeout + (self.update_period(channel) if due else 0.0))
         if due and all(len(s) >= 2 for s in seen):
-            watts = [(s[1].value - s[0].value) / (s[1].t - s[0].t) for s in seen]
+            watts = [(s[1].value - s[0].value) / self._refresh_spacing(channel, s[0], s[1]) for s in seen]
             self.idle.add(statistics.mean((s[0].t + s[1].t) / 2 for s in seen), watts)
         return seen
 
-    def add_idle_from_power(self, channel, a: float, b: float) -> None:
-        """Idle power from held power readings over [a, b] (readings averaging only idle time)."""
-        period = self.update_period(channel)
-        if b - a >= 0.25 * (period if math.isfinite(period) else 0.1):
-            self.idle.add((a + b) / 2, self.device_powers(channel, a, b))
+    def note_refreshes(self, channel, seen) -> None:
+        """Keep device 0's observed refreshes of ``channel`` (to refine its update period)."""
+        kept = self.refreshes.setdefault(channel.name, [])
+        kept.extend(seen[0] if seen else [])
+        del kept[:-256]
+
+    def _refresh_spacing(self, channel, first, second) -> float:
+        """Time between two refreshes: the refined period × the periods between them where that agrees
+        with the observed times (a counter on a regular grid: ±µs instead of ± a millisecond poll)."""
+        observed = second.t - first.t
+        period, sigma = refine_period(self.refreshes.get(channel.name, []), self.update_period(channel), 1e-3)
+        if math.isfinite(period) and sigma < 1e-4:
+            n = round(observed / period)
+            if n >= 1 and abs(n * period - observed) <= first.halfwidth + second.halfwidth + n * sigma:
+                return n * period
+        return observed
+
+    def idle_from_watch(self, watcher, idle_since: float, period: float, window: float) -> None:
+        """Idle power from the power readings the meter's own polling saw while the GPU was idle
+        (since ``idle_since``): every refresh whose averaging window lies after ``idle_since``, and
+        the current reading if it is recent enough. Independent of the sampler thread's rate."""
+        if watcher.error is not None or watcher.last is None:
+            return
+        now = self.clock.now()
+        watts, times = [], []
+        for d, seen in enumerate(watcher.seen):
+            values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+            if now - period - window >= idle_since:
+                values.append((now, watcher.last[d]))
+            if not values:
+                return
+            watts.append(sum(v for _, v in values) / len(values))
+            times += [t for t, _ in values]
+        self.idle.add((min(times) + max(times)) / 2, watts)
 
     def device_powers(self, channel, a: float, b: float) -> list[float]:
         """Mean power per device over [a, b] from retained readings (counter: slope between the
@@ -346,6 +376,11 @@ class GpuEnergyMeter(EnergyMeter):
         deadline = self.clock.now() + 2 * longest + 3 * self.cfg.interval_s + (self.power_window(self.primary) or 0) / 2
         while not self.sampler.settled(t) and self.clock.now() < deadline:
             self.clock.sleep(self.cfg.interval_s)
+
+    def power_limit_w(self) -> float:
+        """Sum of the GPUs' enforced power limits (W), NaN where NVML does not say."""
+        limits = [d.get("power_limit_w") for d in (self.state_start or [])]
+        return sum(limits) if limits and all(x is not None for x in limits) else NAN
 
     def _failure(self, channel, before: float) -> str | None:
         for s in self.sampler.series[channel.name]:
@@ -518,25 +553,43 @@ class GpuEnergyMeter(EnergyMeter):
         return reading
 
     def polled_reading(self, label: str, trials, refreshes) -> EnergyReading:
-        """Polled trials: held readings over [a, b + W + 1.5 P], idle subtracted over the extension."""
+        """Polled trials: held readings over [a, b + W + 1.5 P], idle subtracted over the extension.
+
+        Expected error (≈ 95 %), by case:
+
+        * part-time reading, trials' phases verified to tile the update period: the trials are
+          strata; the error is the readings' sampling noise within each trial, 2·sqrt(Σ_k SE_k²)/K
+          with SE_k = cv_k·sqrt(1 − W/P)/sqrt(n_k) (a load locked to the sensor shows no noise
+          within a trial and tiles exactly), plus the tiling mismatch (gaps off 1/K times how much
+          the trials differ);
+        * part-time, phases not verified: a t-interval over trials (or the readings' noise) plus
+          the aliasing a part-time reading can suffer — the unseen fraction of each period times
+          the load's dynamic power — since the trials may all have looked at the same phase;
+        * full coverage (averaging window ≥ update period): a t-interval over trials, or none from
+          sampling with one trial;
+        * always: the tracked idle's uncertainty over the extensions past each window.
+        """
         power = self.primary
         self.await_settled(max(t.ext_b for t in trials))
         reason = self._failure(power, self.clock.now())
         period, window = self.update_period(power), self.power_window(power)
         p_eff = period if math.isfinite(period) else 0.1
-        energies, n, s1, s2 = [], 0, 0.0, 0.0
+        energies, stats = [], []
         idle_unc_j = 0.0
         for trial in trials:
             va, vb, ve = (self._values(trial.anchor_a, power), self._values(trial.anchor_b, power),
                           self._values(trial.anchor_ext, power))
             idle_ext = self.idle.energy(trial.b, trial.ext_b)
             spread = self.idle.spread(trial.a, trial.ext_b)
-            energy = 0.0
+            energy, n, s1, s2 = 0.0, 0, 0.0, 0.0
             for d in range(self.devices):
                 energy += ve[d][HOLD] - va[d][HOLD] - idle_ext[d]
                 n += vb[d]["count"][0] - va[d]["count"][0]
                 s1 += vb[d]["count"][1] - va[d]["count"][1]
                 s2 += vb[d]["count"][2] - va[d]["count"][2]
+            mean_r = s1 / n if n else NAN
+            cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
+            stats.append((cv, max(n / self.devices, 1.0)))
             idle_w = sum(self.idle.at(trial.b))
             unc = max(spread if math.isfinite(spread) else 0.0, 0.02 * idle_w) if math.isfinite(idle_w) else NAN
             idle_unc_j += unc * (trial.ext_b - trial.b)
@@ -549,37 +602,54 @@ class GpuEnergyMeter(EnergyMeter):
         idle_w = sum(sum(self.idle.energy(t.a, t.b)) for t in trials) / measured if measured > 0 else NAN
         dynamic = max(mean_w - idle_w, 0.0) / mean_w if math.isfinite(idle_w) and mean_w > 0 else 1.0
         part = min(1.0, window / period) if window is not None and math.isfinite(period) else NAN
-        phases = [self.trial_phase(t, refreshes) for t in trials]
-        verified = None
-        gap = NAN
-        alias = 0.0
-        if not (math.isfinite(part) and part >= 1.0):
+        per_run = [e / r for e, r in zip(energies, runs)]
+        finite = all(math.isfinite(e) for e in per_run) and statistics.mean(per_run) > 0
+        k = len(trials)
+        mean_run = statistics.mean(per_run) if finite else NAN
+        unseen = 1 - (part if math.isfinite(part) else 0.0)
+        sampling = 2 * math.sqrt(sum((cv * math.sqrt(unseen / n) * m) ** 2 for (cv, n), m in zip(stats, per_run))) / (
+            k * mean_run) if finite else NAN
+        t_interval = (_t975(k - 1) * statistics.stdev(per_run) / math.sqrt(k) / mean_run) if finite and k > 1 else NAN
+        verified, gap, alias, tiling = None, NAN, 0.0, 0.0
+        if unseen > 0:  # part-time (or unknown window): phases matter
             ref_period, _ = self.refined_period(power, refreshes)
+            phases = [self.trial_phase(t, refreshes) for t in trials]
             verified = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
                                                                   window, ref_period))
             if all(math.isfinite(p) for p, _ in phases):
                 gap = largest_gap([p for p, _ in phases])
-            if not verified:
-                alias = (1 - (part if math.isfinite(part) else 0.0)) * dynamic
-        per_run = [e / r for e, r in zip(energies, runs)]
-        if len(trials) > 1 and all(math.isfinite(e) for e in per_run) and statistics.mean(per_run) > 0:
-            stat = _t975(len(trials) - 1) * statistics.stdev(per_run) / math.sqrt(len(trials)) / statistics.mean(per_run)
-            stat_basis = f"t-interval over {len(trials)} trials"
+            if verified and finite:
+                # tiling mismatch: gaps off 1/K (as estimated), and each trial's phase uncertainty times how
+                # fast the trials' readings change with phase (from neighbouring trials)
+                order = sorted(range(k), key=lambda i: phases[i][0])
+                m = [per_run[i] for i in order]
+                gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
+                tiling = sum(abs(g - 1 / k) * abs(m[j] - mean_run) for j, g in enumerate(gaps))
+                tiling += sum((abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 / (1 / k)
+                              * phases[order[j]][1] / ref_period / k for j in range(k))
+                tiling /= mean_run
+                stat, stat_basis = sampling + tiling, (f"stratified over {k} phases verified to tile the update period: "
+                                                       f"readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %")
+            else:
+                # the unseen fraction of each period could have drawn anything from idle to the power limit
+                limit = self.power_limit_w()
+                ceiling = max(limit - mean_w, mean_w - idle_w) / mean_w if math.isfinite(limit) and mean_w > 0 \
+                    else max(dynamic, 1.0)
+                alias = unseen * ceiling
+                stat = t_interval if math.isfinite(t_interval) else sampling
+                stat_basis = (f"{'t-interval over trials' if math.isfinite(t_interval) else 'readings noise'} "
+                              f"{100 * stat:.2f} % + aliasing of a part-time reading {100 * alias:.1f} % (trial phases "
+                              "not known to tile the update period)")
         else:
-            mean_r = s1 / n if n else NAN
-            cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
-            seen = (part if math.isfinite(part) else 0.0)
-            stat = 2 * cv * math.sqrt((1 - min(seen, 1.0)) / max(n / self.devices, 1))
-            stat_basis = "2σ sampling error of the readings"
+            stat = t_interval if math.isfinite(t_interval) else 0.0
+            stat_basis = (f"t-interval over {k} trials {100 * stat:.2f} %" if math.isfinite(t_interval)
+                          else "full coverage, one trial: no sampling error")
         idle_term = idle_unc_j / total if total > 0 and math.isfinite(idle_unc_j) else 0.0
         bound = stat + alias + idle_term
         w_text = f"{window * 1e3:.0f} ms" if window is not None else "unknown (taken as one update)"
-        basis = (f"{power.name} polled (update {p_eff * 1e3:.1f} ms, averaging {w_text}), {sum(runs)} runs in "
-                 f"{len(trials)} trials, edges integrated over averaging window + 1.5 updates of idle: {stat_basis} "
-                 f"{100 * stat:.2f} %" + (f" + aliasing of a part-time reading {100 * alias:.1f} % (trial phases "
-                                         "not known to cover the update period)" if alias else "")
-                 + (" (phases verified to cover the period)" if verified else "")
-                 + f" + idle at the edges {100 * idle_term:.2f} %")
+        basis = (f"{power.name} polled (update {p_eff * 1e3:.1f} ms, averaging {w_text}), {sum(runs)} runs in {k} "
+                 f"trials, each integrated over its window + averaging window + 1.5 updates of idle: {stat_basis}; "
+                 f"idle at the edges {100 * idle_term:.2f} %")
         reading = self._common(label, "polled-trials", [(t.a, t.b) for t in trials], runs, energies,
                                [(t.anchor_a, t.anchor_b) for t in trials], [(t.host_a, t.host_b) for t in trials],
                                reason, bound, basis, stratified=True, phase_gap=gap, phases_verified=verified)

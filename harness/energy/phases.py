@@ -88,22 +88,38 @@ class RefreshWatcher:
 
 
 def refine_period(refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:
-    """Refine ``period`` (± ``sigma``) from refreshes of one device: pairs n periods apart give
-    period ± (half-widths)/n, usable while n × sigma < period / 4 (n unambiguous). Chaining from
-    close pairs to distant ones, a few refreshes over seconds pin the period to microseconds."""
+    """Refine ``period`` (± ``sigma``) from refreshes of one device seen over many periods.
+
+    Refreshes are numbered by rounding their distance from the first in periods — valid while the
+    period's uncertainty times that number stays under a quarter period — and the period is the
+    least-squares slope of time against number; its uncertainty (three standard errors, each time
+    known to ± its half-width) shrinks as the span grows, which lets farther refreshes be numbered
+    in turn. A few refreshes in an idle gap and a few seconds later pin the period to microseconds,
+    whatever its value was believed to be within a millisecond."""
     times = sorted(refreshes, key=lambda r: r.t)
-    if len(times) < 2 or not math.isfinite(period):
+    if len(times) < 2 or not math.isfinite(period) or period <= 0:
         return period, sigma
-    first = times[0]
+    first = times[0].t
+    numbered: list[tuple[int, float, float]] = [(0, first, times[0].halfwidth)]
+    best = (period, sigma)
     for r in times[1:]:
-        d = r.t - first.t
-        n = round(d / period)
-        if n < 1 or n * sigma > period / 4:
+        p, s = best
+        n = round((r.t - first) / p)
+        if n <= numbered[-1][0] or n * s > p / 4:
             continue
-        candidate, cand_sigma = d / n, (first.halfwidth + r.halfwidth) / n
-        if cand_sigma < sigma / 2:  # only a clear improvement replaces what is known
-            period, sigma = candidate, cand_sigma
-    return period, sigma
+        numbered.append((n, r.t, r.halfwidth))
+        if len(numbered) < 3:
+            continue
+        ns = [x[0] for x in numbered]
+        ts = [x[1] for x in numbered]
+        mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
+        sxx = sum((x - mean_n) ** 2 for x in ns)
+        slope = sum((x - mean_n) * (y - mean_t) for x, y in zip(ns, ts)) / sxx
+        noise = max(x[2] for x in numbered) / math.sqrt(3)
+        fit_sigma = 3 * noise / math.sqrt(sxx)
+        if fit_sigma < s:
+            best = (slope, fit_sigma)
+    return best
 
 
 def phase_of(t: float, refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:

@@ -157,6 +157,7 @@ def run_counter(meter, label: str, workload: Callable[[], T]):
             clock.sleep(meter.rng.uniform(*cfg.trial_delay_s))
             meter.synchronize()
         lead = RefreshWatcher(counter, clock, cfg.phase_poll_s).until_refreshes(1, timeout)
+        meter.note_refreshes(counter, lead)
         trial = Trial(opened=clock.now(), lead=[s[0] if s else None for s in lead])
         runs = Runs(meter, trial, workload, results)
         while True:
@@ -176,6 +177,7 @@ def run_counter(meter, label: str, workload: Callable[[], T]):
                 break
         runs.close()
         tail = meter.watch_tail(counter, trial.b, timeout)
+        meter.note_refreshes(counter, tail)
         trial.tail = [s[0] if s else None for s in tail]
         trials.append(trial)
     return results, meter.counter_reading(label, trials, single=bool(single))
@@ -210,14 +212,16 @@ def run_polled(meter, label: str, workload: Callable[[], T]):
         opened, aimed = aim(watcher, not_before, target, refreshes, aim_period)
         refreshes.extend(watcher.seen[0])
         trial = Trial(opened=opened, aimed=aimed)
-        meter.add_idle_from_power(power, idle_since + w_eff + p_eff, opened)
+        meter.idle_from_watch(watcher, idle_since, p_eff, w_eff)
         runs = Runs(meter, trial, workload, results)
         while True:
             runs.run()
             if runs.enough():
                 break
         runs.close()
-        trial.ext_b = trial.b + w_eff + 1.5 * p_eff
+        # every reading whose averaging window touched [a, b] is in, however late the sampler saw it
+        lag = max(meter.sampler.max_poll_gap(power.name, trial.a) - cfg.interval_s, 0.0)
+        trial.ext_b = trial.b + w_eff + 1.5 * p_eff + lag
         trial.anchor_ext = meter.sampler.anchor(trial.ext_b)
         tail = RefreshWatcher(power, clock, cfg.phase_poll_s)
         deadline = trial.ext_b + 3 * p_eff + 0.1
@@ -225,7 +229,7 @@ def run_polled(meter, label: str, workload: Callable[[], T]):
             if not tail.step():
                 break
         refreshes.extend(tail.seen[0])
-        meter.add_idle_from_power(power, trial.b + w_eff + p_eff, clock.now())
+        meter.idle_from_watch(tail, trial.b, p_eff, w_eff)
         idle_since = trial.b
         trials.append(trial)
     return results, meter.polled_reading(label, trials, refreshes)

@@ -411,6 +411,14 @@ class Sampler:
         with self.lock:
             return min(s.times[-1] if s.times else float("-inf") for s in self.series[name])
 
+    def max_poll_gap(self, name: str, since: float) -> float:
+        """Longest gap between two polls of channel ``name`` since ``since`` (the sampler's lag)."""
+        with self.lock:
+            times = self.stats[name].times
+            i = max(bisect.bisect_left(times, since) - 1, 0)
+            recent = times[i:]
+            return max((b - a for a, b in zip(recent, recent[1:])), default=self.interval_s)
+
     def failure(self, name: str) -> str | None:
         return self.series[name][0].failure
 
