@@ -292,12 +292,17 @@ class GpuEnergyMeter(EnergyMeter):
         return phase_of(trial.opened, refreshes, *self.refined_period(self.primary, refreshes))
 
     # ---- running and waiting ----------------------------------------------------------------
-    def run_once(self, workload: Callable[[], T]) -> tuple[float, T, float]:
+    def run_once(self, workload: Callable[[], T], anchor: bool = False):
+        """Run ``workload`` once (inside ``activity``), synchronise; (start, result, end), and with
+        ``anchor`` also an anchor at ``start`` — registered before the run, so that the readings
+        around it are kept however long the run lasts."""
         start = self.clock.now()
+        handle = self.sampler.anchor(start) if anchor else None
         with self.activity():
             result = workload()
         self.synchronize()
-        return start, result, self.clock.now()
+        end = self.clock.now()
+        return (start, result, end, handle) if anchor else (start, result, end)
 
     def host_read(self) -> dict | None:
         return _read_host(self.host)

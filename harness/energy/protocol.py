@@ -117,15 +117,18 @@ class Runs:
 
     def run(self, keep_all: bool = False) -> tuple[float, float]:
         host = self.meter.host_read()
-        start, result, end = self.meter.run_once(self.workload)
+        start, result, end, anchor = self.meter.run_once(self.workload, anchor=True)
         if keep_all or start - self.trial.opened >= self.meter.cfg.discard_rise_s:
             if not self.kept:
                 self.trial.aligned = self.first
                 self.trial.a = start
-                self.trial.anchor_a = self.meter.sampler.anchor(start)
+                self.trial.anchor_a = anchor
                 self.trial.host_a = host
+                anchor = None
             self.kept.append((start, end))
             self.results.append(result)
+        if anchor is not None:
+            self.meter.sampler.release(anchor)
         self.first = False
         return start, end
 

@@ -239,7 +239,7 @@ class PollStats:
     def add(self, t: float) -> None:
         if self.times:
             gap = t - self.times[-1]
-            ratio = gap / self.update_s if math.isfinite(self.update_s) and self.update_s > 0 else NAN
+            ratio = gap / self.update_s if math.isfinite(self.update_s) and self.update_s > 0 else 0.0
             self.polls.append(self.polls[-1] + 1)
             self.seen.append(self.seen[-1] + min(ratio, 1.0))
             self.missed.append(self.missed[-1] + max(ratio - 1.0, 0.0))
