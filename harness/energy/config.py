@@ -38,7 +38,7 @@ class EnergyConfig:
     phase_poll_s: float = 0.001
     discard_rise_s: float = 0.0
     idle_baseline_s: float = 1.0
-    idle_every_s: float | None = 0.0
+    idle_every_s: float | None = 2.0
     infer_update_period_s: float = 1.0
     cross_check_tolerance: float = 0.05
     cooldown_s: float = 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 
 NAN = math.nan
 
@@ -85,9 +86,10 @@ def summarize_state(start: list[dict] | None, end: list[dict] | None, reason: st
 
 def cool_down(read_temperature, read_power, clock, max_s: float, window_s: float = 5.0, temp_tol_c: float = 1.0,
               power_tol: float = 0.02, step_s: float = 0.5) -> dict:
-    """Wait (at most ``max_s``) until temperature and idle power have settled: over the last
-    ``window_s``, temperature within ``temp_tol_c`` and power within ``power_tol`` (relative).
-    ``read_temperature``/``read_power`` return totals over the GPUs in use."""
+    """Wait (at most ``max_s``) until temperature and idle power have settled: their means over the
+    last ``window_s`` and the ``window_s`` before differ by at most ``temp_tol_c`` and ``power_tol``
+    (relative) — means, so that sensor noise and ripple do not keep it waiting. ``read_temperature``
+    and ``read_power`` return totals over the GPUs in use."""
     start = clock.now()
     history: list[tuple[float, float, float]] = []
     while True:
@@ -96,13 +98,15 @@ def cool_down(read_temperature, read_power, clock, max_s: float, window_s: float
             history.append((now, float(read_temperature()), float(read_power())))
         except Exception as e:  # noqa: BLE001 — a cool-down never fails a cell
             return {"cooldown_s": now - start, "cooldown_settled": False, "cooldown_reason": f"read failed: {e}"}
-        recent = [h for h in history if h[0] >= now - window_s]
-        if now - start >= window_s and len(recent) >= 2:
-            temps, powers = [h[1] for h in recent], [h[2] for h in recent]
-            mean_p = sum(powers) / len(powers)
-            if max(temps) - min(temps) <= temp_tol_c and (max(powers) - min(powers)) <= power_tol * mean_p:
-                return {"cooldown_s": now - start, "cooldown_settled": True, "cooldown_temperature_c": temps[-1],
-                        "cooldown_power_w": powers[-1]}
+        if now - start >= 2 * window_s:
+            recent = [h for h in history if h[0] > now - window_s]
+            before = [h for h in history if now - 2 * window_s < h[0] <= now - window_s]
+            if recent and before:
+                t1, t0 = (statistics.mean(h[1] for h in hs) for hs in (recent, before))
+                p1, p0 = (statistics.mean(h[2] for h in hs) for hs in (recent, before))
+                if abs(t1 - t0) <= temp_tol_c and abs(p1 - p0) <= power_tol * max(p1, 1e-9):
+                    return {"cooldown_s": now - start, "cooldown_settled": True, "cooldown_temperature_c": t1,
+                            "cooldown_power_w": p1}
         if now - start >= max_s:
             return {"cooldown_s": now - start, "cooldown_settled": False, "cooldown_temperature_c": history[-1][1],
                     "cooldown_power_w": history[-1][2],

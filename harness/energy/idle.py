@@ -5,7 +5,8 @@ temperature (60→90 W over a cell was observed in simulation of a thermal ramp,
 energy off by 21 % on average). So idle is measured again after each measurement — one sensor
 update period of idle GPU right after the window's tail, which the meter waits through anyway to
 close the window on a refresh — and idle power at any time is the linear interpolation between
-the measurements around it (flat beyond the ends). Net energy of a window subtracts the integral
+the measurements around it (before the first: flat; after the last: the last trend continued for
+at most the last spacing, then flat). Net energy of a window subtracts the integral
 of that curve over the window, which is exact for a linear drift and off by the curvature
 between two measurements otherwise (a few tenths of a watt for a 60→90 W swing over minutes).
 
@@ -53,7 +54,12 @@ class IdleTracker:
         if i == 0:
             return list(self.watts[0])
         if i == len(self.times):
-            return list(self.watts[-1])
+            if len(self.times) < 2:
+                return list(self.watts[-1])
+            # past the last measurement: continue the last trend, for at most the last spacing
+            t0, t1 = self.times[-2], self.times[-1]
+            f = min(t - t1, t1 - t0) / (t1 - t0) if t1 > t0 else 0.0
+            return [w1 + (w1 - w0) * f for w0, w1 in zip(self.watts[-2], self.watts[-1])]
         t0, t1 = self.times[i - 1], self.times[i]
         f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
         return [w0 + (w1 - w0) * f for w0, w1 in zip(self.watts[i - 1], self.watts[i])]
@@ -73,14 +79,11 @@ class IdleTracker:
         return out
 
     def spread(self, a: float, b: float) -> float:
-        """How much total idle power changed between the measurements around [a, b] (W): the
-        scale of the error of assuming a known idle power at a window's edges."""
+        """How much total idle power varied over the measurements around [a, b] (a few on either
+        side; W): the scale of the error of assuming a known idle power at a window's edges."""
         if len(self.times) < 2:
             return NAN
-        lo = max(bisect.bisect_right(self.times, a) - 1, 0)
-        hi = min(bisect.bisect_left(self.times, b), len(self.times) - 1)
-        if hi == lo:
-            hi = min(lo + 1, len(self.times) - 1)
-            lo = hi - 1
+        lo = max(bisect.bisect_right(self.times, a) - 3, 0)
+        hi = min(bisect.bisect_left(self.times, b) + 2, len(self.times) - 1)
         totals = [sum(w) for w in self.watts[lo:hi + 1]]
         return max(totals) - min(totals)

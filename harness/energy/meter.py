@@ -179,6 +179,7 @@ class GpuEnergyMeter(EnergyMeter):
         else:
             self.estimator = "sum" if cfg.integration == "sum" else "trapezoid"
         self.devices = len(self.primary.handles)
+        self.refreshes: dict[str, list] = {}  # channel → device 0's refreshes seen by the meter's own polling
         self.cooldown = self._cool_down() if cfg.cooldown_s > 0 else {}
         self.state_start = gpu_state(sources.nvml, sources.devices) if sources.nvml is not None else None
         channels = [c for c in (self.primary, self.cross_check) if c is not None]
@@ -188,11 +189,10 @@ class GpuEnergyMeter(EnergyMeter):
             self._host_due = -math.inf
             self.sampler.extra.append(self._host_tick)
         self.idle = IdleTracker(self.devices)
-        self.refreshes: dict[str, list] = {}  # channel → device 0's refreshes seen by the meter's own polling
         self.sampler.start()
         started = self.clock.now()
-        self.update_periods = (infer_update_periods(channels, self.clock, cfg.infer_update_period_s)
-                               if cfg.infer_update_period_s > 0 else {})
+        self.update_periods = (infer_update_periods(channels, self.clock, cfg.infer_update_period_s,
+                                                    seen=self.refreshes) if cfg.infer_update_period_s > 0 else {})
         for channel in channels:
             self.sampler.set_update_period(channel.name, self.update_period(channel))
         self.idle_power_w, self.idle_reason = self._idle_baseline(started)
@@ -255,12 +255,17 @@ class GpuEnergyMeter(EnergyMeter):
 
     # ---- what the sensors mean -------------------------------------------------------------
     def update_period(self, channel) -> float:
-        """Inferred update period of ``channel``, else the documented one, else NaN."""
+        """Inferred update period of ``channel``, else the documented one, else the median spacing
+        of consecutive refreshes the meter's own polling saw, else NaN."""
         inferred = self.update_periods.get(channel.name, NAN)
         if math.isfinite(inferred):
             return inferred
         documented = channel.semantics.update_s if channel.semantics is not None else None
-        return documented if documented is not None else NAN
+        if documented is not None:
+            return documented
+        seen = sorted(r.t for r in self.refreshes.get(channel.name, []))
+        spacings = [b - a for a, b in zip(seen, seen[1:]) if 0 < b - a < 1.0]
+        return statistics.median(spacings) if spacings else NAN
 
     @staticmethod
     def power_window(channel) -> float | None:
@@ -323,6 +328,22 @@ class GpuEnergyMeter(EnergyMeter):
             watts = [(s[1].value - s[0].value) / self._refresh_spacing(channel, s[0], s[1]) for s in seen]
             self.idle.add(statistics.mean((s[0].t + s[1].t) / 2 for s in seen), watts)
         return seen
+
+    def snap_to_refreshes(self, channel, times: list[float]) -> list[float]:
+        """The sampler's timestamps of device 0's refreshes (± half a poll) moved onto the refresh
+        grid the meter's own 1 ms polling located (± microseconds once the period is refined)."""
+        seen = self.refreshes.get(channel.name, [])
+        period, sigma = refine_period(seen, self.update_period(channel), 1e-3)
+        if not seen or not math.isfinite(period):
+            return list(times)
+        ref = seen[-1].t
+        out = []
+        for t in times:
+            n = round((t - ref) / period)
+            grid = ref + n * period
+            ok = abs(n) * sigma + seen[-1].halfwidth < self.cfg.interval_s / 4 and abs(t - grid) <= self.cfg.interval_s
+            out.append(grid if ok else t)
+        return out
 
     def note_refreshes(self, channel, seen) -> None:
         """Keep device 0's observed refreshes of ``channel`` (to refine its update period)."""
@@ -708,19 +729,27 @@ class GpuEnergyMeter(EnergyMeter):
             return summarize_state(None, None, "no NVML")
         return summarize_state(self.state_start, gpu_state(self.sources.nvml, self.sources.devices))
 
-    def attribute(self, a: float, b: float, labels: dict[str, list[tuple[float, float]]]) -> Attribution:
+    def attribute(self, a: float, b: float, labels: dict[str, list[tuple[float, float]]],
+                  idle_around: bool = True) -> Attribution:
         """Split the counter energy of [a, b] (recent: within ``keep_samples_s``) among ``labels``
-        (see :mod:`harness.energy.attribution`); summed over devices."""
+        (see :mod:`harness.energy.attribution`); summed over devices. ``idle_around``: the GPU idled
+        just before ``a`` and after ``b`` (as around :meth:`measure`'s windows), at the tracked idle."""
         if self.primary.kind != "energy":
             return super().attribute(a, b, labels)
         parts = []
-        for s in self.sampler.snapshot(self.primary.name):
-            parts.append(attribute(s.times, s.values, labels, (a, b)))
+        idle = self.idle.at((a + b) / 2)
+        for d, s in enumerate(self.sampler.snapshot(self.primary.name)):
+            times = self.snap_to_refreshes(self.primary, s.times) if d == 0 else s.times
+            outside = idle[d] if idle_around and math.isfinite(idle[d]) else None
+            parts.append(attribute(times, s.values, labels, (a, b), outside))
         names = list(parts[0].energy_j)
         return Attribution({n: sum(p.energy_j[n] for p in parts) for n in names},
                            {n: sum(p.power_w[n] for p in parts) for n in names}, parts[0].seconds,
                            min(p.intervals for p in parts), sum(p.residual_j for p in parts),
-                           next((p.reason for p in parts if p.reason), None))
+                           next((p.reason for p in parts if p.reason), None), max(p.condition for p in parts),
+                           None if any(p.energy_sigma_j is None for p in parts) else
+                           {n: math.sqrt(sum(p.energy_sigma_j.get(n, 0.0) ** 2 for p in parts))
+                            for n in parts[0].energy_sigma_j})
 
     def describe(self) -> dict:
         devices = self.sources.devices

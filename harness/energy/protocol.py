@@ -52,11 +52,14 @@ T = TypeVar("T")
 NAN = math.nan
 
 
-def infer_update_periods(channels, clock, duration_s: float, poll_s: float = 0.001) -> dict[str, float]:
+def infer_update_periods(channels, clock, duration_s: float, poll_s: float = 0.001,
+                         seen: dict | None = None) -> dict[str, float]:
     """Median time between changes of each device's value while polling every ``poll_s`` for
-    ``duration_s``, per channel the median over its devices (NaN with fewer than three changes)."""
+    ``duration_s``, per channel the median over its devices (NaN with fewer than three changes).
+    ``seen`` (channel name → list) receives device 0's changes as :class:`Refresh` es."""
     changes = {(c.name, i): [] for c in channels for i in range(len(c.handles))}
     last: dict[tuple[str, int], float] = {}
+    polled: dict[str, float] = {}
     end = clock.now() + duration_s
     while clock.now() < end:
         for channel in channels:
@@ -68,7 +71,11 @@ def infer_update_periods(channels, clock, duration_s: float, poll_s: float = 0.0
             for key, value in zip(((channel.name, i) for i in range(len(values))), values):
                 if key in last and value != last[key]:
                     changes[key].append(now)
+                    if seen is not None and key[1] == 0:
+                        before = polled.get(channel.name, now)
+                        seen.setdefault(channel.name, []).append(Refresh((before + now) / 2, value, (now - before) / 2))
                 last[key] = value
+            polled[channel.name] = now
         clock.sleep(poll_s)
     periods = {}
     for channel in channels:
