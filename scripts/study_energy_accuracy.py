@@ -162,10 +162,11 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
         gross = sum(r[0] for r in results)
         net = sum(gpu.net_energy(r[1], r[2]) for r in results)
         bound = getattr(reading, "error_bound", math.nan)
+        net_bound = getattr(reading, "net_error_bound", math.nan)
         est_net = reading.net_energy_j * reading.repetitions
         rows.append({"gross": (reading.total_energy_j - gross) / gross,
                      "net": (est_net - net) / net if math.isfinite(est_net) else math.nan,
-                     "bound": bound, "runs": len(results), "reason": reading.reason})
+                     "bound": bound, "net_bound": net_bound, "runs": len(results), "reason": reading.reason})
         off_time += results[0][2] - results[0][1]
         gpu.run([(0.1, 250.0)])  # the runner's output-perplexity pass on the GPU
         clock.sleep(0.1)          # and its CPU work
@@ -179,13 +180,16 @@ def summarize(cells: list[dict]) -> dict:
     gross = [abs(r["gross"]) for r in rows if math.isfinite(r["gross"])]
     net = [abs(r["net"]) for r in rows if math.isfinite(r["net"])]
     bounds = [r for r in rows if math.isfinite(r["bound"]) and math.isfinite(r["gross"])]
+    net_bounds = [r for r in rows if math.isfinite(r["net_bound"]) and math.isfinite(r["net"])]
     return {"prompts": len(rows), "nan": sum(1 for r in rows if not math.isfinite(r["gross"])),
             "gross_mean": statistics.mean(gross) if gross else math.nan, "gross_worst": max(gross, default=math.nan),
             "net_mean": statistics.mean(net) if net else math.nan, "net_worst": max(net, default=math.nan),
             "runs_per_prompt": statistics.mean(r["runs"] for r in rows),
             "cost_ratio": statistics.mean(c["ratio"] for c in cells),
             "bound_holds": (sum(abs(r["gross"]) <= r["bound"] for r in bounds) / len(bounds)) if bounds else math.nan,
-            "bound_median": statistics.median(r["bound"] for r in bounds) if bounds else math.nan}
+            "bound_median": statistics.median(r["bound"] for r in bounds) if bounds else math.nan,
+            "net_bound_holds": (sum(abs(r["net"]) <= r["net_bound"] for r in net_bounds) / len(net_bounds))
+            if net_bounds else math.nan}
 
 
 def pct(x: float) -> str:
@@ -209,7 +213,7 @@ def main(argv=None) -> int:
     table = []
     print(f"meter from {root}; {args.seeds} seeds × {args.prompts} prompts per scenario; errors in %")
     print(f"{'scenario':28s} {'meter':8s} {'gross mean':>10s} {'worst':>7s} {'net mean':>9s} {'worst':>7s} "
-          f"{'runs/prompt':>11s} {'cost ×off':>9s} {'bound ok':>8s} {'bound med':>9s}")
+          f"{'runs/prompt':>11s} {'cost ×off':>9s} {'bound ok':>8s} {'bound med':>9s} {'net bd ok':>9s}")
     for scenario in SCENARIOS:
         if args.only and args.only not in scenario.name:
             continue
@@ -220,9 +224,10 @@ def main(argv=None) -> int:
             s = summarize(cells)
             table.append({"scenario": scenario.name, "note": scenario.note, "meter": meter, **s})
             holds = "   n/a" if not math.isfinite(s["bound_holds"]) else f"{100 * s['bound_holds']:5.0f} %"
+            net_holds = "   n/a" if not math.isfinite(s["net_bound_holds"]) else f"{100 * s['net_bound_holds']:5.0f} %"
             print(f"{scenario.name:28s} {meter:8s} {pct(s['gross_mean']):>10s} {pct(s['gross_worst']):>7s} "
                   f"{pct(s['net_mean']):>9s} {pct(s['net_worst']):>7s} {s['runs_per_prompt']:11.1f} "
-                  f"{s['cost_ratio']:9.2f} {holds:>8s} {pct(s['bound_median']):>9s}"
+                  f"{s['cost_ratio']:9.2f} {holds:>8s} {pct(s['bound_median']):>9s} {net_holds:>9s}"
                   + (f"  ({s['nan']} NaN)" if s["nan"] else ""), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=2))

@@ -282,3 +282,13 @@ def test_measurement_is_one_object():
         results, reading = m  # the former tuple, deprecated
     assert results is m.results and reading is m.reading and caught
     meter.close()
+
+
+def test_net_energy_states_its_own_bound():
+    clock, gpu, meter, rng = make(4, {"source": "counter"}, idle_w=75.0, idle_wave_w=15.0, idle_wave_period_s=90.0)
+    for _ in range(5):
+        pieces = [(s, w - 75.0 + gpu.idle_power(clock.now())) for s, w in llm_like_load(rng, rng.uniform(1.0, 3.0))]
+        _, r = measure(meter, gpu, pieces)
+        assert math.isfinite(r.net_error_bound) and r.net_error_bound >= r.error_bound
+        assert abs(rel(r.net_energy_j, r.simulated_exact_net_energy_j)) <= r.net_error_bound
+    meter.close()

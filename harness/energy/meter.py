@@ -36,6 +36,9 @@ from harness.energy.windows import Window, device_energy
 from harness.errors import ConfigError
 
 T = TypeVar("T")
+# how far a GPU's power may be from the tracked idle right after a synchronise (it takes a few ms to
+# fall) or between two idle measurements, as a fraction of idle: the floor of the edges' uncertainty
+IDLE_FLOOR = 0.10
 
 
 @dataclass
@@ -393,14 +396,17 @@ class GpuEnergyMeter(EnergyMeter):
                 out.append(s.energy(a, b, HOLD) / (b - a) if b > a and s.times else NAN)
         return out
 
-    def await_settled(self, t: float) -> None:
-        """Wait (at most about two update periods) until the readings around ``t`` are final."""
+    def await_settled(self, t: float, channels=None) -> None:
+        """Wait (at most about two update periods) until the readings around ``t`` are final (of
+        ``channels``; default all)."""
         if self.estimator == "sum":
             return
-        periods = [self.update_period(c) for c in self.sampler.channels]
+        channels = channels or self.sampler.channels
+        periods = [self.update_period(c) for c in channels]
         longest = max((p for p in periods if math.isfinite(p)), default=0.1)
         deadline = self.clock.now() + 2 * longest + 3 * self.cfg.interval_s + (self.power_window(self.primary) or 0) / 2
-        while not self.sampler.settled(t) and self.clock.now() < deadline:
+        names = [c.name for c in channels]
+        while not self.sampler.settled(t, names) and self.clock.now() < deadline:
             self.clock.sleep(self.cfg.interval_s)
 
     def power_limit_w(self) -> float:
@@ -510,6 +516,13 @@ class GpuEnergyMeter(EnergyMeter):
         if self.exact is not None:
             exact = sum(self.exact(a, b) for a, b in spans) / total_runs
             exact_net = sum(self.exact_net(a, b) for a, b in spans) / total_runs if self.exact_net else NAN
+        # net: idle over the window known to ± twice the scatter of the idle measurements around it
+        # (≥ 1 % of idle); with fewer than two measurements, ± IDLE_FLOOR (the drift is unknown)
+        scatter = self.idle.spread(spans[0][0], spans[-1][1])
+        idle_w = idle / measured if measured > 0 else NAN
+        idle_unc = max(2 * scatter, 0.01 * idle_w) if math.isfinite(scatter) else IDLE_FLOOR * idle_w
+        net = total - idle
+        net_bound = (bound * total + idle_unc * measured) / net if net > 0 and reason is None else NAN
         return EnergyReading(
             source=self.primary.name, energy_j=total / total_runs, net_energy_j=(total - idle) / total_runs,
             total_energy_j=total, mean_power_w=total / measured if measured > 0 else NAN,
@@ -517,15 +530,17 @@ class GpuEnergyMeter(EnergyMeter):
             measured_s=measured, samples=round(seen) if math.isfinite(seen) else 0,
             coverage=coverage if reason is None else NAN, repetitions=total_runs, trials=len(spans),
             trial_spread=spread, polled_energy_j=polled / total_runs, update_period_s=period, mode=mode,
-            error_bound=bound if reason is None else NAN, error_basis=basis,
+            error_bound=bound if reason is None else NAN, net_error_bound=net_bound, error_basis=basis,
             poll_hz=polls / measured if measured > 0 else NAN, missed_refreshes=missed,
             cross_check_diff=diff, cross_check_flag=flag, simulated_exact_energy_j=exact,
             simulated_exact_net_energy_j=exact_net, label=label, reason=reason, **host_fields, **extra)
 
     def counter_reading(self, label: str, trials, single: bool) -> EnergyReading:
         """Counter windows: edges at observed refreshes where the GPU was idle between refresh and
-        edge (exact up to idle × gap), interpolated otherwise."""
-        self.await_settled(max(t.b for t in trials))
+        edge (exact up to idle × gap), interpolated otherwise. Nothing is awaited when every edge sits
+        on a refresh; the polled cross-check then uses the power readings seen so far."""
+        if any(not t.aligned or any(r is None for r in t.tail) or len(t.tail) < self.devices for t in trials):
+            self.await_settled(max(t.b for t in trials), [self.primary])
         reason = self._failure(self.primary, self.clock.now())
         period = self.update_period(self.primary)
         energies, edge_err, aligned_edges, interpolated_edges = [], 0.0, 0, 0
@@ -535,7 +550,7 @@ class GpuEnergyMeter(EnergyMeter):
             spread = self.idle.spread(trial.a, trial.b)
             energy = 0.0
             for d in range(self.devices):
-                unc = max(spread / self.devices if math.isfinite(spread) else 0.0, 0.02 * idle_b[d]) \
+                unc = max(2 * spread / self.devices if math.isfinite(spread) else 0.0, IDLE_FLOOR * idle_b[d]) \
                     if math.isfinite(idle_b[d]) else NAN
                 lead = trial.lead[d] if trial.aligned and d < len(trial.lead) else None
                 if lead is not None and math.isfinite(idle_a[d]):
@@ -567,7 +582,7 @@ class GpuEnergyMeter(EnergyMeter):
         bound = (edge_err + resolution) / total if math.isfinite(total) and total > 0 else NAN
         runs = [t.runs for t in trials]
         basis = (f"NVML energy counter (update {p_eff * 1e3:.0f} ms), {'one run' if single else f'{sum(runs)} runs in {len(trials)} trials'}; "
-                 f"{aligned_edges} edge(s) on observed refreshes with the GPU idle in between (idle ± max(drift, 2 %)), "
+                 f"{aligned_edges} edge(s) on observed refreshes with the GPU idle in between (idle ± max(2 × its scatter, 10 %)), "
                  f"{interpolated_edges} interpolated (± half an update at the mean power); 1 mJ counter resolution")
         polled = self._polled_cross_check([(t.anchor_a, t.b) for t in trials]) if self.cross_check else (NAN, NAN)
         reading = self._common(label, "counter-aligned", [(t.a, t.b) for t in trials], runs, energies,
@@ -617,7 +632,7 @@ class GpuEnergyMeter(EnergyMeter):
             cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
             stats.append((cv, max(n / self.devices, 1.0)))
             idle_w = sum(self.idle.at(trial.b))
-            unc = max(spread if math.isfinite(spread) else 0.0, 0.02 * idle_w) if math.isfinite(idle_w) else NAN
+            unc = max(2 * spread if math.isfinite(spread) else 0.0, IDLE_FLOOR * idle_w) if math.isfinite(idle_w) else NAN
             idle_unc_j += unc * (trial.ext_b - trial.b)
             energies.append(energy)
         if reason is None and not all(math.isfinite(e) for e in energies):

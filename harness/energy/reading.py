@@ -19,7 +19,8 @@ class EnergyReading:
     How it was measured and how far off it may be: ``mode`` ("counter-aligned": one or more
     runs whose edges sit on counter refreshes; "counter-window" / "polled-window": a plain
     window; "polled-trials": phase-shifted trials of polled power), ``error_bound`` (expected
-    relative error, ~95 %) and ``error_basis`` (why). ``samples`` counts sensor refreshes the
+    relative error of gross energy, ~95 %), ``net_error_bound`` (the same for net energy: the gross
+    bound plus the tracked idle's uncertainty over the window) and ``error_basis`` (why). ``samples`` counts sensor refreshes the
     sampler saw inside the measured time, ``coverage`` the fraction of that time their averaging
     windows covered, ``poll_hz`` the sampler's achieved rate and ``missed_refreshes`` the sensor
     refreshes that fell between two polls unseen. ``phase_gap`` is the largest gap between the
@@ -50,6 +51,7 @@ class EnergyReading:
     update_period_s: float = NAN
     mode: str = "none"
     error_bound: float = NAN
+    net_error_bound: float = NAN
     error_basis: str = ""
     poll_hz: float = NAN
     missed_refreshes: float = NAN

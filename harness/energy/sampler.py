@@ -356,10 +356,11 @@ class Sampler:
             self._resolve()
         return a
 
-    def settled(self, t: float, margin: float = 0.0) -> bool:
-        """Whether every live series' integrals at ``t + margin`` are final."""
+    def settled(self, t: float, names: list[str] | None = None) -> bool:
+        """Whether the integrals at ``t`` of every live series (of channels ``names``) are final."""
         with self.lock:
-            return all(s.settled(t + margin) for devices in self.series.values() for s in devices)
+            return all(s.settled(t) for name, devices in self.series.items() if names is None or name in names
+                       for s in devices)
 
     def _values(self, t: float) -> dict:
         out = {}
