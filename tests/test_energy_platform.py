@@ -134,10 +134,12 @@ def test_counter_energy_is_split_among_prefill_draft_and_verify_windows():
     gpu = SimGPU(clock, ripple_w=0.0)
     meter = make_energy_meter(QUICK, [0], nvml=SimulatedNVML([gpu], clock), clock=clock)
     rng = random.Random(0)
-    start = clock.now()
-    spans, truth, end = speculative_generation(clock, gpu, rng, 150, lambda r: r.randint(1, 6),
-                                               lambda r: r.uniform(0.011, 0.017))
-    clock.sleep(0.3)
+    recorded = {}
+    m = meter.measure("generation", lambda: recorded.update(zip(("spans", "truth", "end"), speculative_generation(
+        clock, gpu, rng, 150, lambda r: r.randint(1, 6), lambda r: r.uniform(0.011, 0.017)))))
+    spans, truth = recorded["spans"], recorded["truth"]
+    [(start, end)] = m.windows  # the measured window: one run, edges on counter refreshes
+    assert end == pytest.approx(recorded["end"])
     split = meter.attribute(start, end, spans)
     assert split.reason is None and split.intervals >= 30
     assert split.energy_j["prefill"] == pytest.approx(truth["prefill"], rel=0.02)

@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 from harness.energy.attribution import Attribution, attribute
@@ -48,6 +48,7 @@ class Measurement(Generic[T]):
 
     results: list[T]
     reading: EnergyReading
+    windows: list[tuple[float, float]] = field(default_factory=list)  # measured (start, end) per trial (clock time)
 
     @property
     def result(self) -> T:
@@ -132,7 +133,8 @@ class NullMeter(EnergyMeter):
     def measure(self, label, workload):
         window = self.start_window(label)
         result = workload()
-        return Measurement([result], self.stop_window(window))
+        reading = self.stop_window(window)
+        return Measurement([result], reading, [(window.start, window.start + reading.duration_s)])
 
     def start_window(self, label: str) -> Window:
         return Window(label, time.perf_counter(), host=_read_host(self.host))
@@ -424,13 +426,11 @@ class GpuEnergyMeter(EnergyMeter):
     def measure(self, label, workload) -> Measurement:
         if not self.cfg.protocol:
             window = self.start_window(label)
-            _, result, _ = self.run_once(workload)
-            return Measurement([result], self.stop_window(window))
-        if self.primary.kind == "energy":
-            results, reading = run_counter(self, label, workload)
-        else:
-            results, reading = run_polled(self, label, workload)
-        return Measurement(results, reading)
+            _, result, end = self.run_once(workload)
+            return Measurement([result], self.stop_window(window), [(window.start, end)])
+        run = run_counter if self.primary.kind == "energy" else run_polled
+        results, reading, trials = run(self, label, workload)
+        return Measurement(results, reading, [(t.a, t.b) for t in trials])
 
     def start_window(self, label: str) -> Window:
         self.synchronize()

@@ -190,7 +190,7 @@ def run_counter(meter, label: str, workload: Callable[[], T]):
         meter.note_refreshes(counter, tail)
         trial.tail = [s[0] if s else None for s in tail]
         trials.append(trial)
-    return results, meter.counter_reading(label, trials, single=bool(single))
+    return results, meter.counter_reading(label, trials, single=bool(single)), trials
 
 
 def run_polled(meter, label: str, workload: Callable[[], T]):
@@ -242,7 +242,7 @@ def run_polled(meter, label: str, workload: Callable[[], T]):
         meter.idle_from_watch(tail, trial.b, p_eff, w_eff)
         idle_since = trial.b
         trials.append(trial)
-    return results, meter.polled_reading(label, trials, refreshes)
+    return results, meter.polled_reading(label, trials, refreshes), trials
 
 
 def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlier: list[Refresh],
