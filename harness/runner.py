@@ -226,15 +226,14 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
         for i, (ex, ids) in enumerate(zip(examples, encoded)):
             if pair.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pair.device)
-            gens, reading = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
-            gen = gens[0]
-            tokens_all_reps = sum(g.stats.new_tokens for g in gens)
+            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+            gen = measured.result
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
             record = build_record(
                 cell_id=cid, index=i, example=ex, prompt_ids=ids, generation=gen, output_text=text,
                 prompt_text=task.prompt_text(ex, tok),
                 output_ppl=output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
-                metrics=task.score(ex, task.truncate(text)), energy=reading.as_record(new_tokens=tokens_all_reps),
+                metrics=task.score(ex, task.truncate(text)), energy=measured.as_record(lambda g: g.stats.new_tokens),
                 peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                                     else math.nan))
             writer.write(record)
@@ -244,6 +243,7 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
             progress(totals)
         progress(None)
         energy_info = {**meter.describe(), **meter.stop_window(cell_window).as_record(prefix="energy_cell.")}
+        gpu_state = meter.gpu_state()
     writer.commit()
     summary = summarize(records)
     params = decoder.params_dict()
@@ -253,7 +253,7 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
                     "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
                     "max_new_tokens": max_new, "config": cfg, "env": environment_info(pair.device),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                    "energy_meter": energy_info})
+                    "energy_meter": energy_info, "gpu_state": gpu_state})
     store.atomic_write_json(cell_dir / store.SUMMARY, summary)
     log.info("cell %s: %d prompts, %.1f tokens/s", cid, len(records), summary["tokens_per_s"])
 

@@ -1,4 +1,4 @@
-"""Sampler overhead (issue 3): decoding tokens/s with the energy sampler thread polling at
+"""Sampler overhead (issue 3; ``harness-gpu-check`` runs a shorter version of it): decoding tokens/s with the energy sampler thread polling at
 50 Hz ÷ tokens/s without it, on the tiny pair, measured side by side in one run (goal ≥ 0.99).
 
 Both arms go through an energy meter's ``measure`` (the "off" arm through a NullMeter, which
@@ -41,7 +41,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 def sampler_meter(hz: float, pair, use_nvml: bool):
     """A meter whose only activity between windows is the sampler thread (no protocol, no idle baseline)."""
-    cfg = {"protocol": False, "sample_hz": hz, "idle_baseline_s": 0.0, "infer_update_period_s": 0.0}
+    cfg = {"protocol": False, "sample_hz": hz, "idle_baseline_s": 0.0, "infer_update_period_s": 0.0, "host": False}
     if use_nvml:
         return make_energy_meter(cfg, pair.cuda_devices())
     clock = RealClock()
@@ -63,7 +63,7 @@ def cpu_per_poll_s(hz: float, pair, use_nvml: bool, polls: int = 2000) -> float:
 def run_arm(meter, decoder, prompts, max_new: int) -> tuple[int, float]:
     tokens, seconds = 0, 0.0
     for i, ids in enumerate(prompts):
-        gens, _ = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=i))
+        gens = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=i)).results
         tokens += sum(g.stats.new_tokens for g in gens)
         seconds += sum(g.stats.wall_time_s for g in gens)
     return tokens, seconds

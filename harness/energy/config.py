@@ -1,9 +1,11 @@
 """Energy configuration (Hydra group ``conf/energy``): which power source, how fast to
-sample, and the measurement protocol of Yang, Adamek & Armour 2023 (arXiv 2312.02741).
+sample, and the measurement protocol of Yang, Adamek & Armour 2023 (arXiv 2312.02741) as
+adapted to the source (see :mod:`harness.energy.protocol`).
 
 The defaults here are those of ``conf/energy/protocol.yaml``; ``naive.yaml`` is the seeds'
-method (seed 000 App. B, seed 002 App. D: 1 Hz ``power.draw`` samples, summed) and
-``off.yaml`` measures nothing.
+method (seed 000 App. B, seed 002 App. D: 1 Hz ``power.draw`` samples, summed),
+``off.yaml`` measures nothing, and ``source: simulated`` meters a simulated GPU described by
+the ``gpu`` profile's ``simulated`` section (a CPU-only run of the whole path).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 from harness.errors import ConfigError
 
-SOURCES = ("auto", "counter", "power", "power-usage", "smi", "none")
+SOURCES = ("auto", "counter", "power", "power-usage", "smi", "simulated", "none")
 INTEGRATIONS = ("trapezoid", "sum")
 
 
@@ -27,14 +29,25 @@ class EnergyConfig:
     skip_unchanged: bool = True
     align_timestamps: bool = True
     protocol: bool = True
+    counter_min_periods: int = 10
     min_window_s: float = 5.0
     min_repetitions: int = 32
-    trials: int = 4
+    trials: int = 1
     trial_delay_s: tuple[float, float] = (0.1, 0.5)
     phase_shifts: int = 8
-    discard_rise_s: float = 0.2
-    idle_baseline_s: float = 5.0
+    phase_poll_s: float = 0.001
+    discard_rise_s: float = 0.0
+    idle_baseline_s: float = 1.0
+    idle_every_s: float | None = 2.0
     infer_update_period_s: float = 1.0
+    cross_check_tolerance: float = 0.05
+    cooldown_s: float = 0.0
+    cooldown_window_s: float = 5.0
+    cooldown_temperature_c: float = 1.0
+    cooldown_power: float = 0.02
+    host: bool = True
+    powercap_root: str = "/sys/class/powercap"
+    keep_samples_s: float = 10.0
     seed: int = 0
     gpu: dict | None = None
 
@@ -54,10 +67,21 @@ class EnergyConfig:
             bad("min_repetitions", self.min_repetitions, "an integer ≥ 1")
         if self.phase_shifts < 1:
             bad("phase_shifts", self.phase_shifts, "an integer ≥ 1 (1 = no phase shifting)")
+        if self.counter_min_periods < 1:
+            bad("counter_min_periods", self.counter_min_periods, "an integer ≥ 1")
+        if not 0 < self.phase_poll_s <= 0.01:
+            bad("phase_poll_s", self.phase_poll_s, "seconds in (0, 0.01]")
+        if not 0 < self.cross_check_tolerance < 1:
+            bad("cross_check_tolerance", self.cross_check_tolerance, "a fraction in (0, 1)")
+        if self.idle_every_s is not None and self.idle_every_s < 0:
+            bad("idle_every_s", self.idle_every_s, "seconds ≥ 0, or null for never")
+        if self.keep_samples_s < 1:
+            bad("keep_samples_s", self.keep_samples_s, "seconds ≥ 1")
         lo, hi = self.trial_delay_s
         if not 0 <= lo <= hi:
             bad("trial_delay_s", self.trial_delay_s, "[low, high] seconds with 0 ≤ low ≤ high")
-        for f in ("min_window_s", "discard_rise_s", "idle_baseline_s", "infer_update_period_s"):
+        for f in ("min_window_s", "discard_rise_s", "idle_baseline_s", "infer_update_period_s", "cooldown_s",
+                  "cooldown_window_s", "cooldown_temperature_c", "cooldown_power"):
             if getattr(self, f) < 0:
                 bad(f, getattr(self, f), "seconds ≥ 0")
 

@@ -14,15 +14,25 @@ import shutil
 import sys
 
 from harness.energy.protocol import infer_update_periods
-from harness.energy.sampler import RealClock, Sampler
+from harness.energy.sampler import HOLD, RealClock, Sampler
 from harness.energy.sources import NvmlCounter, NvmlPower, describe_device, init_nvml, unsupported_reason
-from harness.energy.windows import interval_energy
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     return f"{value:.{digits}f}{unit}"
+
+
+def mean_power(series, a: float, b: float) -> float:
+    """Mean power over [a, b] from one device's readings: a counter's slope between its first and
+    last refreshes inside, or the held power readings."""
+    if series.kind == "energy":
+        inside = [(t, v) for t, v in zip(series.times, series.values) if a <= t <= b]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return math.nan
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+    return series.energy(a, b, HOLD) / (b - a) if b > a and series.times else math.nan
 
 
 def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clock) -> dict:
@@ -45,10 +55,7 @@ def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clo
             clock.sleep(sampler.interval_s)
         end = clock.now()
         for c in available:
-            estimator = "counter" if c.kind == "energy" else "trapezoid"
-            part = interval_energy(sampler.snapshot(c.name)[0], start, end, estimator, 0.01,
-                                   periods.get(c.name, math.nan))
-            idle[c.name] = part.energy_j / (end - start)
+            idle[c.name] = mean_power(sampler.snapshot(c.name)[0], start, end)
     try:
         limit_w = nvml.nvmlDeviceGetPowerManagementLimit(device.handle) / 1000.0
     except nvml.NVMLError:

@@ -11,9 +11,27 @@ NAN = math.nan
 class EnergyReading:
     """Energy of one measured workload. NaN fields, with ``reason`` set, where not measurable.
 
-    ``energy_j`` is per run of the workload (the protocol repeats it ``repetitions`` times over
-    ``trials`` trials and divides); ``total_energy_j`` covers all measured runs. Gross energy is
-    what the GPUs drew; net subtracts the idle baseline (``idle_power_w`` × duration).
+    ``energy_j`` is per run of the workload (a repeated measurement runs it ``repetitions`` times
+    over ``trials`` trials and divides); ``total_energy_j`` covers all measured runs. Gross energy
+    is what the GPUs drew; net subtracts idle power tracked through the cell (``idle_power_w`` is
+    its mean over the measured time).
+
+    How it was measured and how far off it may be: ``mode`` ("counter-aligned": one or more
+    runs whose edges sit on counter refreshes; "counter-window" / "polled-window": a plain
+    window; "polled-trials": phase-shifted trials of polled power), ``error_bound`` (expected
+    relative error of gross energy, ~95 %), ``net_error_bound`` (the same for net energy: the gross
+    bound plus the tracked idle's uncertainty over the window) and ``error_basis`` (why). ``samples`` counts sensor refreshes the
+    sampler saw inside the measured time, ``coverage`` the fraction of that time their averaging
+    windows covered, ``poll_hz`` the sampler's achieved rate and ``missed_refreshes`` the sensor
+    refreshes that fell between two polls unseen. ``phase_gap`` is the largest gap between the
+    trials' phases (fraction of the update period) and ``phases_verified`` whether they are known
+    to cover it. Where a counter and polled power both exist, ``polled_energy_j`` is the polled
+    estimate, ``cross_check_diff`` (polled − counter) ÷ counter and ``cross_check_flag`` True when
+    they disagree beyond ``energy.cross_check_tolerance`` and the polled estimate's own bound.
+    Host energy (RAPL): ``host_cpu_energy_j`` (packages), ``host_dram_energy_j``,
+    ``host_energy_j`` (their sum), ``host_platform_energy_j`` (psys), per run, with
+    ``host_reason`` where NaN. ``simulated_exact_*`` are the simulator's exact integrals (only
+    with ``energy.source=simulated``).
     """
 
     source: str = "none"
@@ -31,6 +49,23 @@ class EnergyReading:
     trial_spread: float = NAN
     polled_energy_j: float = NAN
     update_period_s: float = NAN
+    mode: str = "none"
+    error_bound: float = NAN
+    net_error_bound: float = NAN
+    error_basis: str = ""
+    poll_hz: float = NAN
+    missed_refreshes: float = NAN
+    phase_gap: float = NAN
+    phases_verified: bool | None = None
+    cross_check_diff: float = NAN
+    cross_check_flag: bool | None = None
+    host_cpu_energy_j: float = NAN
+    host_dram_energy_j: float = NAN
+    host_energy_j: float = NAN
+    host_platform_energy_j: float = NAN
+    host_reason: str | None = None
+    simulated_exact_energy_j: float = NAN
+    simulated_exact_net_energy_j: float = NAN
     label: str = ""
     reason: str | None = None
 
@@ -40,30 +75,48 @@ class EnergyReading:
 
     def as_record(self, new_tokens: int | None = None, prefix: str = "energy.") -> dict:
         """``energy.*`` fields; with ``new_tokens`` (summed over ALL runs ``measure`` returned),
-        also gross and net J/token."""
+        also gross, net and host J/token."""
         record = {prefix + k: v for k, v in asdict(self).items()}
         if new_tokens is None:
             return record
+        per_token = (lambda joules: joules * self.repetitions / new_tokens) if new_tokens else (lambda joules: NAN)
         record[prefix + "tokens"] = new_tokens
         record[prefix + "j_per_token"] = self.total_energy_j / new_tokens if new_tokens else NAN
         record[prefix + "net_j_per_token"] = self.total_net_energy_j / new_tokens if new_tokens else NAN
+        record[prefix + "host_j_per_token"] = per_token(self.host_energy_j)
         if not new_tokens and self.reason is None:
             record[prefix + "reason"] = "no new tokens: J/token is undefined"
         return record
 
 
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and x is not None and math.isfinite(x)
+
+
 def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
     """Cell summary from per-prompt records made by :meth:`EnergyReading.as_record`: J/token
-    gross and net (total energy ÷ total tokens), mean W, sources, mean coverage; NaN with the
+    gross and net (total energy ÷ total tokens), mean W, sources, mean coverage, the largest
+    expected error, prompts whose counter and polled power disagreed, host J/token; NaN with the
     reasons if any prompt was not measured."""
     get = lambda r, k, default=NAN: r.get(prefix + k, default)  # noqa: E731
-    unmeasured = [r for r in records if not math.isfinite(get(r, "total_energy_j")) or not get(r, "tokens")]
+    unmeasured = [r for r in records if not _finite(get(r, "total_energy_j")) or not get(r, "tokens")]
     reasons = sorted({get(r, "reason", None) or "not measured" for r in unmeasured})
+    tokens = sum(get(r, "tokens", 0) or 0 for r in records)
+    host = [get(r, "host_energy_j") * get(r, "repetitions", 1) for r in records]
+    host_reasons = sorted({get(r, "host_reason", None) for r in records if not _finite(get(r, "host_energy_j"))} - {None})
+    bounds = [get(r, "error_bound") for r in records if _finite(get(r, "error_bound"))]
     summary = {
         prefix + "source": ",".join(sorted({get(r, "source", "none") for r in records})) or "none",
         prefix + "prompts_measured": len(records) - len(unmeasured),
         prefix + "prompts": len(records),
+        prefix + "max_error_bound": max(bounds) if bounds and len(bounds) == len(records) else NAN,
+        prefix + "cross_check_flagged": sum(1 for r in records if get(r, "cross_check_flag", None) is True),
+        prefix + "host_j_per_token": sum(host) / tokens if records and tokens and all(map(_finite, host)) else NAN,
+        prefix + "host_reason": "; ".join(host_reasons) if host_reasons else None,
     }
+    exact = [get(r, "simulated_exact_energy_j") * get(r, "repetitions", 1) for r in records]
+    if records and all(map(_finite, exact)) and tokens:
+        summary[prefix + "simulated_exact_j_per_token"] = sum(exact) / tokens
     if unmeasured or not records:
         why = f"{len(unmeasured)} of {len(records)} prompts not measured: " + "; ".join(reasons) if records \
             else "no prompts"
@@ -73,15 +126,15 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         return summary
     total = sum(get(r, "total_energy_j") for r in records)
     net = sum(get(r, "net_energy_j") * get(r, "repetitions", 1) for r in records)
-    tokens = sum(get(r, "tokens") for r in records)
     seconds = sum(get(r, "measured_s") for r in records)
+    idle = [get(r, "idle_power_w") for r in records if _finite(get(r, "idle_power_w"))]
     summary.update({
         prefix + "j_per_token": total / tokens,
         prefix + "net_j_per_token": net / tokens,
         prefix + "mean_power_w": total / seconds if seconds > 0 else NAN,
         prefix + "coverage": sum(get(r, "coverage") for r in records) / len(records),
         prefix + "total_energy_j": total,
-        prefix + "idle_power_w": get(records[0], "idle_power_w"),
+        prefix + "idle_power_w": sum(idle) / len(idle) if idle else NAN,
         prefix + "reason": None,
     })
     return summary

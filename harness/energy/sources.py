@@ -253,10 +253,11 @@ def init_nvml(nvml=None):
     return nvml, None
 
 
-def open_sources(cuda_devices: list[int], want: str = "auto", nvml=None) -> Sources:
+def open_sources(cuda_devices: list[int], want: str = "auto", nvml=None, by_index: bool = False) -> Sources:
     """Open every source ``want`` allows (auto, counter, power, power-usage, smi) for the given CUDA
     devices: ``power`` prefers the instant-power field, ``power-usage`` is nvmlDeviceGetPowerUsage
-    (what nvidia-smi reports as power.draw), ``smi`` the CLI itself."""
+    (what nvidia-smi reports as power.draw), ``smi`` the CLI itself. ``by_index``: the indices are
+    NVML's own (a simulated NVML), not CUDA's."""
     sources = Sources()
     if want != "smi":
         module, reason = init_nvml(nvml)
@@ -264,16 +265,17 @@ def open_sources(cuda_devices: list[int], want: str = "auto", nvml=None) -> Sour
             sources.missing["nvml"] = reason
         else:
             sources.nvml = module
-            _open_nvml(sources, module, cuda_devices, want)
+            _open_nvml(sources, module, cuda_devices, want, by_index)
     if sources.power is None and want in ("auto", "smi"):
         _open_smi(sources, cuda_devices)
     return sources
 
 
-def _open_nvml(sources: Sources, nvml, cuda_devices: list[int], want: str) -> None:
+def _open_nvml(sources: Sources, nvml, cuda_devices: list[int], want: str, by_index: bool = False) -> None:
+    handle = nvml.nvmlDeviceGetHandleByIndex if by_index else (lambda i: nvml_handle(nvml, i))
     try:
         sources.driver = _text(nvml.nvmlSystemGetDriverVersion())
-        sources.devices = [describe_device(nvml, i, nvml_handle(nvml, i)) for i in cuda_devices]
+        sources.devices = [describe_device(nvml, i, handle(i)) for i in cuda_devices]
     except nvml.NVMLError as e:
         sources.missing["nvml"] = f"NVML could not open CUDA devices {cuda_devices}: {e}"
         return

@@ -1,25 +1,32 @@
-"""Measurement windows: energy over time intervals from the sampler's series.
+"""Measurement windows and the estimators that turn a sensor's readings into energy.
 
-Windows are plain intervals over shared series, so they may nest or overlap freely (per
-prompt, per cell). Three estimators:
+Windows are plain intervals over the sampler's shared series (:mod:`harness.energy.sampler`),
+so they may nest or overlap freely (per prompt, per cell). Each estimator is a running integral
+of a series, and a window's energy is its value at the end minus its value at the start:
 
-* counter: the cumulative energy counter's rise between its first and last updates inside the
-  window, scaled to the window's length (exact to the counter's resolution at steady power);
-* trapezoid: the trapezoid rule over the power readings inside the window;
+* counter: the cumulative energy counter interpolated between its refreshes (exact to the
+  counter's resolution at the refreshes; the meter's own windows align their edges with
+  refreshes instead of interpolating, see :mod:`harness.energy.protocol`);
+* trapezoid (``linear``): power interpolated linearly between readings, each placed at the
+  middle of its averaging window (half the window before its refresh);
+* hold: each reading held from its refresh to the next — with the window extended by the
+  sensor's averaging window plus one update and idle subtracted there, this is the protocol's
+  edge-exact estimator for polled power;
 * sum: the seeds' method (seed 000 App. B, seed 002 App. D) — each power sample inside the
-  window times the sampling interval, summed.
+  window times the sampling interval, summed; NaN (with the reason) when no sample falls inside.
+
+The list-based functions below evaluate the same integrals on explicit readings (for tests and
+for readers who want the definitions at a glance).
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from harness.energy.sampler import Series
+from harness.energy.sampler import COUNTER, HOLD, LINEAR, SUM, Anchor, Series
 
 ESTIMATORS = ("counter", "trapezoid", "sum")
+CUMULATIVE = {"counter": COUNTER, "trapezoid": LINEAR, "sum": SUM, "hold": HOLD}
 
 
 @dataclass(frozen=True)
@@ -28,84 +35,65 @@ class Window:
 
     label: str
     start: float
+    anchor: Anchor | None = None
+    host: dict | None = None
 
 
 @dataclass(frozen=True)
 class IntervalEnergy:
-    """Energy over one interval, the number of sensor updates inside it, and why it is NaN if it is."""
+    """Energy over one interval, the number of readings inside it, and why it is NaN if it is."""
 
     energy_j: float
     updates: int
     reason: str | None = None
 
 
-def _inside(times: list[float], a: float, b: float) -> slice:
-    return slice(bisect.bisect_left(times, a), bisect.bisect_right(times, b))
+def device_energy(start: dict, end: dict, estimator: str, interval_s: float, duration_s: float,
+                  name: str) -> IntervalEnergy:
+    """Energy of one device's series between two cumulative snapshots (see ``Sampler.values``)."""
+    key = CUMULATIVE[estimator]
+    n = end["count"][0] - start["count"][0]
+    value = end[key] - start[key]
+    if key == SUM:
+        if n <= 0:
+            return IntervalEnergy(math.nan, 0, f"{name}: no sample fell inside the {duration_s:.3f} s window "
+                                               f"(sampling every {interval_s:g} s)")
+        value *= interval_s
+    if math.isnan(value):
+        return IntervalEnergy(value, n, f"{name}: window of {duration_s:.3f} s is not bracketed by counter "
+                                        "updates (shorter than the update period, or at the edge of the readings)")
+    return IntervalEnergy(value, n)
+
+
+def _series(times: list[float], values: list[float], kind: str) -> Series:
+    series = Series("readings", kind)
+    for t, v in zip(times, values):
+        series.append(t, v)
+    return series
 
 
 def trapezoid_energy(times: list[float], watts: list[float], a: float, b: float) -> float:
-    """Trapezoid rule over the readings inside [a, b], the first and last held out to the ends,
-    so no reading from outside the window leaks in; interpolated if none falls inside."""
-    inside = _inside(times, a, b)
-    ts, ws = (times[inside], watts[inside]) if inside.stop > inside.start else (times, watts)
-    xs = np.array([a, *[t for t in ts if a < t < b], b])
-    return float(np.trapezoid(np.interp(xs, ts, ws), xs))
+    """Trapezoid rule over power readings, interpolated at the ends, the first and last readings
+    held beyond them (no reading from outside the window leaks in)."""
+    return _series(times, watts, "power").energy(a, b, LINEAR)
 
 
 def counter_energy(times: list[float], joules: list[float], a: float, b: float) -> float:
-    """Counter difference between the first and last updates inside [a, b], scaled to the
-    window's length at the mean power between them; with fewer than two updates inside,
-    interpolated between the updates around the window (NaN if there are none on one side)."""
-    inside = _inside(times, a, b)
-    if inside.stop - inside.start >= 2:
-        first, last = inside.start, inside.stop - 1
-        return (joules[last] - joules[first]) / (times[last] - times[first]) * (b - a)
-    if not times or times[0] > a or times[-1] < b:
-        return math.nan
-    ends = np.interp([a, b], times, joules)
-    return float(ends[1] - ends[0])
+    """Counter interpolated between its updates at both ends; NaN outside the updates."""
+    return _series(times, joules, "energy").energy(a, b, COUNTER)
 
 
 def sample_sum_energy(times: list[float], watts: list[float], a: float, b: float, interval_s: float) -> float:
-    return float(sum(watts[_inside(times, a, b)]) * interval_s)
+    """Σ samples in (a, b] × sampling interval (the seeds' method)."""
+    series = _series(times, watts, "power")
+    return (series.cumulative(b, SUM) - series.cumulative(a, SUM)) * interval_s
 
 
 def with_hold_points(times: list[float], values: list[float], update_s: float) -> tuple[list[float], list[float]]:
-    """Readings are kept only when they change, so a gap longer than the update period means the
-    sensor kept reporting the same value: hold it until one update before the next change."""
-    if not math.isfinite(update_s) or len(times) < 2:
-        return times, values
-    ts, vs = [times[0]], [values[0]]
-    for t, v in zip(times[1:], values[1:]):
-        if t - ts[-1] > 1.5 * update_s:
-            ts.append(t - update_s)
-            vs.append(vs[-1])
-        ts.append(t)
-        vs.append(v)
-    return ts, vs
-
-
-def interval_energy(series: Series, a: float, b: float, estimator: str, interval_s: float,
-                    update_s: float = math.nan) -> IntervalEnergy:
-    """Energy of ``series`` over [a, b]; NaN with the reason if the source failed before ``b``.
-    ``update_s`` is the sensor's update period (for :func:`with_hold_points`; NaN if unknown)."""
-    if series.failed_at is not None and series.failed_at <= b:
-        return IntervalEnergy(math.nan, 0, f"{series.failure} (at t={series.failed_at:.3f} s)")
-    if not series.times:
-        if series.kind == "power" and series.initial is not None:
-            return IntervalEnergy(series.initial * (b - a), 0)
-        return IntervalEnergy(math.nan, 0, f"{series.name} gave no readings")
-    inside = _inside(series.times, a, b)
-    updates = inside.stop - inside.start
-    if estimator == "counter":
-        energy = counter_energy(*with_hold_points(series.times, series.values, update_s), a, b)
-    elif estimator == "trapezoid":
-        energy = trapezoid_energy(*with_hold_points(series.times, series.values, update_s), a, b)
-    elif estimator == "sum":
-        energy = sample_sum_energy(series.times, series.values, a, b, interval_s)
-    else:
-        raise ValueError(f"unknown estimator '{estimator}'; valid: {', '.join(ESTIMATORS)}")
-    if math.isnan(energy):
-        return IntervalEnergy(energy, updates, f"{series.name}: window of {b - a:.3f} s is shorter than the "
-                                               "counter's update period and not bracketed by updates")
-    return IntervalEnergy(energy, updates)
+    """Readings are kept only when they change, so a gap longer than 1.5 update periods means the
+    sensor kept reporting the same value: hold it until one update before the next change (the
+    rule :meth:`Series.append` applies as readings arrive)."""
+    series = Series("readings", "power", update_s=update_s)
+    for t, v in zip(times, values):
+        series.append(t, v)
+    return series.times, series.values
