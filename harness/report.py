@@ -29,10 +29,6 @@ from harness.analysis import acceptance, checks, paired, paper, pareto, quality,
 from harness.analysis.load import read_results
 from harness.analysis.tables import short_labels  # noqa: F401  (re-exported: report.short_labels)
 
-SUMMARY_COLUMNS = ["method", "pair", "dataset", "gpu", "seed", "prompts", "new_tokens", "tokens_per_s",
-                   "block_efficiency", "acceptance_rate", "output_ppl", "energy.j_per_token"]
-
-
 def load_results(results_dir: str | Path = "results") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(cells, records, failures) for every cell folder under ``results_dir/cells``; ``failures``
     lists failed, incomplete and unreadable cells (columns ``cell_id, problem, kind, error, at``)."""
@@ -497,7 +493,8 @@ def build_report(results_dir: str | Path, out_dir: str | Path, plots_dir: str | 
         if isinstance(df, pd.DataFrame) and not df.empty:
             written.append(write_parquet(df, table_dir / f"{name}.parquet"))
     return {"html": html_path, "md": md_path, "tables": written, "plots": sorted(plots_dir.glob("*.png")),
-            "cells": a.cells, "records": a.records, "problems": a.problems, "flags": flags}
+            "cells": a.cells, "records": a.records, "problems": a.problems, "flags": flags, "summary": a.summary,
+            "ratios": a.ratios}
 
 
 def write_parquet(df: pd.DataFrame, path: Path) -> Path:
@@ -513,6 +510,20 @@ def write_parquet(df: pd.DataFrame, path: Path) -> Path:
                 df[c] = df[c].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=str))
         df.to_parquet(path, index=False)
     return path
+
+
+def console_table(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
+    """The headline numbers per cell, for the terminal."""
+    o = ratios[ratios["category"] == "overall"].set_index("cell_id")
+    rows = []
+    for _, s in summary.sort_values(["pair", "dataset", "label", "seed"]).iterrows():
+        r = o.loc[s["cell_id"]] if s["cell_id"] in o.index else {}
+        rows.append({"method": s["label"], "pair": s["pair"], "dataset": s["dataset"], "gpu": s["gpu"],
+                     "seed": s["seed"], "tokens/s": _g(s["tokens_per_s"]),
+                     "speed-up [95% CI]": ci(r, "speedup") if len(r) else "n/a",
+                     "block eff.": _g(s["block_efficiency"]), "acceptance": _g(s["acceptance_rate"]),
+                     "ppl": _g(s["output_ppl"]), "J/token": _g(s["j_per_token"])})
+    return pd.DataFrame(rows)
 
 
 def _kv(items: list[str], what: str) -> dict:
@@ -572,10 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     write_parquet(cells, results / "cells.parquet")
     write_parquet(out["records"], results / "records.parquet")
-    cols = [c for c in SUMMARY_COLUMNS if c in cells.columns]
-    table = cells.assign(method=cells["label"])[cols].sort_values(["pair", "dataset", "method", "seed"])
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
-        print(table.to_string(index=False))
+    print(console_table(out["summary"], out["ratios"]).to_string(index=False))
     print(f"\n{len(cells)} cells, {len(out['records'])} records -> {results / 'cells.parquet'}, "
           f"{results / 'records.parquet'}")
     print(f"report -> {out['html']} and {out['md']} ({len(out['plots'])} figures, {len(out['tables'])} tables)")

@@ -131,7 +131,7 @@ def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[st
         base = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu",
                                          "seed", "decoding")}
         base.update(baseline_cell_id=m["baseline_cell_id"], baseline_method=m["baseline_method"])
-        if m["baseline_cell_id"] is None:
+        if pd.isna(m["baseline_cell_id"]):
             rows.append({**base, "category": OVERALL, "n_prompts": 0, "reason": m["baseline_note"]})
             continue
         p = pair_prompts(records, m["cell_id"], m["baseline_cell_id"])

@@ -84,9 +84,17 @@ def short_labels(cells: pd.DataFrame) -> pd.Series:
     for name, group in cells.groupby("method_name"):
         varying = [c for c in param_cols if group[c].astype(str).nunique() > 1]
         if varying:
-            labels[group.index] = [name + "(" + ", ".join(f"{c[6:]}={row[c]}" for c in varying) + ")"
+            labels[group.index] = [name + "(" + ", ".join(f"{c[6:]}={_fmt(_original(row, c))}" for c in varying) + ")"
                                    for _, row in group.iterrows()]
     return labels
+
+
+def _original(row: pd.Series, col: str) -> Any:
+    """A parameter as the summary wrote it (a table column may have turned 4 into 4.0)."""
+    try:
+        return json.loads(row["params_json"]).get(col[6:], row[col])
+    except (KeyError, TypeError, ValueError):
+        return row[col]
 
 
 def swept_parameters(cells: pd.DataFrame, family: str) -> list[str]:
