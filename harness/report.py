@@ -292,13 +292,15 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
                     doc.p(f"{q}: no J/token front (no energy measured).")
                 continue
             pts = pareto.front_points(by, q, cost)
-            name = f"pareto_{q.replace('.', '_')}_{cost}"
-            doc.fig(name, plots.pareto(pts, q, cost, label),
-                    f"{quality.quality_label(q)} vs {label}; ringed: the non-dominated (Pareto) set; bars: 95 % CIs "
-                    "(± s.d. across seeds when there are several)")
-            front = pts[pts["on_front"]].sort_values(["pair", "dataset", "gpu", cost])
-            doc.p(f"Pareto set ({q} vs {cost}): " + "; ".join(
-                f"{r['dataset']}: {r['label']}" for _, r in front.iterrows()))
+            for (pair, dataset, gpu), g in pts.groupby(["pair", "dataset", "gpu"], dropna=False):
+                if g[q].notna().sum() == 0:
+                    continue
+                name = "_".join(str(x) for x in ("pareto", pair, dataset, gpu, q.replace(".", "_"), cost))
+                doc.fig(name, plots.pareto(g, q, cost, label),
+                        f"{quality.quality_label(q)} vs {label} ({pair}, {dataset}, {gpu}); ringed: the non-dominated "
+                        "(Pareto) set; bars: 95 % CIs (± s.d. across seeds when there are several)")
+                front = g[g["on_front"]].sort_values(cost)
+                doc.p(f"Pareto set ({dataset}: {q} vs {cost}): " + ", ".join(front["label"].astype(str)))
 
 
 def _by_method(s: pd.DataFrame) -> pd.DataFrame:
@@ -539,7 +541,8 @@ def _kv(items: list[str], what: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="harness-report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", default="results", help="results folder written by `harness` (default: results)")
-    ap.add_argument("--out", default="report", help="report folder: index.html, report.md, tables/ (default: report)")
+    ap.add_argument("--out", default=None, help="report folder: index.html, report.md, tables/ (default: report/ "
+                                                "beside the results folder, i.e. ./report for ./results)")
     ap.add_argument("--plots", default=None, help="where to write the PNG figures (default: <out>/plots)")
     ap.add_argument("--baseline", action="append", metavar="MODE=METHOD",
                     help="baseline per decoding mode (default: greedy=ar_greedy, sampling=ar_sampling)")
@@ -574,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
             if item.count(":") != 1:
                 ap.error(f"--iso must be FAMILY_A:FAMILY_B, got '{item}'")
             iso.append(tuple(item.split(":")))
-    out = build_report(args.results, args.out, args.plots, baselines, iso, args.bootstrap)
+    out_dir = args.out or Path(args.results).resolve().parent / "report"
+    out = build_report(args.results, out_dir, args.plots, baselines, iso, args.bootstrap)
     cells = out["cells"]
     if cells.empty:
         print(f"harness-report: no finished cells under {args.results}/cells — run `harness` first "

@@ -13,13 +13,14 @@ from harness.analysis.tables import (cell_params, cell_row, infer_decoding, infe
 # ---- statistics -------------------------------------------------------------------------------------
 
 def test_percentile_bootstrap_covers_the_true_mean_at_about_the_nominal_rate():
-    rng = np.random.default_rng(123)
-    trials, covered = 150, 0
+    rng = np.random.default_rng(5)
+    trials, covered = 300, 0
     for t in range(trials):
         x = rng.exponential(2.0, size=40)  # skewed, true mean 2
         lo, hi = stats.bootstrap_ci((x,), stats.mean, n_resamples=400, seed=t)
         covered += lo <= 2.0 <= hi
-    assert 0.86 <= covered / trials <= 0.99  # nominal 0.95; percentile CIs run a little short at n = 40
+    # nominal 0.95; percentile CIs run a little short at n = 40 (about 0.92 in a 400-trial check)
+    assert 0.88 <= covered / trials <= 0.98
 
 
 def test_paired_ratio_of_totals_and_degenerate_inputs():
