@@ -74,24 +74,25 @@ def improvement_factor(alpha: float, gamma: float, c: float, v: float = 1.0) -> 
     return float(expected_tokens_per_round(alpha, gamma) / (gamma * c + v))
 
 
-def _rounds(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All rounds of a cell: (accept lengths, γ_r, a_r) pooled over prompts (γ_r = 0 rounds kept)."""
+def _rounds(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """All rounds of a cell: (accept lengths, γ_r) pooled over prompts (γ_r = 0 rounds kept)."""
     lengths, gammas = [], []
     for acc, gam in zip(r["accept_lengths"], r["round_gammas"]):
-        if gam is None or (isinstance(gam, float) and math.isnan(gam)):
-            continue
         lengths.extend(acc)
         gammas.extend(gam)
-    return np.asarray(lengths, float), np.asarray(gammas, float), np.asarray(lengths, float) - 1
+    return np.asarray(lengths, float), np.asarray(gammas, float)
 
 
-def _cell_rounds_or_reason(r: pd.DataFrame) -> tuple[tuple | None, str | None]:
+def pooled_rate(r: pd.DataFrame) -> tuple[tuple | None, str | None]:
+    """((accept lengths, γ_r, per-position pass rate by MLE), None) for a cell's records, or
+    (None, why not)."""
     if not len(r) or "rounds" not in r or pd.to_numeric(r["rounds"], errors="coerce").fillna(0).sum() <= 0:
         return None, "no drafting rounds"
-    if "round_gammas" not in r or r["round_gammas"].map(lambda g: g is None or not isinstance(g, (list, np.ndarray))).any():
+    if "round_gammas" not in r or r["round_gammas"].map(lambda g: not isinstance(g, (list, np.ndarray))).any():
         return None, ("round_gammas not recorded and not reconstructible from the configured γ "
                       "(e.g. a variable-depth method written before the record contract)")
-    return _rounds(r), None
+    lengths, gammas = _rounds(r)
+    return (lengths, gammas, alpha_mle(*accepted_counts(lengths, gammas))), None
 
 
 def _sum(r: pd.DataFrame, col: str) -> float:
@@ -110,13 +111,11 @@ def sd_checks(records: pd.DataFrame, cells: pd.DataFrame, speedups: pd.DataFrame
         if not len(r) or pd.to_numeric(r.get("rounds"), errors="coerce").fillna(0).sum() <= 0:
             continue
         row = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu", "seed")}
-        parsed, reason = _cell_rounds_or_reason(r)
+        parsed, reason = pooled_rate(r)
         if parsed is None:
             rows.append({**row, "reason": reason})
             continue
-        lengths, gammas, acc = parsed
-        a, g = accepted_counts(lengths, gammas)
-        alpha = alpha_mle(a, g)
+        lengths, gammas, alpha = parsed
         predicted = float(np.sum(expected_tokens_per_round(alpha, gammas))) / len(lengths)
         measured = float(lengths.mean())
         nodes, positions = _sum(r, "draft_nodes"), _sum(r, "draft_positions")
@@ -176,13 +175,11 @@ def dsbd_checks(records: pd.DataFrame, cells: pd.DataFrame, family: str = DSBD_F
     for _, cell in cells[cells["family"] == family].iterrows():
         r = records[records["cell_id"] == cell["cell_id"]]
         row = {k: cell.get(k) for k in ("cell_id", "method", "label", "pair", "dataset", "gpu", "seed")}
-        parsed, reason = _cell_rounds_or_reason(r)
+        parsed, reason = pooled_rate(r)
         if parsed is None:
             rows.append({**row, "reason": reason})
             continue
-        lengths, gammas, _ = parsed
-        a, g = accepted_counts(lengths, gammas)
-        beta = alpha_mle(a, g)
+        lengths, gammas, beta = parsed
         t = float(cell.get("param.threshold", NAN))
         m = min(t, beta) if np.isfinite(t) else beta
         predicted = float(np.mean(expected_tokens_per_round(m, gammas)))
