@@ -37,4 +37,4 @@ test-slow: setup
 	$(VENV)/bin/pytest -q -m slow $(PYTEST_ARGS)
 
 clean-results:
-	rm -rf results plots
+	rm -rf results plots report

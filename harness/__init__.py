@@ -7,14 +7,30 @@ Python API (no Hydra needed), on par with the CLI — the same method names and 
     pair = load_pair()                                 # the embedded tiny pair, offline
     ids = encode_prompt(pair.tokenizer, "In the beginning")   # a string, or chat messages
     gen = build_decoder("sd", pair, gamma=4, decoding="greedy").generate(ids, max_new_tokens=32, seed=0)
-"""
-from harness.decoders import Generation, GenerationStats, build_decoder, registry
-from harness.decoders.base import Beam, method_names
-from harness.decoding import PRESETS as DECODINGS
-from harness.decoding import Decoding
-from harness.models import ModelPair, load_pair
-from harness.tasks.base import encode_prompt
 
-__all__ = ["Beam", "DECODINGS", "Decoding", "Generation", "GenerationStats", "ModelPair", "build_decoder",
-           "encode_prompt", "load_pair", "method_names", "registry"]
+The names below are imported on first use, so that torch-free parts (the analysis package and
+``harness-report``) can be imported without loading torch and the decoders.
+"""
+import importlib
+
+_EXPORTS = {"Generation": ("harness.decoders", "Generation"),
+            "GenerationStats": ("harness.decoders", "GenerationStats"),
+            "build_decoder": ("harness.decoders", "build_decoder"),
+            "registry": ("harness.decoders", "registry"),
+            "Beam": ("harness.decoders.base", "Beam"),
+            "method_names": ("harness.decoders.base", "method_names"),
+            "DECODINGS": ("harness.decoding", "PRESETS"),
+            "Decoding": ("harness.decoding", "Decoding"),
+            "ModelPair": ("harness.models", "ModelPair"),
+            "load_pair": ("harness.models", "load_pair"),
+            "encode_prompt": ("harness.tasks.base", "encode_prompt")}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.2.0"
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -1,0 +1,77 @@
+"""Result folders → tables. The only module of the package that reads files.
+
+``read_results`` returns the cells and records of every finished cell and, in ``problems``, one
+row for every cell it could not use: failed (``error.json``), incomplete (killed or still running:
+only ``records.partial.jsonl``), or unreadable (a torn or hand-edited file, a summary without a
+method...). One bad cell never stops the others from being read.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness import store
+from harness.analysis.tables import cell_params, cell_row, normalize_record, numeric, short_labels
+
+PROBLEM_COLUMNS = ["cell_id", "problem", "kind", "error", "at"]
+
+
+@dataclass
+class Results:
+    cells: pd.DataFrame
+    records: pd.DataFrame
+    problems: pd.DataFrame
+
+
+def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
+    """(cell row, normalised records) of one finished cell; raises on anything malformed."""
+    summary = json.loads((cell_dir / store.SUMMARY).read_text(encoding="utf-8"))
+    if not isinstance(summary, dict):
+        raise ValueError("summary.json is not a JSON object")
+    row = cell_row(summary)
+    row.setdefault("cell_id", cell_dir.name)
+    raw = store.read_records(cell_dir)
+    if not raw:
+        raise ValueError("records.jsonl has no records")
+    params = cell_params(summary)
+    records = [normalize_record(r, row, params) for r in raw]
+    if "prompts" in row and row["prompts"] is not None and int(row["prompts"]) != len(records):
+        raise ValueError(f"summary says {row['prompts']} prompts but records.jsonl has {len(records)}")
+    return row, records
+
+
+def read_results(results_dir: str | Path = "results") -> Results:
+    cells, records, problems = [], [], []
+    for cell_dir in sorted((Path(results_dir) / "cells").glob("*")):
+        if not cell_dir.is_dir():
+            continue
+        name = cell_dir.name
+        if store.is_finished(cell_dir):
+            try:
+                row, recs = read_cell(cell_dir)
+            except Exception as e:  # noqa: BLE001 — any malformed cell is reported, never fatal
+                problems.append({"cell_id": name, "problem": "unreadable", "kind": type(e).__name__,
+                                 "error": str(e)[:500], "at": None})
+                continue
+            cells.append(row)
+            records.extend(recs)
+        elif (cell_dir / store.ERROR).is_file():
+            try:
+                err = json.loads((cell_dir / store.ERROR).read_text(encoding="utf-8"))
+                problems.append({"cell_id": err.get("cell_id", name), "problem": "failed",
+                                 "kind": err.get("kind"), "error": err.get("error"), "at": err.get("at")})
+            except Exception as e:  # noqa: BLE001
+                problems.append({"cell_id": name, "problem": "failed", "kind": "unreadable error.json",
+                                 "error": str(e)[:500], "at": None})
+        elif (cell_dir / store.PARTIAL).is_file():
+            problems.append({"cell_id": name, "problem": "incomplete", "kind": "killed or running",
+                             "error": "only records.partial.jsonl: the cell never finished (rerun `harness`)",
+                             "at": None})
+    cells_df, records_df = numeric(pd.DataFrame(cells)), numeric(pd.DataFrame(records))
+    if not cells_df.empty:
+        cells_df["label"] = short_labels(cells_df)
+        records_df = records_df.merge(cells_df[["cell_id", "label"]], on="cell_id", how="left")
+    return Results(cells_df, records_df, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))

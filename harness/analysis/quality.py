@@ -1,0 +1,95 @@
+"""Per-cell quality and cost, each with a percentile bootstrap CI over prompts.
+
+Quality: every task metric (``metric.<name>``, higher is better) and the output's perplexity
+under the target (``output_ppl``, lower is better), as means over the prompts that have a value.
+Cost: tokens/s and J/token as ratios of totals. Drafting: block efficiency (new tokens ÷ target
+calls), acceptance rate (accepted ÷ draft positions), both pooled over the cell's prompts.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import stats
+
+PPL = "output_ppl"
+NAN = math.nan
+
+
+def quality_columns(records: pd.DataFrame) -> list[str]:
+    """Task metrics with at least one value, then perplexity."""
+    metrics = [c for c in records.columns if c.startswith("metric.")
+               and pd.to_numeric(records[c], errors="coerce").notna().any()]
+    return sorted(metrics) + ([PPL] if PPL in records.columns else [])
+
+
+def higher_is_better(column: str) -> bool:
+    return column != PPL
+
+
+def quality_label(column: str) -> str:
+    """Axis label with direction: e.g. ``exact_match (higher is better)``."""
+    if column == PPL:
+        return "output perplexity under the target (lower is better)"
+    return f"{column.removeprefix('metric.')} (higher is better)"
+
+
+def _mean_ci(values: np.ndarray, **boot) -> tuple[float, float, float, int]:
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return NAN, NAN, NAN, 0
+    point, lo, hi = stats.estimate((v,), stats.mean, **boot)
+    return point, lo, hi, len(v)
+
+
+def _rate_ci(num: np.ndarray, den: np.ndarray, **boot) -> tuple[float, float, float]:
+    if not len(num) or not np.isfinite(num).all() or not np.isfinite(den).all() or den.sum() <= 0:
+        return NAN, NAN, NAN
+    return stats.estimate((num, den), stats.total_ratio, **boot)
+
+
+def cell_summary(records: pd.DataFrame, cells: pd.DataFrame, **boot) -> pd.DataFrame:
+    """One row per cell: identity, quality columns (``<q>``, ``<q>_lo``, ``<q>_hi``, ``<q>_n``),
+    ``tokens_per_s``, ``j_per_token`` (NaN with ``energy_reason``), ``block_efficiency``,
+    ``acceptance_rate`` and ``node_acceptance_rate`` with CIs."""
+    qcols = quality_columns(records)
+    rows = []
+    for _, cell in cells.iterrows():
+        r = records[records["cell_id"] == cell["cell_id"]]
+        row = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "family", "label", "pair", "dataset",
+                                        "gpu", "seed", "decoding")}
+        row["n_prompts"] = len(r)
+        for q in qcols:
+            vals = pd.to_numeric(r[q], errors="coerce").to_numpy(float) if q in r else np.array([])
+            row[q], row[q + "_lo"], row[q + "_hi"], row[q + "_n"] = _mean_ci(vals, **boot)
+        tok = r["new_tokens"].to_numpy(float)
+        row["tokens_per_s"], row["tokens_per_s_lo"], row["tokens_per_s_hi"] = _rate_ci(
+            tok, r["wall_time_s"].to_numpy(float), **boot)
+        jpt = pd.to_numeric(r.get("energy.j_per_token"), errors="coerce") if "energy.j_per_token" in r else None
+        energy = (jpt * r["new_tokens"]).to_numpy(float) if jpt is not None else np.full(len(r), NAN)
+        row["j_per_token"], row["j_per_token_lo"], row["j_per_token_hi"] = _rate_ci(energy, tok, **boot)
+        row["energy_reason"] = None if np.isfinite(row["j_per_token"]) else _energy_reason(r, cell)
+        for name, num, den in (("block_efficiency", "new_tokens", "target_calls"),
+                               ("acceptance_rate", "accepted_tokens", "draft_positions"),
+                               ("node_acceptance_rate", "accepted_tokens", "draft_nodes")):
+            if num in r and den in r and pd.to_numeric(r[den], errors="coerce").fillna(0).sum() > 0:
+                row[name], row[name + "_lo"], row[name + "_hi"] = _rate_ci(
+                    pd.to_numeric(r[num], errors="coerce").to_numpy(float),
+                    pd.to_numeric(r[den], errors="coerce").to_numpy(float), **boot)
+            else:
+                row[name] = row[name + "_lo"] = row[name + "_hi"] = NAN
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _energy_reason(r: pd.DataFrame, cell: pd.Series) -> str:
+    for key in ("energy.reason",):
+        if key in cell and isinstance(cell[key], str) and cell[key]:
+            return cell[key]
+    if "energy.reason" in r:
+        reasons = sorted({x for x in r["energy.reason"].dropna().astype(str) if x})
+        if reasons:
+            return "; ".join(reasons)
+    return "no energy reading"
