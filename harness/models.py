@@ -5,7 +5,7 @@ The embedded default is the project's own tiny Llama pair in ``harness/assets/ti
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -18,7 +18,11 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 @dataclass
 class ModelPair:
-    """A target model, an optional draft model, and their shared tokenizer."""
+    """A target model, an optional draft model, and their shared tokenizer.
+
+    ``drafts`` maps every loaded draft's id to its model (seed 004 §5: drafts to select from, all
+    sharing the target's tokenizer); ``draft``/``draft_id`` is the default one (the first).
+    """
 
     target: torch.nn.Module
     draft: torch.nn.Module | None
@@ -28,6 +32,17 @@ class ModelPair:
     draft_id: str | None = None
     dtype: str = "float32"
     meta: dict = field(default_factory=dict)
+    drafts: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.draft is not None and not self.drafts:
+            self.drafts = {self.draft_id or "draft": self.draft}
+
+    def with_draft(self, draft_id: str) -> "ModelPair":
+        """The same pair (same target, tokenizer and loaded drafts) with ``draft_id`` as its draft."""
+        if draft_id not in self.drafts:
+            raise ConfigError(f"pair '{self.name}' has no draft '{draft_id}'; loaded drafts: {', '.join(self.drafts)}")
+        return replace(self, draft=self.drafts[draft_id], draft_id=draft_id)
 
     @property
     def device(self) -> torch.device:
@@ -120,17 +135,26 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
               dtype: str = "float32", device: str = "auto", device_map=None, draft_device_map=None,
-              attn_implementation: str | None = None) -> ModelPair:
-    """Load tokenizers first and check them, then the models. The target's tokenizer is used."""
+              attn_implementation: str | None = None, drafts: list[str] | None = None) -> ModelPair:
+    """Load tokenizers first and check them, then the models. The target's tokenizer is used.
+
+    ``drafts``: several drafts to select from (each checked against the target's tokenizer, each
+    loaded once); ``draft`` is the default and must be one of them (None: the first).
+    """
+    draft_ids = list(dict.fromkeys(drafts or ([draft] if draft else [])))
+    if drafts is not None and not draft_ids:
+        raise ConfigError("pair.drafts is empty; list at least one draft or leave it out")
+    if drafts and draft is None:
+        draft = draft_ids[0]
+    if draft and draft not in draft_ids:
+        raise ConfigError(f"pair.draft '{draft}' is not among pair.drafts {draft_ids}")
     tokenizer = load_tokenizer(target)
-    if draft:
-        check_tokenizers(tokenizer, load_tokenizer(draft), target, draft)
+    for d in draft_ids:
+        check_tokenizers(tokenizer, load_tokenizer(d), target, d)
     target_model = load_model(target, dtype, device, device_map, attn_implementation)
-    draft_model = None
-    if draft:
-        draft_device = str(target_model.device) if not draft_device_map else device
-        draft_model = load_model(draft, dtype, draft_device, draft_device_map, attn_implementation)
+    draft_device = str(target_model.device) if not draft_device_map else device
+    loaded = {d: load_model(d, dtype, draft_device, draft_device_map, attn_implementation) for d in draft_ids}
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return ModelPair(target=target_model, draft=draft_model, tokenizer=tokenizer, name=name or "custom",
-                     target_id=target, draft_id=draft, dtype=dtype)
+    return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=name or "custom",
+                     target_id=target, draft_id=draft, dtype=dtype, drafts=loaded)

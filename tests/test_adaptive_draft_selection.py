@@ -139,3 +139,21 @@ def test_selector_errors_and_alpha_from_record():
     with pytest.raises(RuntimeError, match="fitting"):
         sel.choose(np.ones(3))
     assert alpha_from_record(30, 10) == 0.75 and math.isnan(alpha_from_record(0, 0))
+
+
+def test_fixed_gamma_oracle():
+    import pandas as pd
+
+    from harness.adaptive.oracle import fixed_gamma_oracle
+
+    rows = []
+    # prompt a is fastest at γ=2, prompt b at γ=6; over the dataset γ=4 wins
+    speed = {("a", 2): 12, ("a", 4): 10, ("a", 6): 6, ("b", 2): 6, ("b", 4): 10, ("b", 6): 12}
+    for (p, g), tps in speed.items():
+        rows.append({"dataset": "d", "prompt": p, "gamma": g, "new_tokens": 120, "wall_time_s": 120 / tps})
+    per_dataset, per_prompt = fixed_gamma_oracle(pd.DataFrame(rows))
+    assert per_dataset.loc[0, "best_gamma"] == 4 and per_dataset.loc[0, "tokens_per_s"] == pytest.approx(10)
+    assert dict(zip(per_prompt["prompt"], per_prompt["best_gamma"])) == {"a": 2, "b": 6}
+    assert per_dataset.loc[0, "per_prompt_gain"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="wall_time_s"):
+        fixed_gamma_oracle(pd.DataFrame(rows).drop(columns="wall_time_s"))

@@ -74,14 +74,18 @@ def truncated_mean(beta: float, gamma: int) -> float:
     return num / den
 
 
-def _truncated_score(beta: float, ys: np.ndarray, gs: np.ndarray) -> tuple[float, float]:
-    """d/dβ and d²/dβ² of Σ_j log f(y_j; β, γ_j) under Eq. 11."""
-    k = gs + 1.0
-    one_minus_bk = -np.expm1(k * math.log(beta))  # 1 − β^k without cancellation near β = 1
-    s = np.sum((ys - 1) / beta - 1.0 / (1 - beta) + k * beta ** (k - 1) / one_minus_bk)
-    ds = np.sum(-(ys - 1) / beta ** 2 - 1.0 / (1 - beta) ** 2
-                + (k * (k - 1) * beta ** (k - 2) * one_minus_bk + k ** 2 * beta ** (2 * k - 2)) / one_minus_bk ** 2)
-    return float(s), float(ds)
+def _truncated_score(beta: float, ys: Sequence[float], gs: Sequence[float]) -> tuple[float, float]:
+    """d/dβ and d²/dβ² of Σ_j log f(y_j; β, γ_j) under Eq. 11 (plain floats: h is a handful of rounds)."""
+    s = ds = 0.0
+    log_b = math.log(beta)
+    for y, g in zip(ys, gs):
+        k = g + 1.0
+        one_minus_bk = -math.expm1(k * log_b)  # 1 − β^k without cancellation near β = 1
+        bk1 = math.exp((k - 1) * log_b)
+        s += (y - 1) / beta - 1.0 / (1 - beta) + k * bk1 / one_minus_bk
+        ds += (-(y - 1) / beta ** 2 - 1.0 / (1 - beta) ** 2
+               + (k * (k - 1) * bk1 / beta * one_minus_bk + (k * bk1) ** 2) / one_minus_bk ** 2)
+    return s, ds
 
 
 def acc_mle_truncated(accept_lengths: Sequence[int], gammas: Sequence[int], acc_max: float = 1.0,
@@ -94,16 +98,14 @@ def acc_mle_truncated(accept_lengths: Sequence[int], gammas: Sequence[int], acc_
     every round was rejected at its first draft, Acc_max when the likelihood increases up to
     β = 1 (e.g. every round fully accepted), NaN when no round drafted anything; capped at Acc_max.
     """
-    ys = np.asarray(accept_lengths, dtype=float)
-    gs = np.asarray(gammas, dtype=float)
-    keep = gs > 0  # y ≡ 1 when γ = 0: no information
-    ys, gs = ys[keep], gs[keep]
-    if ys.size == 0:
+    pairs = [(float(y), float(g)) for y, g in zip(accept_lengths, gammas) if g > 0]  # γ = 0: y ≡ 1, no information
+    if not pairs:
         return float("nan")
-    if np.any(ys < 1) or np.any(ys > gs + 1):
+    if any(y < 1 or y > g + 1 for y, g in pairs):
         raise ValueError("accept lengths must lie in 1..γ+1 for their round")
-    if np.all(ys == 1):
+    if all(y == 1 for y, _ in pairs):
         return 0.0
+    ys, gs = [y for y, _ in pairs], [g for _, g in pairs]
     lo, hi = 1e-12, 1 - 1e-6
     if _truncated_score(hi, ys, gs)[0] >= 0:  # score still rising at β → 1
         return float(acc_max)
@@ -115,7 +117,7 @@ def acc_mle_truncated(accept_lengths: Sequence[int], gammas: Sequence[int], acc_
         else:
             hi = beta
         step = beta - s / ds if ds < 0 else math.nan
-        beta_new = step if lo < step < hi else 0.5 * (lo + hi)
+        beta_new = step if lo <= step <= hi else 0.5 * (lo + hi)
         if abs(beta_new - beta) < tol:
             beta = beta_new
             break
