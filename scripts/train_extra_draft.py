@@ -198,7 +198,7 @@ def main():
         training = {"shape": DRAFT4_SHAPE, "schedule": SCHEDULE, "args": vars(args), **spent,
                     "teacher": "the committed target (float16 weights run in float32)"}
     else:
-        training = json.loads(report_path.read_text()).get("training", {}) if report_path.exists() else {}
+        training = json.loads(report_path.read_text()).get("training", {}).get(NAME, {}) if report_path.exists() else {}
 
     names = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name.startswith("draft"))
     report = measure(out, held_stream, names)
