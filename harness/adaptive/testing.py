@@ -184,7 +184,3 @@ def objective_argmax(acc: float, a_q: float, b_p: Callable[[int], float], gamma_
     vals = {g: sum(acc ** i for i in range(g + 1)) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}
     return max(vals, key=lambda g: (vals[g], -g))
 
-
-def mean_sd(xs: Sequence[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / max(1, len(xs) - 1))
