@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,7 +23,8 @@ import torch
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
-TINY_MODELS = ("tiny/target", "tiny/draft")
+# the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
+TINY_MODELS = tuple(f"tiny/{d.name}" for d in sorted(TINY_PAIR_DIR.iterdir()) if (d / "config.json").is_file())
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DTYPE_CHOICES = ("auto", *DTYPES)
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -31,7 +32,11 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 @dataclass
 class ModelPair:
-    """A target model, an optional draft model, and their shared tokenizer."""
+    """A target model, an optional draft model, and their shared tokenizer.
+
+    ``drafts`` maps every loaded draft's id to its model (seed 004 §5: drafts to select from, all
+    sharing the target's tokenizer); ``draft``/``draft_id`` is the default one (the first).
+    """
 
     target: torch.nn.Module
     draft: torch.nn.Module | None
@@ -41,6 +46,17 @@ class ModelPair:
     draft_id: str | None = None
     dtype: str = "float32"
     meta: dict = field(default_factory=dict)
+    drafts: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.draft is not None and not self.drafts:
+            self.drafts = {self.draft_id or "draft": self.draft}
+
+    def with_draft(self, draft_id: str) -> "ModelPair":
+        """The same pair (same target, tokenizer and loaded drafts) with ``draft_id`` as its draft."""
+        if draft_id not in self.drafts:
+            raise ConfigError(f"pair '{self.name}' has no draft '{draft_id}'; loaded drafts: {', '.join(self.drafts)}")
+        return replace(self, draft=self.drafts[draft_id], draft_id=draft_id)
 
     @property
     def device(self) -> torch.device:
@@ -106,9 +122,19 @@ class PairSpec:
     device_map: Any = None
     draft_device_map: Any = None
     attn_implementation: str | None = None
+    drafts: list[str] | None = None  # several drafts to select from (seed 004 §5); draft = the default one
 
     def __post_init__(self):
         check_model_ref("pair.target", self.target)
+        if self.drafts is not None:
+            if not list(self.drafts):
+                raise ConfigError("pair.drafts is empty; list at least one draft or leave it out")
+            for i, d in enumerate(self.drafts):
+                check_model_ref(f"pair.drafts[{i}]", d)
+            if self.draft is None:
+                object.__setattr__(self, "draft", list(self.drafts)[0])
+            elif self.draft not in self.drafts:
+                raise ConfigError(f"pair.draft '{self.draft}' is not among pair.drafts {list(self.drafts)}")
         if self.draft:
             check_model_ref("pair.draft", self.draft)
         if self.dtype not in DTYPE_CHOICES:
@@ -116,6 +142,11 @@ class PairSpec:
         if not isinstance(self.device, str) or not DEVICE_PATTERN.match(self.device):
             raise ConfigError(f"unknown pair.device '{self.device}'. Valid: auto, cpu, cuda, cuda:N, mps")
         resolve_device(self.device)
+
+    @property
+    def draft_ids(self) -> list[str]:
+        """Every draft to load, the default first when ``drafts`` is not given."""
+        return list(dict.fromkeys(self.drafts or ([self.draft] if self.draft else [])))
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> PairSpec:
@@ -174,7 +205,7 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """``tiny/target`` and ``tiny/draft`` name the embedded pair; anything else goes to HF as is."""
+    """``tiny/<name>`` (target, draft, draft4) names an embedded model; anything else goes to HF as is."""
     if name_or_path.startswith("tiny/"):
         return str(TINY_PAIR_DIR / name_or_path.split("/", 1)[1])
     return name_or_path
@@ -229,22 +260,27 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
               dtype: str = "auto", device: str = "auto", device_map=None, draft_device_map=None,
-              attn_implementation: str | None = None, progress: bool = True) -> ModelPair:
-    """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (both in the
-    target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars."""
+              attn_implementation: str | None = None, drafts: list[str] | None = None,
+              progress: bool = True) -> ModelPair:
+    """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
+    target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
+
+    ``drafts``: several drafts to select from (seed 004 §5; each checked against the target's tokenizer,
+    each loaded once); ``draft`` is the default and must be one of them (None: the first).
+    """
     spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
-                    draft_device_map=draft_device_map, attn_implementation=attn_implementation)
+                    draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts)
+    draft, draft_ids = spec.draft, spec.draft_ids
     with progress_bars(progress):
         tokenizer = load_tokenizer(target)
-        if draft:
-            check_tokenizers(tokenizer, load_tokenizer(draft), target, draft)
+        for d in draft_ids:
+            check_tokenizers(tokenizer, load_tokenizer(d), target, d)
         resolved = resolve_dtype(dtype, target, device if not device_map else "auto")
         target_model = load_model(target, resolved, device, device_map, attn_implementation)
-        draft_model = None
-        if draft:
-            draft_device = str(target_model.device) if not draft_device_map else device
-            draft_model = load_model(draft, resolved, draft_device, draft_device_map, attn_implementation)
+        draft_device = str(target_model.device) if not draft_device_map else device
+        loaded = {d: load_model(d, resolved, draft_device, draft_device_map, attn_implementation) for d in draft_ids}
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return ModelPair(target=target_model, draft=draft_model, tokenizer=tokenizer, name=spec.name or "custom",
-                     target_id=target, draft_id=draft, dtype=resolved, meta={"dtype_requested": dtype})
+    return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=spec.name or "custom",
+                     target_id=target, draft_id=draft, dtype=resolved, meta={"dtype_requested": dtype},
+                     drafts=loaded)
