@@ -24,7 +24,8 @@ from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
 # the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
-TINY_MODELS = tuple(f"tiny/{d.name}" for d in sorted(TINY_PAIR_DIR.iterdir()) if (d / "config.json").is_file())
+TINY_MODELS = tuple(f"tiny/{d.name}" for d in sorted(TINY_PAIR_DIR.iterdir(), key=lambda d: (d.name != "target", d.name))
+                    if (d / "config.json").is_file())
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DTYPE_CHOICES = ("auto", *DTYPES)
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
