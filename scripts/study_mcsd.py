@@ -75,7 +75,7 @@ def run_part1(args, out: Path) -> pd.DataFrame:
     for name, path in DATASETS.items():
         task = load_task({"task": name, "name": name, "path": path, "num_prompts": args.prompts})
         prompts[name] = [task.prompt_ids(ex, pair.tokenizer) for ex in task.examples()]
-    decoders = {(dec, label): build_decoder(method, pair, **params, **DECODINGS[dec])
+    decoders = {(dec, label): build_decoder(method, pair, decoding={"name": dec, **DECODINGS[dec]}, **params)
                 for dec in args.decodings for label, (method, params) in arms(dec).items()}
     warm = prompts[args.datasets[0]][0]
     for d in decoders.values():
@@ -134,7 +134,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                    "other_root_win_freq": (t.other_root_wins / t.rounds
                                            if t.rounds and a.other_root_wins.notna().all() else math.nan)}
             for base, key in ((AR, "vs_ar"), (MCSD, "vs_mcsd"), (DYN, "vs_dyn")):
-                if base not in df.arm.values or arm == base:
+                if base not in df.arm.values or arm in (base, AR):
                     continue
                 x, y = _paired(df, arm, base)
                 if key == "vs_dyn" and not arm.startswith(DYN):
@@ -166,8 +166,7 @@ def run_part2(samples: int, length: int = 3) -> list[dict]:
         return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(5), name=f"near{noise}")
 
     pairs = {"draft = target + noise 0.05 (close)": near(0.05), "draft = target + noise 0.5": near(0.5),
-             "unrelated draft (toy_pair)": toy_pair(vocab_size=5), "unrelated draft, sharp (toy_pair ×2)":
-                 toy_pair(vocab_size=5, sharpness=2.0)}
+             "unrelated draft (toy_pair)": toy_pair(vocab_size=5)}
     warp, prompt = Warp(1.0), [1, 2, 3]
     out = []
     for name, pair in pairs.items():

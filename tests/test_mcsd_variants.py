@@ -26,7 +26,8 @@ from harness.primitives.tree import (SlicedTreeMask, attention_inputs, fork_pare
                                      tree_attention_mask, tree_position_ids, with_stem)
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair, total_variation, tv_bound
-from test_speculative import LENGTH, N, PROMPT, WARP, _assert_cache_matches_scratch, _warp_params, near_pair
+from test_speculative import (LENGTH, N, PROMPT, TINY_MISSING, WARP, _assert_cache_matches_scratch,  # noqa: F401
+                              _warp_params, near_pair, tiny_ar_greedy)
 from test_stats import Recorder
 
 
@@ -323,3 +324,20 @@ def test_early_stop_rule_uses_the_models_features():
 def test_bad_parameters_are_clear_errors(pair, method, params, match):
     with pytest.raises(ConfigError, match=match):
         build_decoder(method, pair, **params)
+
+
+@pytest.mark.skipif(TINY_MISSING, reason="tiny pair not trained yet")
+@pytest.mark.parametrize("method,params", [("mcsd_dynamic", {"num_drafts": 4, "decision_model": "t1"}),
+                                           ("mcsd_target_init", {"decision_model": "t2"})])
+def test_greedy_with_decision_models_is_token_identical_to_ar_greedy_on_tiny_pair(tiny_pair, heldout_prompts,
+                                                                                 tiny_ar_greedy, method, params):
+    """The committed T = 0 decision models stop some rounds early; the output stays the target's greedy one."""
+    dec = build_decoder(method, tiny_pair, decoding="greedy", **params)
+    assert dec.stop.model.info["name"].endswith("_temp0")
+    checks = 0
+    for ids, ref in list(zip(heldout_prompts, tiny_ar_greedy))[:4]:
+        gen = dec.generate(ids, 40)
+        assert gen.output_ids == ref
+        assert gen.stats.target_calls == gen.stats.rounds + (1 if method == "mcsd_target_init" else 0)
+        checks += gen.stats.extras.decision_checks
+    assert checks > 0

@@ -3,9 +3,9 @@
 * :func:`draft_tree` — the draft model proposes a token tree level by level (one draft forward
   per level, tree attention inside the level); a chain (vanilla SD), m i.i.d. sequences
   (SpecInfer/Spectr: widths (m, 1, …, 1)) and a per-depth k-config (MCSD: e.g. (4, 2, 2, 1)) are
-  all width lists;
-  optionally below target-given roots, with a sliced mask and a per-turn stop hook (:class:`DraftStop`;
-  seed 003 §3.1-3.3);
+  all width lists; optionally below roots the caller gives (target-initialised trees), with masks
+  sliced from one :class:`~harness.primitives.tree.SlicedTreeMask` and a per-turn stop hook
+  (:class:`DraftStop`) (seed 003 §3.1-3.3);
 * :func:`draw_children` — the children of every frontier node: greedy top-k, i.i.d. draws, or
   draws without replacement (Gumbel-top-k);
 * :func:`merge_duplicates` — identical sibling prefixes share one node for the target
