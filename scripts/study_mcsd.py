@@ -54,6 +54,9 @@ DECODINGS = {"T=0.7": dict(temperature=0.7, top_k=0, top_p=1.0), "T=1.0": dict(t
 DATASETS = {"mt_bench": "mt_bench/question.jsonl", "alpaca": "alpaca/question.jsonl"}
 AR, MCSD = "ar", "mcsd (4,2,2,1)"
 DYN = "dynamic W=16 D=5"
+#: Lossless arms whose samples are distinct draws from the target's distribution (the decision-model arms are left
+#: out: where their model does not fire they repeat the DM-off arm's tokens, same seed).
+POOL = (AR, "sd γ=4", MCSD, "target-init (1,4,3,1,1)", DYN)
 
 
 def arms(decoding: str) -> dict[str, tuple[str, dict]]:
@@ -73,7 +76,7 @@ def run_part1(args, out: Path) -> pd.DataFrame:
     pair = load_pair("tiny/target", "tiny/draft", device="cpu")
     prompts = {}
     for name, path in DATASETS.items():
-        task = load_task({"task": name, "name": name, "path": path, "num_prompts": args.prompts})
+        task = load_task({"task": name, "name": name, "path": path, "num_prompts": args.first_prompt + args.prompts})
         prompts[name] = [task.prompt_ids(ex, pair.tokenizer) for ex in task.examples()]
     decoders = {(dec, label): build_decoder(method, pair, decoding={"name": dec, **DECODINGS[dec]}, **params)
                 for dec in args.decodings for label, (method, params) in arms(dec).items()}
@@ -81,7 +84,7 @@ def run_part1(args, out: Path) -> pd.DataFrame:
     for d in decoders.values():
         d.generate(warm, 8, seed=0)
     rows, started = [], time.time()
-    for i in range(args.prompts):
+    for i in range(args.first_prompt, args.first_prompt + args.prompts):
         for name in args.datasets:
             if i >= len(prompts[name]):
                 continue
@@ -104,21 +107,28 @@ def run_part1(args, out: Path) -> pd.DataFrame:
                         "other_root_wins": extras.get("stat.other_root_wins", math.nan),
                         "log_ppl": math.log(output_perplexity(pair.target, ids, gen.output_ids)),
                     })
-        print(f"prompt {i + 1}/{args.prompts} done after {time.time() - started:.0f} s", flush=True)
+        print(f"prompt {i + 1}/{args.first_prompt + args.prompts} done after {time.time() - started:.0f} s", flush=True)
         pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)  # partial results survive an interruption
     return pd.DataFrame(rows)
 
 
 def _paired(df: pd.DataFrame, arm: str, base: str) -> pd.DataFrame:
-    a = df[df.arm == arm].set_index("prompt")
-    b = df[df.arm == base].set_index("prompt")
+    a = df[df.arm == arm].set_index("key")
+    b = df[df.arm == base].set_index("key")
     idx = a.index.intersection(b.index)
     return a.loc[idx], b.loc[idx]
 
 
-def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+def summarise(rows: pd.DataFrame, c: float = 0.1) -> pd.DataFrame:
+    """Per (dataset | all, decoding, arm): the measured figures, and a modelled speed-up under a flat per-call cost
+    (a memory-bound GPU: every forward costs the same whatever its tokens; draft call = ``c`` target calls)."""
+    rows = rows.assign(key=rows.dataset + ":" + rows.prompt.astype(str),
+                       model_time=rows.target_calls + c * rows.draft_calls)
+    groups = list(rows.groupby(["dataset", "decoding"], sort=False))
+    if rows.dataset.nunique() > 1:  # both datasets pooled (prompts paired within their dataset)
+        groups += [(("all", dec), df) for dec, df in rows.groupby("decoding", sort=False)]
     out = []
-    for (dataset, dec), df in rows.groupby(["dataset", "decoding"], sort=False):
+    for (dataset, dec), df in groups:
         for arm in df.arm.unique():
             a = df[df.arm == arm]
             t = a.sum(numeric_only=True)
@@ -141,9 +151,17 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                     continue
                 est = stats.estimate((x.new_tokens, x.wall_time_s, y.new_tokens, y.wall_time_s), stats.ratio_of_totals)
                 rec[f"speed_{key}"], rec[f"speed_{key}_lo"], rec[f"speed_{key}_hi"] = est
+                est = stats.estimate((x.new_tokens, x.model_time, y.new_tokens, y.model_time), stats.ratio_of_totals)
+                rec[f"model_{key}"], rec[f"model_{key}_lo"], rec[f"model_{key}_hi"] = est
                 if key == "vs_ar":
                     d = stats.estimate((x.log_ppl.to_numpy() - y.log_ppl.to_numpy(),), stats.mean)
                     rec["log_ppl_shift_vs_ar"], rec["log_ppl_shift_vs_ar_lo"], rec["log_ppl_shift_vs_ar_hi"] = d
+            # against the mean of the OTHER pool arms on the same prompt (all sample the target's distribution)
+            pool = df[df.arm.isin(POOL) & (df.arm != arm)].groupby("key").log_ppl.mean()
+            mine = a.set_index("key").log_ppl
+            idx = mine.index.intersection(pool.index)
+            d = stats.estimate(((mine.loc[idx] - pool.loc[idx]).to_numpy(),), stats.mean)
+            rec["log_ppl_shift_vs_pool"], rec["log_ppl_shift_vs_pool_lo"], rec["log_ppl_shift_vs_pool_hi"] = d
             out.append(rec)
     return pd.DataFrame(out)
 
@@ -203,13 +221,16 @@ def markdown(summary: pd.DataFrame, tv: list[dict]) -> str:
     for (dataset, dec), df in summary.groupby(["dataset", "decoding"], sort=False):
         lines += [f"\n### {dataset}, {dec} ({int(df.prompts.max())} prompts)\n",
                   "| arm | α | MAT | tok/target call | mean γ | tok/s | ÷ AR [95 % CI] | ÷ MCSD | ÷ dynamic (DM off) | "
-                  "PPL | Δ log PPL vs AR | early stops | other-root wins |", "|" + "---|" * 13]
+                  "modelled ÷ AR | modelled ÷ MCSD | PPL | Δ log PPL vs AR | Δ log PPL vs lossless pool | early stops | "
+                  "other-root wins |", "|" + "---|" * 16]
         for _, r in df.iterrows():
             r = r.to_dict()
             lines.append(f"| {r['arm']} | {r['alpha']:.3f} | {r['mean_accept_length']:.2f} | "
                          f"{r['tokens_per_target_call']:.2f} | {r['mean_gamma']:.2f} | {r['tokens_per_s']:.0f} | "
                          f"{ci(r, 'speed_vs_ar')} | {ci(r, 'speed_vs_mcsd')} | {ci(r, 'speed_vs_dyn')} | "
+                         f"{ci(r, 'model_vs_ar')} | {ci(r, 'model_vs_mcsd')} | "
                          f"{r['ppl']:.2f} | {ci(r, 'log_ppl_shift_vs_ar', '{:+.3f}')} | "
+                         f"{ci(r, 'log_ppl_shift_vs_pool', '{:+.3f}')} | "
                          f"{'—' if math.isnan(r['early_stop_freq']) else format(r['early_stop_freq'], '.3f')} | "
                          f"{'—' if math.isnan(r['other_root_win_freq']) else format(r['other_root_win_freq'], '.3f')} |")
     if tv:
@@ -224,12 +245,17 @@ def markdown(summary: pd.DataFrame, tv: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=20, help="prompts per dataset")
+    ap.add_argument("--first-prompt", type=int, default=0, help="start at this prompt (to extend an earlier run)")
+    ap.add_argument("--merge", default="", help="with --skip-part1: comma-separated rows.csv files to summarise "
+                                                "together (default: OUT/rows.csv)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--datasets", default="mt_bench,alpaca")
     ap.add_argument("--decodings", default="T=0.7,T=1.0,greedy")
     ap.add_argument("--tv-samples", type=int, default=10000, help="samples per toy configuration (0: skip part 2)")
     ap.add_argument("--skip-part1", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--flat-cost-c", type=float, default=0.1,
+                    help="draft ÷ target cost of one forward in the modelled (flat per-call cost) speed-up")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "study_mcsd"))
     args = ap.parse_args(argv)
     args.datasets = [d for d in args.datasets.split(",") if d]
@@ -247,10 +273,15 @@ def main(argv=None) -> int:
     summary = pd.DataFrame()
     if not args.skip_part1:
         rows = run_part1(args, out)
-        summary = summarise(rows)
+        summary = summarise(rows, args.flat_cost_c)
         summary.to_csv(out / "summary.csv", index=False)
-    elif (out / "rows.csv").exists():
-        summary = summarise(pd.read_csv(out / "rows.csv"))
+    else:
+        files = [Path(f) for f in args.merge.split(",") if f] or [out / "rows.csv"]
+        if all(f.exists() for f in files):
+            rows = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+            rows.to_csv(out / "rows_merged.csv", index=False)
+            summary = summarise(rows, args.flat_cost_c)
+            summary.to_csv(out / "summary.csv", index=False)
     tv = run_part2(args.tv_samples) if args.tv_samples else []
     if tv:
         (out / "tv.json").write_text(json.dumps(tv, indent=1))

@@ -15,12 +15,12 @@ The round commits the root and its accepted drafts (``accept_lengths`` = accepte
 the place of the correction token); γ = ``len(k_config) − 1``.
 
 NOT LOSSLESS for n_t ≥ 2 (§3.1): selecting the root by its accepted length makes
-P_out(t) ∝ P_target(t) · P(t is drawn and its subtree's accepted path is the longest) — the seed's
+P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S's | S) — the seed's
 P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — so tokens whose continuations the draft
 predicts well are favoured; the seed measures the quality loss growing with n_t (Table 1). n_t = 1
 is exact: the root is a draw from r, i.e. MCSD with its correction token drawn one round later
-(tested against the enumerated target distribution; so is n_t = 2's bias, measured as a TV distance
-in ``tests/test_mcsd_target_init.py`` and the study). Greedy (temperature 0): r is the target's
+(tested against the enumerated target distribution in ``tests/test_mcsd_variants.py``, where a slow
+test also detects n_t = 2's bias; ``scripts/study_mcsd.py`` measures it as a TV distance). Greedy (temperature 0): r is the target's
 argmax (one-hot), which has a single distinct token, so every tree has one root and the output is the
 target's greedy output for any n_t (the seed reports no greedy results for n_t = 2, §4.1).
 

@@ -19,11 +19,12 @@ the largest tree (§3.2), for the draft's level forwards and for the target's ve
   correction distribution (no token is drawn from it until the next round's roots).
 
 Bias of target initialisation (§3.1). The winning root is not a draw from r: with n_t ≥ 2,
-P_out(t) ∝ P_target(t) · P(t is drawn among the n_t roots and its subtree's accepted path is the
-longest), i.e. the seed's P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — tokens whose
-drafts the target accepts are favoured, and the output distribution is not the target's. With n_t = 1
-the only root is a draw from r and the round is MCSD's with its correction token drawn one round later:
-exact. (Greedy: r is the target's argmax, one-hot, with ONE distinct token, so greedy trees have a single
+P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S's, first drawn on ties | S),
+the seed's P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) made exact — tokens whose
+drafts the target accepts are favoured, and the output distribution is not the target's (measured on
+toy pairs in ``scripts/study_mcsd.py``; a slow test asserts it is detectable). With n_t = 1, S = {t}
+with probability r(t) and t wins: the round is MCSD's with its correction token drawn one round
+later, exact. (Greedy: r is the target's argmax, one-hot, with ONE distinct token, so greedy trees have a single
 root whatever n_t is, and the output is the target's greedy output.)
 """
 from __future__ import annotations
