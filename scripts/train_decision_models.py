@@ -9,6 +9,11 @@ min(1, p(x_i)/q(x_i)) (T1's label; the seed prints max, the acceptance probabili
 one sampled accept/reject outcome (T2's label). Rows of a sequence are kept even after one of
 its earlier tokens was rejected: each row is the question "would this token be accepted here".
 
+Greedy (``--temperatures 0``): the fork's heads are the draft's top-W tokens, each continued by
+its argmax (as ``mcsd_dynamic`` drafts under temperature 0); the labels are whether the draft token
+equals the target's argmax (min(1, p/q) of one-hot distributions: 0 or 1); T2's features come from
+the plain softmax of the draft's logits, since the one-hot T∘q carries none.
+
 Data. ``scripts/train_tiny_pair.py`` holds out every 25th chapter (offset 7): those chapters
 trained neither model and are the ``tasks/kjv_heldout`` prompt set; they are never read here.
 The remaining (training-split) chapters are split again by chapter: every 10th (offset 3) is
@@ -26,6 +31,7 @@ and 16 (§4.1); for W = 1 also how often it stops before a token the target woul
 accepted (premature stop, Fig. 7 / §5's explanation).
 
     python scripts/train_decision_models.py                                  # T = 1.0 and 0.7, ~8 min on 1 CPU
+    python scripts/train_decision_models.py --temperatures 0                 # greedy (argmax-match labels)
     python scripts/train_decision_models.py --temperatures 1.0 --fit-contexts 200 --out /tmp/dm   # smoke
 """
 from __future__ import annotations
@@ -90,8 +96,13 @@ def collect(pair, contexts: list[list[int]], width: int, depth: int, warp: Warp,
         h = h.expand(width, -1)
         hid, feats, qx, qtop, toks = [], [], [], [], []
         for j in range(depth):
-            q = warp.probs(draft.lm_head(h)[:, :vocab].float())
-            x = sample(q, generator)  # (W, 1)
+            logits = draft.lm_head(h)[:, :vocab].float()
+            if warp.is_greedy:  # the greedy fork: the draft's top-W heads, each continued by its argmax
+                x = torch.topk(logits[:1], width, dim=-1).indices.T if j == 0 else logits.argmax(-1, keepdim=True)
+                q = torch.softmax(logits, -1)  # features and baselines (the one-hot T∘q has none)
+            else:
+                q = warp.probs(logits)
+                x = sample(q, generator)  # (W, 1)
             feats.append(topk_entropy_features(q, top_k))  # T2: the distribution x is drawn from
             qx.append(q.gather(1, x)[:, 0])
             qtop.append(q.max(-1).values)
@@ -107,7 +118,7 @@ def collect(pair, contexts: list[list[int]], width: int, depth: int, warp: Warp,
         p = warp.probs(torch.cat([p_first.expand(width, 1, -1), p_rest], dim=1)[..., :vocab].float())
         px = p.gather(2, xs[..., None])[..., 0]
         q_x = torch.stack(qx, 1)
-        ratio = torch.clamp(px / q_x, max=1.0)
+        ratio = px if warp.is_greedy else torch.clamp(px / q_x, max=1.0)  # greedy: 1 iff x is the target's argmax
         u = torch.rand(ratio.shape, generator=generator)
         rows["hidden"].append(torch.stack(hid, 1))
         rows["t2"].append(torch.stack(feats, 1))
@@ -287,8 +298,9 @@ def main(argv=None) -> int:
                     "features": ("draft last hidden state (after the final norm) at token i's own position; "
                                  "judges the token just drafted (lookahead 0)"
                                  if kind == "t1" else
-                                 f"top-{args.top_k} probabilities (descending) + entropy (nats) of T∘q where token i "
-                                 "is drawn; judges the next token (lookahead 1)")}
+                                 f"top-{args.top_k} probabilities (descending) + entropy (nats) of "
+                                 f"{'softmax(q) (greedy: T∘q is one-hot)' if warp.is_greedy else 'T∘q'} where "
+                                 "token i is drawn; judges the next token (lookahead 1)")}
             path = model.save(args.out, name, info)
             summary[name] = {"auc": evaluation["auc_vs_sampled_outcome"], "auc_ci95": evaluation["auc_ci95"],
                              **{k: base[k] for k in ("eval_token_acceptance_rate", "eval_baseline_auc")},

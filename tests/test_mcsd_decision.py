@@ -87,7 +87,7 @@ def test_architectures_follow_the_seed():
     assert (t1.lookahead, t2.lookahead) == (0, 1)
 
 
-COMMITTED = ["tiny_t1_temp1", "tiny_t2_temp1", "tiny_t1_temp0.7", "tiny_t2_temp0.7"]
+COMMITTED = ["tiny_t1_temp1", "tiny_t2_temp1", "tiny_t1_temp0.7", "tiny_t2_temp0.7", "tiny_t1_temp0", "tiny_t2_temp0"]
 
 
 @pytest.mark.parametrize("name", COMMITTED)

@@ -21,6 +21,17 @@ from harness.primitives.spec_loop import speculative_loop, tree_step
 from harness.primitives.spec_state import SpeculativeCaches
 
 
+def check_k_config(k_config, min_length: int = 1) -> tuple[int, ...]:
+    """``k_config`` as a tuple of positive ints, at least ``min_length`` long; a ConfigError naming it otherwise."""
+    try:
+        out = tuple(int(k) for k in k_config)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"k_config must be a list of positive integers, got {k_config!r}") from e
+    if len(out) < min_length or (out and min(out) < 1):
+        raise ConfigError(f"k_config must be a list of at least {min_length} positive integer(s), got {k_config!r}")
+    return out
+
+
 @dataclass(frozen=True)
 class MCSDParams(SamplingParams):
     k_config: tuple[int, ...] = param((4, 2, 2, 1), "children per node at each depth; depth γ = len(k_config) "
@@ -29,13 +40,7 @@ class MCSDParams(SamplingParams):
 
     def __post_init__(self):
         super().__post_init__()
-        try:
-            k_config = tuple(int(k) for k in self.k_config)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"k_config must be a list of positive integers, got {self.k_config!r}") from e
-        if not k_config or min(k_config) < 1:
-            raise ConfigError(f"k_config must be a non-empty list of positive integers, got {self.k_config!r}")
-        object.__setattr__(self, "k_config", k_config)
+        object.__setattr__(self, "k_config", check_k_config(self.k_config))
 
     @property
     def gamma(self) -> int:

@@ -241,3 +241,35 @@ def _nan_to_null(x):
     if isinstance(x, float) and math.isnan(x):
         return None
     return x
+
+
+class EarlyStopRule:
+    """A decision model as drafting's per-turn stop hook (:class:`~harness.primitives.drafting.DraftStop`).
+
+    After draft turn d (1 ≤ d < the round's depth) it predicts the acceptance of every frontier
+    sequence — T1 from the hidden states of the tokens just fed, T2 from ConCat(Topk, Ent) of the
+    distribution the next tokens come from — and stops when all are below β (§3.3). T2's features use
+    the decoder's warp T∘q, as in training; under greedy decoding (T∘q one-hot, featureless) the plain
+    softmax of the draft's logits, as ``scripts/train_decision_models.py`` trains the T = 0 models.
+    ``checks`` and ``stops`` count the evaluations and the early stops since the last :meth:`reset`.
+    """
+
+    def __init__(self, model: DecisionModel, threshold: float | None = None, warp=None):
+        self.model = model
+        self.threshold = model.threshold if threshold is None else check_threshold(threshold)
+        self.warp = warp
+        self.needs_hidden = model.kind == "t1"
+        self.checks = self.stops = 0
+
+    def reset(self) -> None:
+        self.checks = self.stops = 0
+
+    def __call__(self, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor) -> bool:
+        probs = None
+        if not self.needs_hidden:
+            greedy = self.warp is None or self.warp.is_greedy
+            probs = torch.softmax(logits.float(), -1) if greedy else self.warp.probs(logits)
+        stop = self.model.should_stop(hidden, probs, self.threshold)
+        self.checks += 1
+        self.stops += int(stop)
+        return stop

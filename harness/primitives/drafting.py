@@ -3,7 +3,9 @@
 * :func:`draft_tree` — the draft model proposes a token tree level by level (one draft forward
   per level, tree attention inside the level); a chain (vanilla SD), m i.i.d. sequences
   (SpecInfer/Spectr: widths (m, 1, …, 1)) and a per-depth k-config (MCSD: e.g. (4, 2, 2, 1)) are
-  all width lists;
+  all width lists; optionally below roots the caller gives (target-initialised trees), with masks
+  sliced from one :class:`~harness.primitives.tree.SlicedTreeMask` and a per-turn stop hook
+  (:class:`DraftStop`) (seed 003 §3.1-3.3);
 * :func:`draw_children` — the children of every frontier node: greedy top-k, i.i.d. draws, or
   draws without replacement (Gumbel-top-k);
 * :func:`merge_duplicates` — identical sibling prefixes share one node for the target
@@ -12,13 +14,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from harness.primitives.kv_cache import cache_length
 from harness.primitives.sampling import sample
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
-from harness.primitives.tree import TokenTree, tree_attention_mask, tree_position_ids
+from harness.primitives.tree import SlicedTreeMask, TokenTree, attention_inputs
 from harness.primitives.warping import Warp
 
 
@@ -41,8 +44,24 @@ def draw_children(probs: torch.Tensor, logits: torch.Tensor, k: int, warp: Warp,
     return top.indices, top.values > float("-inf")
 
 
+class DraftStop(Protocol):
+    """A per-turn stop hook of dynamic drafting (seed 003 §3.2-3.3, Fig. 2).
+
+    Called after draft turn ``depth``'s forward (1 ≤ depth < the round's depth) with that level's rows:
+    ``hidden`` (F, H) the draft's last hidden states at the level's tokens (None unless
+    ``needs_hidden``) and ``logits`` (F, V) the draft's logits there (the next tokens' distribution).
+    True ends the round's drafting at ``depth``. It must decide from these alone — never from tokens
+    not yet drawn — so that the tree's shape is a stopping time and verification stays exact.
+    """
+
+    needs_hidden: bool
+
+    def __call__(self, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor) -> bool: ...
+
+
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
-               replacement: bool = True) -> DraftTree:
+               replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
+               stop: DraftStop | None = None) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children.
 
     Uses exactly ``len(widths)`` draft forwards: the pending tokens first (→ root
@@ -51,20 +70,56 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     The draft cache grows by the pending tokens and every non-last-level node; the caller
     rolls it back with :func:`~harness.primitives.spec_state.commit_draft`. No widths (γ = 0):
     no draft forward, an empty tree.
+
+    Options (seed 003; nodes are kept in level order, so node i's q is ``node_q[i]``):
+
+    * ``roots`` (n,): first-level tokens given by the caller (target-initialised trees, §3.1).
+      They are the tree's first level (parents −1, no ``root_q``) and go into the first draft
+      forward with the pending tokens; ``widths`` are the draft's levels below them. With no
+      widths the draft does not run (the roots then become its pending tokens at commit).
+    * ``masks``: a :class:`~harness.primitives.tree.SlicedTreeMask` of the largest tree in level
+      order (roots level included); each level's mask is sliced from it when the tree drafted so far
+      is its truncation (§3.2), and built otherwise.
+    * ``stop``: a :class:`DraftStop` asked after each draft level's forward but the last; when it
+      says stop, the tree ends at that level (then every node was fed: ``num_fed`` = all).
     """
+    device = caches.draft_pending.device
     if not widths:
-        return DraftTree.empty(caches.draft_pending.device)
+        if roots is None:
+            return DraftTree.empty(device)
+        return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0)
     cache = caches.draft_cache
-    logits = draft(caches.draft_pending, cache, all_logits=False)[0, -1:]
-    base = cache_length(cache)  # committed prefix incl. pending; tree nodes follow
     greedy = warp.is_greedy
-    probs = None if greedy else warp.probs(logits)
-    root_q = None if greedy else probs[0]
+    dtype = next(draft.model.parameters()).dtype
+    want_hidden = stop is not None and stop.needs_hidden
     tokens: list[torch.Tensor] = []
     parents: list[int] = []
     fed_q: list[torch.Tensor] = []
-    frontier = [-1]
-    dtype = next(draft.model.parameters()).dtype
+    if roots is None:
+        logits = draft(caches.draft_pending, cache, all_logits=False)[0, -1:]
+        base = cache_length(cache)  # committed prefix incl. pending; tree nodes follow
+        frontier = [-1]
+        levels = 0
+    else:
+        roots = roots.reshape(-1).to(device)
+        stem = caches.draft_pending
+        s, prefix = stem.size(1), cache_length(cache)
+        tokens.append(roots)
+        parents.extend([-1] * roots.numel())
+        frontier = list(range(roots.numel()))
+        levels = 1
+        ids = torch.cat([stem, roots[None]], dim=1)
+        if roots.numel() == 1:
+            logits = draft(ids, cache)[0, s:]
+        else:
+            mask, pos = attention_inputs(parents, prefix, stem_len=s, sliced=masks, dtype=dtype, device=device)
+            logits = draft(ids, cache, position_ids=pos, attention_mask=mask)[0, s:]
+        base = prefix + s
+    probs = None if greedy else warp.probs(logits)
+    root_q = None if greedy or roots is not None else probs[0]
+    if roots is not None and not greedy:
+        fed_q.append(probs)
+    stopped = False
     for depth, k in enumerate(widths):
         kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
         owner = torch.tensor(frontier, device=kids.device)[:, None].expand_as(kids)
@@ -75,19 +130,23 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         tokens.append(kids)
         parents.extend(owner)
         frontier = list(range(first, len(parents)))
+        levels += 1
         if depth == len(widths) - 1:
             break
-        if len(parents) == depth + 1:  # still a chain: causal attention is the tree mask
-            logits = draft(kids[None], cache)[0]
+        if len(parents) == levels:  # still a chain: causal attention is the tree mask
+            out = draft(kids[None], cache, return_hidden=want_hidden)
         else:
-            mask = tree_attention_mask(parents, base, dtype, kids.device)[:, :, first:]
-            pos = tree_position_ids(parents, base, kids.device)[:, first:]
-            logits = draft(kids[None], cache, position_ids=pos, attention_mask=mask)[0]
+            mask, pos = attention_inputs(parents, base, first_node=first, sliced=masks, dtype=dtype, device=kids.device)
+            out = draft(kids[None], cache, position_ids=pos, attention_mask=mask, return_hidden=want_hidden)
+        logits, hidden = (out[0][0], out[1][0]) if want_hidden else (out[0], None)
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
+        if stop is not None and stop(depth + 1, hidden, logits):
+            stopped = True
+            break
     node_q = torch.cat(fed_q) if fed_q else None
-    num_fed = len(parents) - len(frontier)
+    num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed)
 
 

@@ -27,10 +27,13 @@ class CountedModel:
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None,
-                 all_logits: bool = True) -> torch.Tensor:
+                 all_logits: bool = True, return_hidden: bool = False):
         """One forward pass. Returns logits (B, T, V) — or (B, 1, V) for the last position only.
 
         ``attention_mask`` may be a 2-D padding mask or a 4-D float/bool mask (tree attention).
+        ``return_hidden``: return ``(logits, hidden)`` instead, ``hidden`` (B, T, H) the last hidden
+        state (after the final norm: the LM head's input) at every position fed — the same logits,
+        one call (seed 003 §3.3's T1 decision model reads it).
         """
         self.calls += 1
         kwargs = {"use_cache": cache is not None}
@@ -42,8 +45,11 @@ class CountedModel:
             kwargs["attention_mask"] = attention_mask
         if not all_logits:
             kwargs["logits_to_keep"] = 1
+        if return_hidden:
+            kwargs["output_hidden_states"] = True
         out = self.model(input_ids=input_ids, **kwargs)
-        return out.logits[..., : self.vocab_size].float()
+        logits = out.logits[..., : self.vocab_size].float()
+        return (logits, out.hidden_states[-1]) if return_hidden else logits
 
 
 def synchronize(device: torch.device) -> None:

@@ -3,6 +3,7 @@
 * :func:`chain_step` — one vanilla round: γ draft forwards, ONE target forward, speculative sampling;
 * :func:`tree_step` — one token-tree round: draft the tree, merge duplicates, ONE target forward
   with tree attention, walk down with a :data:`~harness.primitives.acceptance.SelectionRule`;
+* :func:`accept_walk` — the walk down a verified tree with a selection rule (shared by every tree round);
 * :func:`verify_chain` — ONE target forward over a drafted chain, a pluggable
   :data:`~harness.primitives.acceptance.ChainRule`, and the rollback of both caches (for chain
   methods that draft their own way: MTAD's beams, BiLD's fallback);
@@ -14,6 +15,8 @@ Each round's drafting and verification are timed by the caches' :class:`~harness
 token is accepted iff it is the target's argmax, so the output is the target's greedy output.
 """
 from __future__ import annotations
+
+from typing import Callable, Mapping
 
 import torch
 
@@ -30,6 +33,30 @@ from harness.primitives.warping import Warp
 def draw(dist: torch.Tensor, warp: Warp, generator) -> int:
     """The next token from a (warped, or correction) distribution: its argmax when greedy."""
     return int(dist.argmax()) if warp.is_greedy else int(sample(dist, generator)[0])
+
+
+def accept_walk(start: int, candidates: Mapping[int, list[int]], tokens: torch.Tensor,
+                p_at: Callable[[int], torch.Tensor], q_at: Callable[[int], torch.Tensor | None], select: SelectionRule,
+                generator) -> tuple[list[int], torch.Tensor]:
+    """Walk down a verified token tree from ``start`` (−1: the committed sequence), accepting with ``select``.
+
+    At node u the candidates ``candidates[u]`` (children in draw order) go through
+    ``select(p_at(u), q_at(u), their tokens, generator)``; the walk moves to the accepted child, or stops
+    where none is accepted (the rule's correction distribution) or at a leaf (``p_at(leaf)``, the bonus
+    distribution). Returns (accepted nodes below ``start``, distribution of the next token).
+    """
+    path: list[int] = []
+    node = start
+    while True:
+        p = p_at(node)
+        cands = candidates.get(node)
+        if not cands:
+            return path, p
+        idx, dist = select(p, q_at(node), tokens[cands], generator)
+        if idx is None:
+            return path, dist
+        node = cands[idx]
+        path.append(node)
 
 
 def verify_chain(target, caches: SpeculativeCaches, dtree: DraftTree, draft_prefix: int, rule: ChainRule) -> StepResult:
@@ -93,21 +120,11 @@ def tree_step(target, draft, caches: SpeculativeCaches, widths: list[int], warp:
         tree = merged.tree
         target_prefix = caches.target_prefix()
         stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree)
-        path: list[int] = []
-        node = -1
-        while True:
-            p = warp.probs(stem_logits[-1] if node < 0 else node_logits[node])
-            cands = merged.candidates.get(node)
-            if not cands:
-                new_token = draw(p, warp, generator)
-                break
-            q = None if warp.is_greedy else dtree.q_after(merged.draft_node[node] if node >= 0 else -1)
-            idx, dist = select(p, q, tree.tokens[cands], generator)
-            if idx is None:
-                new_token = draw(dist, warp, generator)
-                break
-            node = cands[idx]
-            path.append(node)
+        path, dist = accept_walk(
+            -1, merged.candidates, tree.tokens, lambda n: warp.probs(stem_logits[-1] if n < 0 else node_logits[n]),
+            lambda n: None if warp.is_greedy else dtree.q_after(merged.draft_node[n] if n >= 0 else -1),
+            select, generator)
+        new_token = draw(dist, warp, generator)
         commit_target(caches, target_prefix, path, new_token)
         commit_draft(caches, draft_prefix, dtree, [merged.draft_node[n] for n in path], new_token)
     draft_s, verify_s = caches.clock.take()

@@ -143,25 +143,29 @@ class StepResult:
     verify_time_s: float = NAN
 
 
-def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int) -> None:
-    """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending."""
+def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None) -> None:
+    """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending
+    (None: nothing is pending — a target-initialised round's path ends the committed sequence, seed 003 §3.1)."""
     commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
-    caches.target_pending = torch.tensor([[new_token]], device=caches.target_pending.device)
+    caches.target_pending = torch.tensor([[] if new_token is None else [new_token]], dtype=torch.long,
+                                         device=caches.target_pending.device)
 
 
 def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree, draft_path: list[int],
-                 new_token: int) -> None:
+                 new_token: int | None) -> None:
     """Roll the draft cache back to the accepted path; unprocessed path tokens become pending.
 
     If the draft did not run this round (γ = 0: its cache is still short of ``draft_prefix``),
-    its pending tokens stay pending, followed by the new token.
+    its pending tokens stay pending, followed by the path's tokens and the new token.
+    ``new_token`` None: the round commits the path only (seed 003 §3.1).
     """
     device = caches.draft_pending.device
+    tail = [] if new_token is None else [new_token]
     if cache_length(caches.draft_cache) < draft_prefix:
-        new = torch.tensor([[new_token]], dtype=torch.long, device=device)
+        new = torch.tensor([dtree.tokens[draft_path].tolist() + tail], dtype=torch.long, device=device)
         caches.draft_pending = torch.cat([caches.draft_pending, new], dim=1)
         return
     in_cache = [n for n in draft_path if n < dtree.num_fed]
     commit_path(caches.draft_cache, draft_prefix, [draft_prefix + n for n in in_cache])
     missing = dtree.tokens[draft_path[len(in_cache):]].tolist()
-    caches.draft_pending = torch.tensor([missing + [new_token]], dtype=torch.long, device=device)
+    caches.draft_pending = torch.tensor([missing + tail], dtype=torch.long, device=device)

@@ -18,6 +18,7 @@ accepted path (no recompute of the prefix).
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import torch
@@ -217,26 +218,57 @@ class TokenTree:
         return self.parents == list(range(-1, len(self.parents) - 1))
 
 
-def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
+                 sliced: SlicedTreeMask | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """ONE forward of ``stem`` (1, S) then the flattened tree, with tree attention.
 
     ``model`` is a :class:`~harness.primitives.forward.CountedModel`. Returns
     ``(stem_logits (S, V), node_logits (N, V))``: stem_logits[-1] is the distribution of the
     tree's roots, node_logits[i] that of node i's children. The cache grows by S + N.
+    ``sliced``: a :class:`SlicedTreeMask` the mask is sliced from when the tree is its tree
+    truncated at some depth (seed 003 §3.2); otherwise (or without it) the mask is built.
     """
     stem = stem.reshape(1, -1)
     s = stem.size(1)
     prefix_len = cache_length(cache)
-    parents = with_stem(s, tree.parents)
     device = stem.device
     ids = torch.cat([stem, tree.tokens.to(device)[None]], dim=1)
     if tree.is_chain:  # plain causal attention is the tree mask of a chain
         logits = model(ids, cache)[0]
     else:
         dtype = next(model.model.parameters()).dtype
-        logits = model(ids, cache, position_ids=tree_position_ids(parents, prefix_len, device),
-                       attention_mask=tree_attention_mask(parents, prefix_len, dtype, device))[0]
+        mask, pos = attention_inputs(tree.parents, prefix_len, stem_len=s, sliced=sliced, dtype=dtype, device=device)
+        logits = model(ids, cache, position_ids=pos, attention_mask=mask)[0]
     return logits[:s], logits[s:]
+
+
+def attention_inputs(parents, prefix_len: int, *, stem_len: int = 0, first_node: int = 0,
+                     sliced: SlicedTreeMask | None = None, dtype: torch.dtype = torch.float32,
+                     device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(additive mask, position ids) of a tree (after ``stem_len`` stem tokens) over ``prefix_len`` cached
+    positions, rows from ``first_node`` on (stem rows too when ``stem_len`` > 0).
+
+    Sliced from ``sliced`` (no topology work, seed 003 §3.2) when ``parents`` is its tree truncated at a
+    depth and its dtype matches; built by :func:`tree_attention_mask` otherwise (e.g. a level left short
+    because the warped distribution had fewer tokens than the children asked for).
+    """
+    if stem_len and first_node:
+        raise ValueError(f"first_node > 0 needs stem_len == 0, got first_node={first_node}, stem_len={stem_len}")
+    depth = sliced.depth_of(parents) if sliced is not None and sliced.dtype == dtype else None
+    if depth is not None:
+        return (sliced.mask(depth, prefix_len, stem_len, first_node),
+                sliced.position_ids(depth, prefix_len, stem_len, first_node))
+    full = with_stem(stem_len, parents) if stem_len else list(parents)
+    return (tree_attention_mask(full, prefix_len, dtype, device)[:, :, first_node:],
+            tree_position_ids(full, prefix_len, device)[:, first_node:])
+
+
+def children_lists(parents) -> dict[int, list[int]]:
+    """Children of every node with any, in index order; key −1: the roots."""
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(_as_list(parents)):
+        kids.setdefault(p, []).append(i)
+    return kids
 
 
 def commit_path(cache, keep_len: int, path_positions) -> None:
@@ -344,6 +376,17 @@ class SlicedTreeMask:
     def parents_at(self, depth: int) -> list[int]:
         """Parent array of the tree truncated at ``depth`` (a prefix of :attr:`parents`)."""
         return self.parents[: self.nodes(depth)]
+
+    def depth_of(self, parents) -> int | None:
+        """The depth d with ``parents == parents_at(d)``, or None when ``parents`` is not a truncation of this tree."""
+        plist = _as_list(parents)
+        n = len(plist)
+        if n == 0 or n > len(self.parents):
+            return None
+        depth = bisect.bisect_left(self._ends, n)
+        if self._ends[depth] != n or self.parents[:n] != plist:
+            return None
+        return depth
 
     def _grow(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 2 * self.capacity, 1)

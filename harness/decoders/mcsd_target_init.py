@@ -1,0 +1,108 @@
+"""Target-initialised multi-candidate speculative decoding (seed 003 §3.1, Fig. 1 right, §4.1, Table 1-2).
+
+The k-config's first entry n_t is the number of tokens sampled from the TARGET's distribution to
+start the candidate sequences; the draft expands each of them per the rest: the paper's (2, 4, 3, 1,
+1) is 2 target tokens, then 4 × 3 × 1 × 1 = 12 sequences of γ = 4 draft tokens under each (40 draft
+tokens per root, 24 sequences, 82 tree nodes; a (2 + 80)² mask, §3.1). Each round starts from r, the
+target's next-token distribution at the end of the committed sequence: in the first round from a
+prefill of the prompt — §3.1's one extra target forward (``target_calls`` = rounds + 1) — and after
+that from the correction distribution where the previous round's winning path stopped. n_t distinct
+roots are drawn from r without replacement, the draft builds the tree (siblings without replacement,
+one draft forward per level), the target scores all of it in ONE forward with the topology-aware
+mask sliced from one built for the whole tree (§3.2), every root's subtree is walked with MCSD's rule
+(Yang et al. 2024 Alg. 2), and the root with the longest accepted path wins (ties: the first drawn).
+The round commits the root and its accepted drafts (``accept_lengths`` = accepted + 1, the root in
+the place of the correction token); γ = ``len(k_config) − 1``.
+
+NOT LOSSLESS for n_t ≥ 2 (§3.1): selecting the root by its accepted length makes
+P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S's | S) — the seed's
+P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — so tokens whose continuations the draft
+predicts well are favoured; the seed measures the quality loss growing with n_t (Table 1). n_t = 1
+is exact: the root is a draw from r, i.e. MCSD with its correction token drawn one round later
+(tested against the enumerated target distribution in ``tests/test_mcsd_variants.py``, where a slow
+test also detects n_t = 2's bias; ``scripts/study_mcsd.py`` measures it as a TV distance). Greedy (temperature 0): r is the target's
+argmax (one-hot), which has a single distinct token, so every tree has one root and the output is the
+target's greedy output for any n_t (the seed reports no greedy results for n_t = 2, §4.1).
+
+Optional early stop (the paper's framework, §3.2-3.3): ``decision_model``/``decision_threshold`` as in
+``mcsd_dynamic``; ``k_config`` (W, 1, …, 1) is the target-initialised fork of App. A.1 / §5. A γ policy
+gives each round's maximum depth (the first levels of the k-config). Extras: ``early_stops``,
+``decision_checks``, and ``other_root_wins`` — rounds won by a root other than the first drawn, i.e.
+where the selection departed from a plain draw from r (always 0 for n_t = 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.decoders.base import Decoded, Decoder, param, register
+from harness.decoders.mcsd import check_k_config
+from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams, decision_rule
+from harness.primitives.multi_candidate import TargetInit, TreeMasks, multi_candidate_step, target_prefill
+from harness.primitives.spec_loop import speculative_loop
+from harness.primitives.spec_state import SpeculativeCaches
+from harness.primitives.tree import level_order_parents
+
+
+@dataclass(frozen=True)
+class TargetInitParams(EarlyStopParams):
+    k_config: tuple[int, ...] = param((2, 4, 3, 1, 1), "n_t target-sampled roots, then children per node at each "
+                                                       "draft depth; γ = len(k_config) − 1 (seed 003 §4.1: "
+                                                       "(2, 4, 3, 1, 1); n_t = 1 is lossless)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "k_config", check_k_config(self.k_config, min_length=2))
+
+    @property
+    def gamma(self) -> int:
+        """The draft depth γ below the target-sampled roots."""
+        return len(self.k_config) - 1
+
+    @property
+    def target_tokens(self) -> int:
+        """n_t, the target-initialised tokens per round."""
+        return self.k_config[0]
+
+
+@dataclass
+class TargetInitExtras(EarlyStopExtras):
+    other_root_wins: int = 0  # rounds won by a root other than the first drawn (the biased selection of §3.1)
+
+
+@register
+class MCSDTargetInit(Decoder[TargetInitParams]):
+    method = "mcsd_target_init"
+    uses_draft = True
+    uses_gamma_policy = True
+    Extras = TargetInitExtras
+
+    def __init__(self, pair, params=None, **kwargs):
+        super().__init__(pair, params, **kwargs)
+        self.stop = decision_rule(self.params, pair, self.draft)
+        k_config = list(self.params.k_config)
+        if self.params.warp.is_greedy:
+            k_config[0] = 1  # one-hot r: one distinct root (module docstring)
+        self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
+
+    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+        warp, k_config = self.params.warp, list(self.params.k_config)
+        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
+        state = TargetInit()
+        if self.stop is not None:
+            self.stop.reset()
+        target_prefill(self.target, caches, warp, state)
+
+        def step(depth):
+            return multi_candidate_step(self.target, self.draft, caches, k_config[:depth + 1], warp, generator,
+                                        state=state, masks=self.masks, stop=self.stop)
+
+        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
+                                  self.eos_token_id, stats)
+        stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
+        return Decoded(tokens, TargetInitExtras(*stops, other_root_wins=state.other_root_wins))
+
+    def facts(self) -> dict:
+        facts = {"target_prefill_calls": 1, "lossless": self.params.target_tokens == 1}
+        if self.stop is not None:
+            facts.update(decision_model=self.stop.model.info.get("name"), decision_model_kind=self.stop.model.kind)
+        return facts
