@@ -111,7 +111,8 @@ class Task:
 
     def _data_file(self) -> str:
         path = getattr(self, "path", None)
-        return str(self.resolve(path)) if isinstance(path, str) and path else f"the data of task '{self.kind}'"
+        return (f"{self.resolve(path)} (dataset.path)" if isinstance(path, str) and path
+                else f"the data of task '{self.kind}' (dataset.path)")
 
     def examples(self) -> list[Example]:
         """The prompts: all of the set when ``num_prompts`` is null (or exceeds the set), else the first
