@@ -214,10 +214,9 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     plan = None
     try:
         plan = plan_cell(dict(cfg))
-    except NotApplicable as e:
+    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
         if single:
             add("method", str(e))
-        return problems  # nothing else to check: the cell will not run
     except ConfigError as e:
         msg = str(e)
         add(_pair_key(msg) if "pair." in msg else _method_key(msg, cfg), msg)
