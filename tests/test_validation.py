@@ -293,3 +293,15 @@ def test_problem_text_names_key_once():
     assert str(Problem("pair.target", "pair.target: directory not found: x")) == "pair.target: directory not found: x"
     assert str(Problem("max_new_tokens", "must be >= 1", "max_new_tokens=0")) == \
         "max_new_tokens: must be >= 1 [max_new_tokens=0]"
+
+
+def test_truncated_prompts_are_flagged_in_measurement_quality():
+    import pandas as pd
+
+    from harness.analysis.checks import measurement_flags
+
+    records = pd.DataFrame({"cell_id": ["a", "a", "b"], "prompt_truncated": [True, False, False]})
+    flags = measurement_flags(pd.DataFrame(columns=["cell_id"]), records, pd.DataFrame(columns=["cell_id", "problem",
+                                                                                                "kind", "error"]))
+    cut = flags[flags["kind"] == "prompts truncated to the context"]
+    assert list(cut["cell_id"]) == ["a"] and "1 prompt(s)" in cut["detail"].iloc[0]
