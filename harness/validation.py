@@ -90,6 +90,11 @@ def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
 
 
 def _dataset_key(message: str) -> str:
+    import re
+
+    named = re.search(r"\bdataset\.([a-z_]+)", message)
+    if named:
+        return f"dataset.{named.group(1)}"
     for k in ("num_prompts", "max_new_tokens", "prompt_format", "sample_seed", "path", "task"):
         if k in message:
             return f"dataset.{k}"
