@@ -215,6 +215,7 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
     max_new = int(cfg.get("max_new_tokens") or task.max_new_tokens)
 
     encoded = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
+    decoder.prepare(encoded)  # e.g. draft selection fits its prompt features (seed 004 §5)
     for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
         decoder.generate(encoded[0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
 
