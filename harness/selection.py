@@ -22,11 +22,16 @@ Design ("ols", the paper's algorithm, run online inside one cell):
 
 Each generation's ``selection`` dict (records: ``selection.*``): ``phase`` (fit | select), ``draft``
 (the chosen draft id), ``alpha_predicted`` (NaN while fitting), ``alpha_realised``, ``fit_r2``,
-``fit_r2_loo`` (of the chosen draft's Eq. 8 model; NaN while fitting), ``c`` (its cost ratio).
+``fit_r2_loo`` (of the chosen draft's Eq. 8 model; NaN while fitting), ``c`` (its cost ratio),
+``fit_extra_time_s`` (the other drafts' runs while fitting), ``feature_time_s`` (the perplexity forward:
+not in ``wall_time_s``, which times the generation only). Each draft drives its own copy of the γ policy
+(a policy's history — online's a_q, b_p(γ), q-learning's table — belongs to the draft it measured).
 """
 from __future__ import annotations
 
+import copy
 import math
+import time
 import numpy as np
 import torch
 
@@ -58,6 +63,10 @@ class OLSDraftSelection:
         self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}  # Σ draft s, calls, Σ verify s, calls
         self.selector: DraftSelector | None = None
         self.prepared = False
+        # one γ policy per draft: what a policy learns (online's a_q, b_p(γ), Acc; q-learning's table) is a
+        # property of the draft it drives, so switching drafts must not mix their histories
+        self.policies = {d: copy.deepcopy(decoder.gamma_policy) for d in self.drafts}
+        self.feature_time_s: dict[tuple, float] = {}
 
     # ------------------------------------------------------------------ features
     def perplexity(self, ids: list[int]) -> float:
@@ -71,7 +80,11 @@ class OLSDraftSelection:
         prompts = [list(map(int, p)) for p in prompts]
         if len(prompts) < 2:
             raise ConfigError(f"draft_selection=ols fits its features on the cell's prompts: needs >= 2, got {len(prompts)}")
-        ppls = [self.perplexity(p) for p in prompts]
+        ppls = []
+        for p in prompts:
+            t0 = time.perf_counter()
+            ppls.append(self.perplexity(p))
+            self.feature_time_s[tuple(p)] = time.perf_counter() - t0
         self.featurizer.fit(prompts, ppls)
         self.features = {tuple(p): self.featurizer.transform(p, q) for p, q in zip(prompts, ppls)}
         self.prepared = True
@@ -82,8 +95,15 @@ class OLSDraftSelection:
                               "(the runner does)")
         key = tuple(ids)
         if key not in self.features:
-            self.features[key] = self.featurizer.transform(ids, self.perplexity(ids))
+            t0 = time.perf_counter()
+            ppl = self.perplexity(ids)
+            self.feature_time_s[key] = time.perf_counter() - t0
+            self.features[key] = self.featurizer.transform(ids, ppl)
         return self.features[key]
+
+    def _use(self, draft: str) -> None:
+        self.decoder.set_draft(draft)
+        self.decoder.gamma_policy = self.policies[draft]
 
     # ------------------------------------------------------------------ costs and fit
     def cost(self, draft: str) -> float:
@@ -128,20 +148,21 @@ class OLSDraftSelection:
         if self.fitting:
             served, extra = None, 0.0
             for d in [self.default] + [d for d in self.drafts if d != self.default]:
-                dec.set_draft(d)
+                self._use(d)
                 gen = dec._generate(ids, max_new_tokens, seed)
                 alpha = self._observe(d, key, u, gen)
                 if served is None:
                     served, served_alpha = gen, alpha
                 else:
                     extra += gen.stats.wall_time_s
-            dec.set_draft(self.default)
+            self._use(self.default)
             served.selection = {"phase": "fit", "draft": self.default, "alpha_predicted": nan,
                                 "alpha_realised": served_alpha, "fit_r2": nan, "fit_r2_loo": nan,
-                                "c": self.cost(self.default), "fit_extra_time_s": extra}
+                                "c": self.cost(self.default), "fit_extra_time_s": extra,
+                                "feature_time_s": self.feature_time_s.get(key, nan)}
             return served
         choice = self.selector.choose(u)
-        dec.set_draft(choice.draft)
+        self._use(choice.draft)
         gen = dec._generate(ids, max_new_tokens, seed)
         st = gen.stats
         model = self.selector.models[choice.draft]
@@ -149,7 +170,7 @@ class OLSDraftSelection:
                          "alpha_predicted": choice.predicted_alpha[choice.draft],
                          "alpha_realised": alpha_from_record(st.accepted_tokens, st.rejected_rounds),
                          "fit_r2": model.r2, "fit_r2_loo": model.r2_loo, "c": self.selector.costs[choice.draft],
-                         "fit_extra_time_s": 0.0}
+                         "fit_extra_time_s": 0.0, "feature_time_s": self.feature_time_s.get(key, nan)}
         return gen
 
     def describe(self) -> dict:

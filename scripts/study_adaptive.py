@@ -176,8 +176,11 @@ def run_dataset(dataset: str, decoding: str, prompts: list[list[int]], args, mak
     draft selection's fit prompts (§6.1: r = 25, every draft run on each) — both on prompts other than
     the measured ones. Every arm first runs one short untimed generation (allocator, caches)."""
     warm, measured = prompts[: args.warmup], prompts[args.warmup:]
-    arms = [f"sd_g{g}" for g in FIXED_GAMMAS] + list(args.policies) + ["hf_assisted_heuristic"]
-    arms += list(SELECTION_ARMS) if selection else []
+    if getattr(args, "selection_only", False):
+        arms = ["online", *SELECTION_ARMS]
+    else:
+        arms = [f"sd_g{g}" for g in FIXED_GAMMAS] + list(args.policies) + ["hf_assisted_heuristic"]
+        arms += list(SELECTION_ARMS) if selection else []
     gens = {arm: make(arm, decoding, None) for arm in arms}
     fit_time = math.nan
     if "sel_ols" in gens:
@@ -206,6 +209,7 @@ def run_dataset(dataset: str, decoding: str, prompts: list[list[int]], args, mak
                          "sel_draft": sel.get("draft"), "sel_alpha_predicted": sel.get("alpha_predicted", math.nan),
                          "sel_alpha_realised": sel.get("alpha_realised", math.nan),
                          "sel_fit_r2": sel.get("fit_r2", math.nan), "sel_fit_r2_loo": sel.get("fit_r2_loo", math.nan),
+                         "sel_feature_time_s": sel.get("feature_time_s", math.nan),
                          "sel_fit_time_s": fit_time})
     return pd.DataFrame(rows)
 
@@ -215,10 +219,12 @@ def with_baselines(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     fixed γ, by ratio of totals), ``oracle`` (each prompt at its own best γ, §3) and ``best_single_draft``
     (the faster of the two single-draft online arms); returns it and the best fixed γ's arm."""
     sweep = df[df.arm.str.startswith("sd_g")].assign(gamma=lambda d: d.arm.str[4:].astype(int))
-    per_dataset, per_prompt = fixed_gamma_oracle(sweep)
-    best = f"sd_g{int(per_dataset.best_gamma.iloc[0])}"
-    extra = [df[df.arm == best].assign(arm="best_fixed"),
-             per_prompt.assign(arm="oracle", decoding=df.decoding.iloc[0])]
+    extra, best = [], None
+    if not sweep.empty:
+        per_dataset, per_prompt = fixed_gamma_oracle(sweep)
+        best = f"sd_g{int(per_dataset.best_gamma.iloc[0])}"
+        extra = [df[df.arm == best].assign(arm="best_fixed"),
+                 per_prompt.assign(arm="oracle", decoding=df.decoding.iloc[0])]
     singles = [a for a in ("online", "sel_draft4") if a in set(df.arm)]
     if len(singles) == 2:
         tps = {a: df[df.arm == a].new_tokens.sum() / df[df.arm == a].wall_time_s.sum() for a in singles}
@@ -317,6 +323,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=25, help="q-learning warm-up trials = draft-selection fit prompts")
     ap.add_argument("--policies", default="online,online_mle,fsm,cache_fsm,qlearning,hf_heuristic")
     ap.add_argument("--no-selection", action="store_true", help="skip the draft-selection arms")
+    ap.add_argument("--selection-only", action="store_true", help="only draft selection vs each single draft (online γ)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier timings on a shared box)")
     ap.add_argument("--out", default="results/study_adaptive")

@@ -258,6 +258,9 @@ def test_draft_selection_fits_then_chooses_and_records():
     assert all(0 <= r["alpha_realised"] <= 1 and r["c"] > 0 for r in chosen)
     assert all(r["fit_r2"] <= 1 + 1e-9 or r["fit_r2"] != r["fit_r2"] for r in chosen)  # NaN: α constant in the fit
     assert dec.selection.cheapest == "small"  # perplexity feature from the cheapest draft
+    pol = dec.selection.policies
+    assert pol["small"] is not pol["close"] and dec.gamma_policy in pol.values()  # one policy per draft
+    assert all(r["feature_time_s"] > 0 for r in records)
     assert set(dec.selection.describe()["costs"]) == {"small", "close"}
 
 
