@@ -1,10 +1,11 @@
 """Study of adaptive speculation (issue 11 item 5; seed 004 §3-§6): γ policies and draft selection
 on the tiny pair, side by side, interleaved prompt by prompt with rotating order.
 
-SKELETON: everything but the decoder hook runs today; :func:`build_arm` needs the wiring phase
-(decoders that take a γ policy; ``hf_assisted`` with ``schedule=heuristic``). Until then the
-script stops with a clear message unless ``--simulate`` is given, which replaces the decoders by
-the simulated rounds of :mod:`harness.adaptive.testing` (to exercise the plumbing and the analysis).
+Arms run the real decoders (:func:`build_arm`): ``sd`` with ``method.gamma_policy`` (the CLI's keys),
+``hf_assisted`` with ``schedule=heuristic``, ``sd`` with ``draft_selection=ols``. ``--simulate``
+replaces them by the simulated rounds of :mod:`harness.adaptive.testing` (a plumbing check);
+``--selection-only`` runs only the draft-selection comparison (online γ on each single draft vs ols).
+Every row's time is the generation's own wall time (one torch thread by default).
 
 Per dataset (≥ 3 with different acceptance, e.g. kjv_heldout, gsm8k, humaneval) and decoding
 (greedy, sampling):
@@ -24,7 +25,8 @@ bootstrap CIs over prompts: ratio of totals and geometric mean of per-prompt rat
 vs SD at the best fixed γ, vs the per-prompt oracle; mean γ; acceptance rate),
 ``gamma_trace.png`` (γ over one generation per policy).
 
-    python scripts/study_adaptive.py --datasets kjv_heldout,gsm8k,humaneval --prompts 60 --simulate
+    python scripts/study_adaptive.py --datasets kjv_heldout,gsm8k,humaneval --prompts 15   # ≈ 25 min on 1 CPU thread
+    python scripts/study_adaptive.py --selection-only --prompts 15                        # ≈ 8 min
 """
 from __future__ import annotations
 
