@@ -21,6 +21,7 @@ def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], ge
     return {"cell_id": cell_id, "index": index, "example_id": example.id, "prompt_tokens": len(prompt_ids),
             **{f"meta.{k}": v for k, v in example.meta.items()},
             **generation.stats.as_record(), "stopped_by_eos": generation.stopped_by_eos,
+            "stopped_by_stop": getattr(generation, "stopped_by_stop", False),
             "output_ppl": output_ppl,
             **{f"metric.{k}": v for k, v in metrics.items()},
             **energy,

@@ -226,7 +226,8 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
         for i, (ex, ids) in enumerate(zip(examples, encoded)):
             if pair.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pair.device)
-            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i),
+                                                                            stop=task.stop))
             gen = measured.result
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
             record = build_record(

@@ -42,7 +42,7 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Mapping, TypeVar, get_args, get_origin
+from typing import Any, ClassVar, Generic, Mapping, Sequence, TypeVar, get_args, get_origin
 
 import torch
 
@@ -52,6 +52,7 @@ from harness.models import ModelPair
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import FixedGamma, GammaPolicy
 from harness.primitives.sampling import make_generator
+from harness.primitives.stopping import StopCondition
 from harness.primitives.warping import Warp
 from harness.registry import Registry
 from harness.stats import GenerationStats, NoExtras
@@ -173,6 +174,7 @@ class Generation:
     stopped_by_eos: bool = False
     text: str | None = None
     beams: list[Beam] | None = None
+    stopped_by_stop: bool = False  # ended by a stop string (the output ends with the token completing it)
 
 
 P = TypeVar("P", bound=DecoderParams)
@@ -211,6 +213,7 @@ class Decoder(ABC, Generic[P]):
         self.target = CountedModel(pair.target, pair.vocab_size)
         self.draft = CountedModel(pair.require_draft(self.method), pair.vocab_size) if self.uses_draft else None
         self.eos_token_id = pair.tokenizer.eos_token_id
+        self.stopping = self.stop_condition()  # this generation's stopping check (set by ``generate``)
 
     def default_gamma_policy(self) -> GammaPolicy | None:
         """``FixedGamma(params.gamma)`` for decoders that run the speculative loop."""
@@ -238,18 +241,31 @@ class Decoder(ABC, Generic[P]):
         ``stats`` is for the loop drivers' ``observe_round``; decoders never write it themselves.
         """
 
-    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> Generation:
-        """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end."""
+    def stop_condition(self, stop: Sequence[str] | None = None) -> StopCondition:
+        """The generation's stopping check: EOS and ``stop`` strings on the decoded output."""
+        tok = self.pair.tokenizer
+        return StopCondition(self.eos_token_id, tuple(stop or ()),
+                             lambda ids: tok.decode(ids, skip_special_tokens=True))
+
+    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None,
+                 stop: Sequence[str] | None = None) -> Generation:
+        """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end.
+
+        ``stop``: stop strings. Decoders check them inside their loops (``self.stopping``, after each
+        committed block: :mod:`harness.primitives.stopping`), so no token past the one completing a
+        stop string is generated, timed or counted; the output is cut there once more as a safeguard.
+        """
         ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device).reshape(1, -1)
         generator = make_generator(seed, self.device)
         stats = GenerationStats()
+        self.stopping = self.stop_condition(stop)
         t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
         synchronize(self.device)
         start = time.perf_counter()
         decoded = self._decode(ids, max_new_tokens, generator, stats)
         synchronize(self.device)
         stats.wall_time_s = time.perf_counter() - start
-        out = [int(t) for t in decoded.tokens][:max_new_tokens]
+        out, by_stop = self.stop_condition(stop).trim([int(t) for t in decoded.tokens][:max_new_tokens])
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls
         stats.draft_calls = (self.draft.calls - d_calls) if self.draft else 0
@@ -260,7 +276,7 @@ class Decoder(ABC, Generic[P]):
         stats.extras = extras
         eos = self.eos_token_id is not None and len(out) > 0 and out[-1] == self.eos_token_id
         return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
-                          beams=decoded.beams)
+                          beams=decoded.beams, stopped_by_stop=by_stop)
 
     def params_dict(self) -> dict[str, Any]:
         """Every parameter (the Params fields), for summaries: ``summary.json["params"]``."""
