@@ -210,8 +210,9 @@ class Decoder(ABC, Generic[P]):
                               f"{', '.join(m for m, c in registry().items() if c.uses_gamma_policy)})")
         self.gamma_policy = gamma_policy if gamma_policy is not None else self.default_gamma_policy()
         self.sync_timing = sync_timing  # device-synchronise at the draft/verify boundaries (a no-op on CPU)
-        self.target = CountedModel(pair.target, pair.vocab_size)
-        self.draft = CountedModel(pair.require_draft(self.method), pair.vocab_size) if self.uses_draft else None
+        self.target = CountedModel(pair.target, pair.vocab_size, sync=sync_timing)
+        self.draft = (CountedModel(pair.require_draft(self.method), pair.vocab_size, sync=sync_timing)
+                      if self.uses_draft else None)
         self.eos_token_id = pair.tokenizer.eos_token_id
         self.stopping = self.stop_condition()  # this generation's stopping check (set by ``generate``)
 
@@ -260,11 +261,16 @@ class Decoder(ABC, Generic[P]):
         stats = GenerationStats()
         self.stopping = self.stop_condition(stop)
         t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
+        models = {"target": self.target, **({"draft": self.draft} if self.draft else {})}
+        for m in models.values():
+            m.spans = []
         synchronize(self.device)
         start = time.perf_counter()
         decoded = self._decode(ids, max_new_tokens, generator, stats)
         synchronize(self.device)
-        stats.wall_time_s = time.perf_counter() - start
+        end = time.perf_counter()
+        stats.wall_time_s = end - start
+        stats.set_spans(start, end, {name: m.spans for name, m in models.items()})
         out, by_stop = self.stop_condition(stop).trim([int(t) for t in decoded.tokens][:max_new_tokens])
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls

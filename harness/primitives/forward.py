@@ -6,16 +6,26 @@ speculative iteration.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 
 class CountedModel:
-    """A causal LM plus a forward-call counter; returns float32 logits cut to the shared vocab."""
+    """A causal LM plus a forward-call counter; returns float32 logits cut to the shared vocab.
 
-    def __init__(self, model, vocab_size: int):
+    Every call's (start, end) ``time.perf_counter`` span is appended to ``spans`` (the decoder resets it
+    per generation: prefill = the first call, energy attribution by model); with ``sync`` the device is
+    synchronised before and after each call (``runner.breakdown``), so that on a GPU the span covers the
+    call's device work and nothing else's; without it the spans are host time (a no-op on CPU).
+    """
+
+    def __init__(self, model, vocab_size: int, sync: bool = False):
         self.model = model
         self.vocab_size = vocab_size
         self.calls = 0
+        self.sync = sync
+        self.spans: list[tuple[float, float]] = []
 
     @property
     def device(self) -> torch.device:
@@ -36,6 +46,9 @@ class CountedModel:
         one call (seed 003 §3.3's T1 decision model reads it).
         """
         self.calls += 1
+        if self.sync:
+            synchronize(self.device)
+        start = time.perf_counter()
         kwargs = {"use_cache": cache is not None}
         if cache is not None:
             kwargs["past_key_values"] = cache
@@ -49,6 +62,9 @@ class CountedModel:
             kwargs["output_hidden_states"] = True
         out = self.model(input_ids=input_ids, **kwargs)
         logits = out.logits[..., : self.vocab_size].float()
+        if self.sync:
+            synchronize(self.device)
+        self.spans.append((start, time.perf_counter()))
         return (logits, out.hidden_states[-1]) if return_hidden else logits
 
 
