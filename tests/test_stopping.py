@@ -11,6 +11,7 @@ FAMILIES = {
     "ar": ("ar_greedy", {}, "greedy"),
     "ar_sampling": ("ar_sampling", {}, "sampling"),
     "beam": ("beam_search", {"width": 2}, "greedy"),
+    "beam_sampling": ("beam_sampling", {"width": 2}, "sampling"),
     "chain_sd": ("sd", {"gamma": 4}, "greedy"),
     "chain_sd_sampling": ("sd", {"gamma": 4}, "sampling"),
     "tree": ("specinfer", {"gamma": 3, "num_drafts": 2}, "greedy"),
@@ -43,7 +44,7 @@ def test_generation_stops_at_the_stop_string(tiny_pair, heldout_prompts, family)
     stop, keep = _stop_string(tok, full.output_ids)
     cut = dec.generate(prompt, MAX_NEW, seed=3, stop=["@@never@@", stop])
     out = cut.output_ids
-    if family == "beam":  # a stop string finishes a beam, like EOS: every final beam ends at one or runs full length
+    if family.startswith("beam"):  # a stop string finishes a beam, like EOS: every final beam ends at one or runs full length
         for beam in cut.beams:
             text = _decode(tok, beam.tokens)
             assert (stop in text and stop not in _decode(tok, beam.tokens[:-1])) or len(beam.tokens) == MAX_NEW

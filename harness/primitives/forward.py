@@ -37,10 +37,12 @@ class CountedModel:
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None,
-                 all_logits: bool = True, return_hidden: bool = False):
+                 all_logits: bool = True, keep: int | None = None, return_hidden: bool = False):
         """One forward pass. Returns logits (B, T, V) — or (B, 1, V) for the last position only.
 
         ``attention_mask`` may be a 2-D padding mask or a 4-D float/bool mask (tree attention).
+        ``keep``: logits of the last ``keep`` positions only (HF ``logits_to_keep``; the LM head is
+        skipped elsewhere); ``all_logits=False`` is ``keep=1``.
         ``return_hidden``: return ``(logits, hidden)`` instead, ``hidden`` (B, T, H) the last hidden
         state (after the final norm: the LM head's input) at every position fed — the same logits,
         one call (seed 003 §3.3's T1 decision model reads it).
@@ -56,8 +58,8 @@ class CountedModel:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
-        if not all_logits:
-            kwargs["logits_to_keep"] = 1
+        if not all_logits or keep is not None:
+            kwargs["logits_to_keep"] = 1 if keep is None else int(keep)
         if return_hidden:
             kwargs["output_hidden_states"] = True
         out = self.model(input_ids=input_ids, **kwargs)

@@ -70,7 +70,7 @@ def verify_chain(target, caches: SpeculativeCaches, dtree: DraftTree, draft_pref
     with caches.clock.verifying():
         target_prefix = caches.target_prefix()
         stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending,
-                                                TokenTree.chain(dtree.tokens))
+                                                TokenTree.chain(dtree.tokens), all_stem=False)
         logits = torch.cat([stem_logits[-1:], node_logits])
         kept, new_token = rule(logits, dtree.tokens)
         path = list(range(kept))
@@ -120,7 +120,8 @@ def tree_step(target, draft, caches: SpeculativeCaches, widths: list[int], warp:
     with caches.clock.verifying():
         tree = merged.tree
         target_prefix = caches.target_prefix()
-        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree)
+        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree,
+                                                all_stem=False)
         path, dist = accept_walk(
             -1, merged.candidates, tree.tokens, lambda n: warp.probs(stem_logits[-1] if n < 0 else node_logits[n]),
             lambda n: None if warp.is_greedy else dtree.q_after(merged.draft_node[n] if n >= 0 else -1),
