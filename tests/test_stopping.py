@@ -17,6 +17,7 @@ FAMILIES = {
     "tree": ("specinfer", {"gamma": 3, "num_drafts": 2}, "greedy"),
     "mtad": ("mtad", {"gamma": 3}, "sampling"),
     "hf_assisted": ("hf_assisted", {"gamma": 4}, "greedy"),
+    "mtjd": ("mtjd", {"gamma": 3, "width": 2}, "greedy"),
 }
 
 
