@@ -207,7 +207,7 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
         if key in runner:
             for p in check_int(f"runner.{key}", runner[key], minimum, null):
                 add(p.key, p.message)
-    for key in ("progress", "sync_timing"):
+    for key in ("progress", "sync_timing", "breakdown"):
         if key in runner and not isinstance(runner[key], bool):
             add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
     if cfg.get("energy") is not None:
