@@ -27,8 +27,9 @@ class Results:
 
 
 def _json_error(path: Path, e: Exception) -> ValueError:
-    """The error of an unreadable result file, naming the file (and the line of a JSONL file)."""
-    where = str(path)
+    """The error of an unreadable result file, naming the file as ``<cell id>/<file>`` (and the line of a
+    JSONL file)."""
+    where = f"{path.parent.name}/{path.name}"
     if isinstance(e, json.JSONDecodeError) and path.suffix == ".jsonl":
         try:
             for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
@@ -36,7 +37,7 @@ def _json_error(path: Path, e: Exception) -> ValueError:
                     try:
                         json.loads(line)
                     except json.JSONDecodeError:
-                        where = f"{path}, line {n}"
+                        where = f"{where}, line {n}"
                         break
         except OSError:
             pass
@@ -50,7 +51,7 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _json_error(cell_dir / store.SUMMARY, e) from e
     if not isinstance(summary, dict):
-        raise ValueError(f"{cell_dir / store.SUMMARY} is not a JSON object")
+        raise ValueError(f"{cell_dir.name}/{store.SUMMARY} is not a JSON object")
     row = cell_row(summary)
     row.setdefault("cell_id", cell_dir.name)
     try:
@@ -76,7 +77,7 @@ def read_results(results_dir: str | Path = "results") -> Results:
             try:
                 row, recs = read_cell(cell_dir)
             except Exception as e:  # noqa: BLE001 — any malformed cell is reported, never fatal
-                text = str(e) if str(cell_dir) in str(e) else f"{cell_dir}: {type(e).__name__}: {e}"
+                text = str(e) if name in str(e) else f"{name}: {type(e).__name__}: {e}"
                 problems.append({"cell_id": name, "problem": "unreadable", "kind": type(e).__name__,
                                  "error": text[:500], "at": None})
                 continue
