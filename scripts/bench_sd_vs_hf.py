@@ -15,6 +15,7 @@ torch.profiler table of the top host operators for one generation.
 
     python scripts/bench_sd_vs_hf.py --pair llama2-7b/68m [--gammas 1-8] [--decodings greedy,sampling]
         [--dtypes float32,bfloat16] [--prompts 6] [--max-new-tokens 32] [--threads 1] [--out FILE]
+    python scripts/bench_sd_vs_hf.py --compare before.json after.json
 
 Runs on whichever ``harness`` package is first on the path (``PYTHONPATH=/path/to/checkout``), so the
 same script times an older checkout for a before/after table.
@@ -149,6 +150,19 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+def compare(before: dict, after: dict) -> str:
+    """Side by side: sd ÷ hf [CI] of two reports (e.g. before and after a change) per dtype, decoding, γ."""
+    lines = [f"pair {after['pair']}: sd ÷ hf before → after",
+             "| dtype | decoding | γ | before [95% CI] | after [95% CI] |", "|---|---|---|---|---|"]
+    old = {(run["dtype"], r["decoding"], r["gamma"]): r for run in before["runs"] for r in run["table"]}
+    for run in after["runs"]:
+        for r in run["table"]:
+            b = old.get((run["dtype"], r["decoding"], r["gamma"]))
+            fmt = lambda x: f"{x['ratio']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]" if x else "—"  # noqa: E731
+            lines.append(f"| {run['dtype']} | {r['decoding']} | {r['gamma']} | {fmt(b)} | {fmt(r)} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="llama2-7b/68m", choices=[*SHAPES, "tiny-trained"])
@@ -162,7 +176,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", help="write the report as JSON here")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                        help="print two saved reports (--out) side by side and exit")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(*(json.loads(Path(p).read_text()) for p in args.compare)))
+        return 0
     torch.set_num_threads(args.threads)
     import transformers
 
