@@ -25,6 +25,7 @@ def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], ge
             "prompt_tokens_original": len(prompt_ids) if prompt_tokens_original is None else prompt_tokens_original,
             **{f"meta.{k}": v for k, v in example.meta.items()},
             **generation.stats.as_record(), "stopped_by_eos": generation.stopped_by_eos,
+            **{f"selection.{k}": v for k, v in (getattr(generation, "selection", None) or {}).items()},
             "stopped_by_stop": getattr(generation, "stopped_by_stop", False),
             "output_ppl": output_ppl,
             **{f"metric.{k}": v for k, v in metrics.items()},

@@ -224,6 +224,7 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
     if any(n is not None for _, n in fitted):
         log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last tokens "
                     "(records: prompt_truncated)", cid, sum(n is not None for _, n in fitted), n_positions)
+    decoder.prepare(encoded)  # e.g. draft selection fits its prompt features (seed 004 §5)
     for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
         decoder.generate(encoded[0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.drafting import draft_tree
 from harness.primitives.sampling import sample
@@ -27,7 +27,7 @@ from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
 @dataclass(frozen=True)
-class BiLDParams(SamplingParams):
+class BiLDParams(SpeculativeParams):
     gamma: int = param(10, "most draft tokens per round (Table 15: 10)")
     fallback_threshold: float = param(0.9, "τ1 on the draft's confidence (Table 15: 0.3, 0.9)")
     rollback_threshold: float = param(2.0, "τ2 on the target's NLL in nats (Table 15: 1, 2, 3)")
@@ -61,6 +61,7 @@ class BiLD(Decoder[BiLDParams]):
     Extras = BiLDExtras
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)

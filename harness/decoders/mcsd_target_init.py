@@ -76,6 +76,10 @@ class MCSDTargetInit(Decoder[TargetInitParams]):
     uses_gamma_policy = True
     Extras = TargetInitExtras
 
+    def max_depth(self) -> int:
+        """The masks are built for the k-config's tree: an adaptive policy's γ_max is at most its draft depth."""
+        return self.params.gamma
+
     def __init__(self, pair, params=None, **kwargs):
         super().__init__(pair, params, **kwargs)
         self.stop = decision_rule(self.params, pair, self.draft)

@@ -36,6 +36,7 @@ class SpecInfer(Decoder[MultiDraftParams]):
     method = "specinfer"
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
     select: ClassVar[SelectionRule] = staticmethod(multi_step_select)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
