@@ -138,7 +138,8 @@ def render(report: dict) -> str:
     for run in report["runs"]:
         lines += ["", f"dtype {run['dtype']}: {run['prompts']} prompts, target {run['target_params'] / 1e6:.1f}M, "
                       f"draft {run['draft_params'] / 1e6:.1f}M params, {run['elapsed_s']:.0f} s",
-                  "| decoding | γ | sd tok/s | hf tok/s | sd ÷ hf [95% CI] | α (sd / hf) | ms/round: draft + verify + rest |",
+                  "| decoding | γ | sd tok/s | hf tok/s | sd ÷ hf [95% CI] | α (sd / hf) "
+                  "| ms/round: draft + verify + rest |",
                   "|---|---|---|---|---|---|---|"]
         for r in run["table"]:
             lines.append(f"| {r['decoding']} | {r['gamma']} | {r['sd_tok_s']:.1f} | {r['hf_tok_s']:.1f} | "
