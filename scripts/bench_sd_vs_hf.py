@@ -15,6 +15,7 @@ torch.profiler table of the top host operators for one generation.
 
     python scripts/bench_sd_vs_hf.py --pair llama2-7b/68m [--gammas 1-8] [--decodings greedy,sampling]
         [--dtypes float32,bfloat16] [--prompts 6] [--max-new-tokens 32] [--threads 1] [--out FILE]
+    python scripts/bench_sd_vs_hf.py --compare before.json after.json
 
 Runs on whichever ``harness`` package is first on the path (``PYTHONPATH=/path/to/checkout``), so the
 same script times an older checkout for a before/after table.
@@ -137,7 +138,8 @@ def render(report: dict) -> str:
     for run in report["runs"]:
         lines += ["", f"dtype {run['dtype']}: {run['prompts']} prompts, target {run['target_params'] / 1e6:.1f}M, "
                       f"draft {run['draft_params'] / 1e6:.1f}M params, {run['elapsed_s']:.0f} s",
-                  "| decoding | γ | sd tok/s | hf tok/s | sd ÷ hf [95% CI] | α (sd / hf) | ms/round: draft + verify + rest |",
+                  "| decoding | γ | sd tok/s | hf tok/s | sd ÷ hf [95% CI] | α (sd / hf) "
+                  "| ms/round: draft + verify + rest |",
                   "|---|---|---|---|---|---|---|"]
         for r in run["table"]:
             lines.append(f"| {r['decoding']} | {r['gamma']} | {r['sd_tok_s']:.1f} | {r['hf_tok_s']:.1f} | "
@@ -146,6 +148,19 @@ def render(report: dict) -> str:
                          f"{r['draft_ms']:.1f} + {r['verify_ms']:.1f} + {r['rest_ms']:.1f} |")
         for method, table in run.get("profile", {}).items():
             lines += ["", f"torch.profiler, {method}:", table]
+    return "\n".join(lines)
+
+
+def compare(before: dict, after: dict) -> str:
+    """Side by side: sd ÷ hf [CI] of two reports (e.g. before and after a change) per dtype, decoding, γ."""
+    lines = [f"pair {after['pair']}: sd ÷ hf before → after",
+             "| dtype | decoding | γ | before [95% CI] | after [95% CI] |", "|---|---|---|---|---|"]
+    old = {(run["dtype"], r["decoding"], r["gamma"]): r for run in before["runs"] for r in run["table"]}
+    for run in after["runs"]:
+        for r in run["table"]:
+            b = old.get((run["dtype"], r["decoding"], r["gamma"]))
+            fmt = lambda x: f"{x['ratio']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]" if x else "—"  # noqa: E731
+            lines.append(f"| {run['dtype']} | {r['decoding']} | {r['gamma']} | {fmt(b)} | {fmt(r)} |")
     return "\n".join(lines)
 
 
@@ -162,7 +177,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", help="write the report as JSON here")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                        help="print two saved reports (--out) side by side and exit")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(*(json.loads(Path(p).read_text()) for p in args.compare)))
+        return 0
     torch.set_num_threads(args.threads)
     import transformers
 

@@ -8,6 +8,12 @@ timed and counted are the ones the user gets (the stop string included, as HF ``
 ask :meth:`StopCondition.rows_stopped` which of their beams' texts hold a stop string (such a beam
 is finished, like one that produced EOS).
 
+Checked in the loop by: the speculative loop (``sd``, ``specinfer``, ``spectr``, ``mcsd*``, ``mtad``,
+``bild``, ``typical``), ``ar_greedy``/``ar_sampling``, ``beam_search``, ``beam_sampling``, ``mtjd`` and
+``hf_assisted`` (a stopping criterion after each round). ``dsbd`` is cut after generation only (its
+forest of beams commits several layers per round; its rounds are not cut): the base decoder trims every
+output once more, so the text is right for every method.
+
 Stop strings are matched on the decoded text of the generated tokens (prompt excluded), so a stop
 string split across tokens is found. Each check decodes the output once (a few µs per hundred tokens
 with a fast tokenizer); without stop strings it is one ``in`` test per block.
