@@ -32,7 +32,7 @@ from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError, NotApplicable
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
-from harness.record import build_record, summarize_cell
+from harness.record import build_record, energy_breakdown, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
@@ -207,7 +207,8 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
     method_name = plan.decoder_cls.method
 
     pair = get_pair(cfg["pair"], progress=bool(runner_cfg.get("progress", True)))
-    decoder = build_decoder(method_name, pair, sync_timing=bool(runner_cfg.get("sync_timing", False)),
+    breakdown = bool(runner_cfg.get("breakdown", False))  # device sync at draft/verify/call boundaries
+    decoder = build_decoder(method_name, pair, sync_timing=breakdown or bool(runner_cfg.get("sync_timing", False)),
                             **plan.params)
     task = load_task(cfg["dataset"])
     examples = task.examples()
@@ -235,7 +236,8 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
         for i, (ex, ids, (_, original)) in enumerate(zip(examples, encoded, fitted)):
             if pair.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pair.device)
-            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i),
+                                                                            stop=task.stop))
             gen = measured.result
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
             record = build_record(
@@ -243,7 +245,9 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
                 prompt_text=task.prompt_text(ex, tok),
                 output_ppl=_perplexity(pair.target, gen.prompt_ids, gen.output_ids, n_positions),
                 prompt_tokens_original=original,
-                metrics=task.score(ex, task.truncate(text)), energy=measured.as_record(lambda g: g.stats.new_tokens),
+                metrics=task.score(ex, task.truncate(text)),
+                energy={**measured.as_record(lambda g: g.stats.new_tokens),
+                        **energy_breakdown(meter.attribute, gen.stats, breakdown)},
                 peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                                     else math.nan))
             writer.write(record)

@@ -140,7 +140,7 @@ class OLSDraftSelection:
         return self.selector is None
 
     # ------------------------------------------------------------------ generate
-    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> "Generation":
+    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None, stop=None) -> "Generation":
         dec = self.decoder
         ids = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()]
         key, u = tuple(ids), self.feature(ids)
@@ -149,7 +149,7 @@ class OLSDraftSelection:
             served, extra = None, 0.0
             for d in [self.default] + [d for d in self.drafts if d != self.default]:
                 self._use(d)
-                gen = dec._generate(ids, max_new_tokens, seed)
+                gen = dec._generate(ids, max_new_tokens, seed, stop=stop)
                 alpha = self._observe(d, key, u, gen)
                 if served is None:
                     served, served_alpha = gen, alpha
@@ -163,7 +163,7 @@ class OLSDraftSelection:
             return served
         choice = self.selector.choose(u)
         self._use(choice.draft)
-        gen = dec._generate(ids, max_new_tokens, seed)
+        gen = dec._generate(ids, max_new_tokens, seed, stop=stop)
         st = gen.stats
         model = self.selector.models[choice.draft]
         gen.selection = {"phase": "select", "draft": choice.draft,

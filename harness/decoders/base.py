@@ -42,7 +42,7 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Mapping, TypeVar, get_args, get_origin
+from typing import Any, ClassVar, Generic, Mapping, Sequence, TypeVar, get_args, get_origin
 
 import torch
 
@@ -54,6 +54,7 @@ from harness.models import ModelPair
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import FixedGamma, GammaPolicy
 from harness.primitives.sampling import make_generator
+from harness.primitives.stopping import StopCondition
 from harness.primitives.warping import Warp
 from harness.registry import Registry
 from harness.stats import GenerationStats, NoExtras
@@ -262,6 +263,7 @@ class Generation:
     text: str | None = None
     beams: list[Beam] | None = None
     selection: dict | None = None  # draft selection (seed 004 §5): chosen draft, predicted/realised α, fit R²
+    stopped_by_stop: bool = False  # ended by a stop string (the output ends with the token completing it)
 
 
 P = TypeVar("P", bound=DecoderParams)
@@ -299,9 +301,11 @@ class Decoder(ABC, Generic[P]):
         # device-synchronise at the draft/verify boundaries (a no-op on CPU); a policy that reads the
         # measured times (online) needs them attributed to the right phase
         self.sync_timing = sync_timing or bool(getattr(self.gamma_policy, "needs_timing", False))
-        self.target = CountedModel(pair.target, pair.vocab_size)
-        self.draft = CountedModel(pair.require_draft(self.method), pair.vocab_size) if self.uses_draft else None
+        self.target = CountedModel(pair.target, pair.vocab_size, sync=self.sync_timing)
+        self.draft = (CountedModel(pair.require_draft(self.method), pair.vocab_size, sync=self.sync_timing)
+                      if self.uses_draft else None)
         self.eos_token_id = pair.tokenizer.eos_token_id
+        self.stopping = self.stop_condition()  # this generation's stopping check (set by ``generate``)
         self.selection = None
         if getattr(self.params, "draft_selection", "none") != "none":
             from harness.selection import OLSDraftSelection
@@ -333,7 +337,7 @@ class Decoder(ABC, Generic[P]):
             raise ConfigError(f"pair '{self.pair.name}' has no draft '{draft_id}'; loaded: {', '.join(self.pair.drafts)}")
         if self.pair.draft_id != draft_id:
             self.pair = self.pair.with_draft(draft_id)
-            self.draft = CountedModel(self.pair.draft, self.pair.vocab_size)
+            self.draft = CountedModel(self.pair.draft, self.pair.vocab_size, sync=self.sync_timing)
 
     def prepare(self, prompts: list[list[int]]) -> None:
         """Called once with a cell's prompts (token ids) before any generation: draft selection fits its
@@ -363,27 +367,45 @@ class Decoder(ABC, Generic[P]):
         ``stats`` is for the loop drivers' ``observe_round``; decoders never write it themselves.
         """
 
-    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> Generation:
+    def stop_condition(self, stop: Sequence[str] | None = None) -> StopCondition:
+        """The generation's stopping check: EOS and ``stop`` strings on the decoded output."""
+        tok = self.pair.tokenizer
+        return StopCondition(self.eos_token_id, tuple(stop or ()),
+                             lambda ids: tok.decode(ids, skip_special_tokens=True))
+
+    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None,
+                 stop: Sequence[str] | None = None) -> Generation:
         """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end.
+
+        ``stop``: stop strings. Decoders check them inside their loops (``self.stopping``, after each
+        committed block: :mod:`harness.primitives.stopping`), so no token past the one completing a
+        stop string is generated, timed or counted; the output is cut there once more as a safeguard.
 
         With draft selection, the draft is chosen for this prompt first (``Generation.selection`` says which
         and why); while the selection is fitting, every draft runs on the prompt and the first one's
         generation is returned."""
         if self.selection is not None:
-            return self.selection.generate(prompt_ids, max_new_tokens, seed)
-        return self._generate(prompt_ids, max_new_tokens, seed)
+            return self.selection.generate(prompt_ids, max_new_tokens, seed, stop=stop)
+        return self._generate(prompt_ids, max_new_tokens, seed, stop=stop)
 
-    def _generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> Generation:
+    def _generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None,
+                  stop: Sequence[str] | None = None) -> Generation:
         ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device).reshape(1, -1)
         generator = make_generator(seed, self.device)
         stats = GenerationStats()
+        self.stopping = self.stop_condition(stop)
         t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
+        models = {"target": self.target, **({"draft": self.draft} if self.draft else {})}
+        for m in models.values():
+            m.spans = []
         synchronize(self.device)
         start = time.perf_counter()
         decoded = self._decode(ids, max_new_tokens, generator, stats)
         synchronize(self.device)
-        stats.wall_time_s = time.perf_counter() - start
-        out = [int(t) for t in decoded.tokens][:max_new_tokens]
+        end = time.perf_counter()
+        stats.wall_time_s = end - start
+        stats.set_spans(start, end, {name: m.spans for name, m in models.items()})
+        out, by_stop = self.stop_condition(stop).trim([int(t) for t in decoded.tokens][:max_new_tokens])
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls
         stats.draft_calls = (self.draft.calls - d_calls) if self.draft else 0
@@ -394,7 +416,7 @@ class Decoder(ABC, Generic[P]):
         stats.extras = extras
         eos = self.eos_token_id is not None and len(out) > 0 and out[-1] == self.eos_token_id
         return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
-                          beams=decoded.beams)
+                          beams=decoded.beams, stopped_by_stop=by_stop)
 
     def params_dict(self) -> dict[str, Any]:
         """Every parameter (the Params fields), for summaries: ``summary.json["params"]``."""

@@ -82,7 +82,7 @@ class BiLD(Decoder[BiLDParams]):
             return verify_chain(self.target, caches, DraftTree.chain(tokens, num_fed), draft_prefix, rule)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         return Decoded(tokens, extras)
 
     def _draft_until_unsure(self, caches: SpeculativeCaches, depth: int, generator) -> tuple[torch.Tensor, int, bool]:

@@ -66,4 +66,4 @@ class MCSD(Decoder[MCSDParams]):
             return tree_step(self.target, self.draft, caches, widths, warp, generator, select, replacement)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

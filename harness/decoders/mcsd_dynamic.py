@@ -117,7 +117,7 @@ class MCSDDynamic(Decoder[DynamicParams]):
                                         stop=self.stop)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         extras = EarlyStopExtras(*(self.stop.stops, self.stop.checks) if self.stop is not None else ())
         return Decoded(tokens, extras)
 

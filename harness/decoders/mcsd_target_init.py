@@ -101,7 +101,7 @@ class MCSDTargetInit(Decoder[TargetInitParams]):
                                         state=state, masks=self.masks, stop=self.stop)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
         return Decoded(tokens, TargetInitExtras(*stops, other_root_wins=state.other_root_wins))
 

@@ -84,7 +84,7 @@ class MTAD(Decoder[MTADParams]):
             return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         return Decoded(tokens)
 
     def _beam_draft(self, caches: SpeculativeCaches, depth: int, generator):

@@ -41,4 +41,4 @@ class SpeculativeDecoding(Decoder[SDParams]):
             return chain_step(self.target, self.draft, caches, depth, warp, generator)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

@@ -48,4 +48,4 @@ class SpecInfer(Decoder[MultiDraftParams]):
             return tree_step(self.target, self.draft, caches, widths, warp, generator, self.select)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

@@ -78,4 +78,4 @@ class Typical(Decoder[TypicalParams]):
             return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))
