@@ -16,7 +16,11 @@ running anything (tests, validation, planning tools).
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
@@ -26,11 +30,12 @@ from omegaconf import DictConfig, OmegaConf
 
 SWEEPER_GROUP = "hydra/sweeper"
 SWEEPER_NAME = "grids"
+PLUGIN_MODULE = "hydra_plugins.harness_grids"
 
 
 @dataclass
 class GridSweeperConf(BasicSweeperConf):
-    _target_: str = "hydra_plugins.harness_grids.GridSweeper"
+    _target_: str = f"{PLUGIN_MODULE}.GridSweeper"
     grids: Optional[Dict[str, Any]] = None  # name -> {override key: sweep value}; null = BasicSweeper
 
 
@@ -68,7 +73,28 @@ def config_sweep_overrides(config: DictConfig, arguments: Sequence[str] = (), co
 
 
 def register_sweeper() -> None:
+    """Store ``hydra/sweeper=grids`` in Hydra's ConfigStore."""
     ConfigStore.instance().store(group=SWEEPER_GROUP, name=SWEEPER_NAME, node=GridSweeperConf, provider="harness")
 
 
-__all__ = ["GridSweeperConf", "config_sweep_overrides", "register_sweeper", "sweep_overrides"]
+def load_sweeper_plugin() -> None:
+    """Make sure Hydra knows the plugin class: found by Hydra's own scan when ``hydra_plugins/`` is on the
+    path (an install, or PYTHONPATH at the checkout); otherwise loaded from the checkout next to this
+    package (an install made before the plugin existed) and registered with Hydra by hand."""
+    from hydra.core.plugins import Plugins
+
+    plugins = Plugins.instance()  # Hydra's scan first: it re-executes its core plugins' modules (BasicSweeper)
+    try:
+        module = importlib.import_module(PLUGIN_MODULE)
+    except ImportError:
+        path = Path(__file__).resolve().parents[1] / "hydra_plugins" / "harness_grids" / "__init__.py"
+        spec = importlib.util.spec_from_file_location(PLUGIN_MODULE, path)
+        if spec is None or spec.loader is None or not path.is_file():
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[PLUGIN_MODULE] = module
+        spec.loader.exec_module(module)
+    plugins.register(module.GridSweeper)
+
+
+__all__ = ["GridSweeperConf", "load_sweeper_plugin", "config_sweep_overrides", "register_sweeper", "sweep_overrides"]

@@ -236,3 +236,22 @@ def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     assert len(summaries) == expected == proc.stdout.count("[done]")
     assert {s["method_name"] for s in summaries} == {"ar_sampling", "sd", "mcsd", "mcsd_target_init", "mcsd_dynamic"}
     assert {s["max_new_tokens"] for s in summaries} == {8}
+
+
+def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(tmp_path):
+    """An install made before ``hydra_plugins/`` existed still finds the sweeper next to its ``harness``."""
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "harness").symlink_to(ROOT / "harness")  # only the package is on the path
+    code = ("import sys, harness.cli\n"
+            "try:\n    import hydra_plugins.harness_grids\nexcept ImportError:\n    pass\n"
+            "else:\n    sys.exit('hydra_plugins.harness_grids should not be importable here')\n"
+            "sys.argv = ['harness', '-m', '+experiment=mtad_tables_tiny', 'results_dir=" + str(tmp_path / "r") + "',"
+            " 'max_new_tokens=2', 'dataset.num_prompts=1', 'runner.warmup_generations=0',"
+            " '~hydra.sweeper.grids.multi_draft', '~hydra.sweeper.grids.mtad', '~hydra.sweeper.grids.bild',"
+            " '~hydra.sweeper.grids.speculative']\n"
+            "harness.cli.main()\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "path"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("[done]") == 1
