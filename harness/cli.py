@@ -3,7 +3,11 @@
 
 Config comes from ``conf/`` plus the decoders' Params registered in Hydra's ConfigStore
 (:mod:`harness.configs`), so Hydra validates every key and type itself, and its own flags work
-(``--cfg job``, ``--config-dir``, ``hydra.searchpath``, ``--help``).
+(``--cfg job``, ``--config-dir``, ``hydra.searchpath``, ``--help``). Before Hydra creates any folder or
+the first model loads, every cell of the run or sweep is composed and validated
+(:mod:`harness.validation`, a Hydra callback in ``conf/config.yaml``): on a problem the command prints
+each one with its key and valid values and exits with status 2, having written nothing. Exit status 1:
+some cell failed at run time (its ``error.json`` says why).
 """
 from __future__ import annotations
 
@@ -24,10 +28,15 @@ def _hydra_app():
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
+        from harness.errors import ConfigError
         from harness.runner import run_cell
 
         container = OmegaConf.to_container(cfg, resolve=True)
-        outcome = run_cell(container, container["results_dir"], force=bool(container.get("force")))
+        try:
+            outcome = run_cell(container, container["results_dir"], force=bool(container.get("force")))
+        except ConfigError as e:  # found only at run time (e.g. a finished cell changed meanwhile): stop, no record
+            print(f"harness: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
         print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
         if outcome.status == "failed":
             _FAILED.append(outcome.cell_id)

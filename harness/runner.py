@@ -9,7 +9,6 @@ meter (which synchronises the device) and timed inside the decoder.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from harness import store
+from harness import context, identity, store
 from harness.decoders import build_decoder
 from harness.decoders.base import Decoder, make_params, resolve_method
 from harness.decoding import WARP_KEYS, Decoding, as_decoding
@@ -33,12 +32,11 @@ from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError, NotApplicable
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
-from harness.record import build_record, summarize_cell
+from harness.record import build_record, energy_breakdown, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-IDENTITY_KEYS = ("method", "decoding", "pair", "dataset", "gpu", "seed", "energy")
 
 
 @dataclass
@@ -78,15 +76,9 @@ def plan_cell(cfg: dict) -> CellPlan:
 
 
 def cell_id(cfg: dict) -> str:
-    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of everything that
-    defines the cell."""
-    identity = {k: cfg.get(k) for k in IDENTITY_KEYS if k != "decoding" or k in cfg}
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    parts = [cfg["method"]["name"]]
-    if cfg.get("decoding"):
-        parts.append(str(cfg["decoding"].get("name", "custom")))
-    parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}", digest]
-    return "__".join(parts)
+    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of every setting that
+    can change what the cell measures (:mod:`harness.identity`)."""
+    return identity.cell_id(cfg)
 
 
 def gpu_label(gpu_cfg: dict) -> str:
@@ -156,41 +148,51 @@ def prompt_seed(seed: int, index: int) -> int:
 
 
 def run_cell(cfg: dict, results_dir: str | Path = "results", force: bool = False) -> CellOutcome:
-    """Run a cell unless it already finished. Failures (OOM, bad config, ...) are recorded in
-    ``error.json`` and returned, not raised, so a sweep goes on with its other cells. A method that
-    cannot decode the requested way returns "n/a" and writes nothing."""
+    """Run a cell unless it already finished (and was measured under the same identity:
+    :func:`harness.identity.check_reusable`). Runtime failures (OOM, a crashing model, ...) are recorded
+    in ``error.json`` and returned, not raised, so a sweep goes on with its other cells. Configuration
+    errors (:class:`~harness.errors.ConfigError`) are raised and leave nothing behind; the CLI finds them
+    for every cell before any model loads (:mod:`harness.validation`). A method that cannot decode the
+    requested way returns "n/a" and writes nothing."""
     if "gpu" in cfg:
         cfg = {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}}
     cid = cell_id(cfg)
     cell_dir = Path(results_dir) / "cells" / cid
-    plan: CellPlan | ConfigError
     try:
-        plan = plan_cell(cfg)
+        plan = plan_cell(cfg)  # a ConfigError is raised, never recorded as a failed cell
     except NotApplicable as e:
         log.info("cell %s is not applicable: %s", cid, e)
         return CellOutcome("n/a", cid, cell_dir, str(e))
-    except ConfigError as e:
-        plan = e  # recorded as this cell's failure below
     if store.is_finished(cell_dir) and not force:
+        identity.check_reusable(cell_dir, cfg)  # CellConflict unless measured under this identity
         log.info("cell %s already finished; skipping", cid)
         return CellOutcome("skipped", cid, cell_dir)
     (cell_dir / store.ERROR).unlink(missing_ok=True)
     writer = None
     try:
         writer = store.RecordWriter(cell_dir)
-        if isinstance(plan, ConfigError):
-            raise plan
         _run(cfg, plan, cid, cell_dir, writer)
         return CellOutcome("done", cid, cell_dir)
+    except ConfigError:  # found only once the data/models are at hand: still a config error, not a failed cell
+        if writer is not None:
+            writer.abort()
+            writer.partial.unlink(missing_ok=True)
+        if cell_dir.is_dir() and not any(cell_dir.iterdir()):
+            cell_dir.rmdir()
+        raise
     except Exception as e:  # noqa: BLE001 — every failure is recorded with its traceback
         if writer is not None:
             writer.abort()
         kind = "oom" if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower() else type(e).__name__
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        store.atomic_write_json(cell_dir / store.ERROR, {"cell_id": cid, "kind": kind, "error": str(e),
-                                                         "traceback": traceback.format_exc(), "at": now(),
-                                                         "config": cfg})
+        try:
+            store.atomic_write_json(cell_dir / store.ERROR, {"cell_id": cid, "kind": kind, "error": str(e),
+                                                             "traceback": traceback.format_exc(), "at": now(),
+                                                             "config": cfg})
+        except Exception as write_error:  # noqa: BLE001 — a full/read-only disk must not stop the sweep
+            log.error("cell %s: could not write %s (%s: %s)", cid, cell_dir / store.ERROR,
+                      type(write_error).__name__, write_error)
         log.error("cell %s failed (%s): %s", cid, kind, e)
         return CellOutcome("failed", cid, cell_dir, f"{kind}: {e}")
 
@@ -205,16 +207,24 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
     method_name = plan.decoder_cls.method
 
     pair = get_pair(cfg["pair"], progress=bool(runner_cfg.get("progress", True)))
-    decoder = build_decoder(method_name, pair, sync_timing=bool(runner_cfg.get("sync_timing", False)),
+    breakdown = bool(runner_cfg.get("breakdown", False))  # device sync at draft/verify/call boundaries
+    decoder = build_decoder(method_name, pair, sync_timing=breakdown or bool(runner_cfg.get("sync_timing", False)),
                             **plan.params)
     task = load_task(cfg["dataset"])
     examples = task.examples()
     if not examples:
         raise ValueError(f"dataset '{cfg['dataset']['name']}' produced no prompts")
     tok = pair.tokenizer
-    max_new = int(cfg.get("max_new_tokens") or task.max_new_tokens)
-
-    encoded = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
+    max_new = context.resolve_max_new_tokens(cfg, task.max_new_tokens)  # null = the dataset's; 0/negative refused
+    n_positions = context.pair_positions(pair.target.config, [d.config for d in pair.drafts.values()])
+    # prompts longer than the trained context keep their last tokens, flagged (harness.context's rule)
+    fitted = [context.fit_prompt(task.prompt_ids(ex, tok), n_positions, max_new, context.lookahead(plan.params))
+              for ex in examples]  # chat template when the task/tokenizer use one
+    encoded = [ids for ids, _ in fitted]
+    if any(n is not None for _, n in fitted):
+        log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last tokens "
+                    "(records: prompt_truncated)", cid, sum(n is not None for _, n in fitted), n_positions)
+    decoder.prepare(encoded)  # e.g. draft selection fits its prompt features (seed 004 §5)
     for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
         decoder.generate(encoded[0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
 
@@ -223,17 +233,21 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
     with make_energy_meter(cfg.get("energy"), pair.cuda_devices()) as meter:
         progress = _progress(len(examples), cid, runner_cfg.get("progress", True))
         cell_window = meter.start_window("cell")  # everything the GPUs drew during the cell, protocol included
-        for i, (ex, ids) in enumerate(zip(examples, encoded)):
+        for i, (ex, ids, (_, original)) in enumerate(zip(examples, encoded, fitted)):
             if pair.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pair.device)
-            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+            measured = meter.measure(f"prompt {i}", lambda: decoder.generate(ids, max_new, seed=prompt_seed(seed, i),
+                                                                            stop=task.stop))
             gen = measured.result
             text = tok.decode(gen.output_ids, skip_special_tokens=True)
             record = build_record(
                 cell_id=cid, index=i, example=ex, prompt_ids=ids, generation=gen, output_text=text,
                 prompt_text=task.prompt_text(ex, tok),
-                output_ppl=output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
-                metrics=task.score(ex, task.truncate(text)), energy=measured.as_record(lambda g: g.stats.new_tokens),
+                output_ppl=_perplexity(pair.target, gen.prompt_ids, gen.output_ids, n_positions),
+                prompt_tokens_original=original,
+                metrics=task.score(ex, task.truncate(text)),
+                energy={**measured.as_record(lambda g: g.stats.new_tokens),
+                        **energy_breakdown(meter.attribute, gen.stats, breakdown)},
                 peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                                     else math.nan))
             writer.write(record)
@@ -256,6 +270,14 @@ def _run(cfg: dict, plan: CellPlan, cid: str, cell_dir: Path, writer: store.Reco
                     "energy_meter": energy_info, "gpu_state": gpu_state})
     store.atomic_write_json(cell_dir / store.SUMMARY, summary)
     log.info("cell %s: %d prompts, %.1f tokens/s", cid, len(records), summary["tokens_per_s"])
+
+
+def _perplexity(model, prompt_ids: list[int], output_ids: list[int], n_positions: int | None) -> float:
+    """Output perplexity conditioned on at most the trained context (:func:`harness.context.perplexity_window`)."""
+    window = context.perplexity_window(prompt_ids, output_ids, n_positions)
+    if n_positions is not None and len(window) + len(output_ids) > n_positions:
+        return math.nan  # the output alone outgrows the context: no in-context perplexity
+    return output_perplexity(model, window, output_ids)
 
 
 def _progress(total: int, label: str, enabled: bool):
