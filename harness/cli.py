@@ -48,9 +48,11 @@ def _hydra_app():
 
 def main() -> None:
     from harness.configs import register_configs
+    from harness.sweeper import load_sweeper_plugin
 
     logging.getLogger("harness").setLevel(logging.INFO)
     register_configs()
+    load_sweeper_plugin()  # hydra/sweeper=grids (the experiments' sweeper), also from a checkout not reinstalled
     _hydra_app()()
     if _FAILED:
         print(f"harness: {len(_FAILED)} cell(s) failed; see error.json in their cell folders: {', '.join(_FAILED)}",

@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 
 from harness.decoders.base import Decoder, registry
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
+from harness.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
 DECODING_GROUP = "decoding"
@@ -63,4 +64,5 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -332,20 +332,17 @@ def job_container(cfg) -> dict:
 
 def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
     """Every cell of the multirun whose primary config is ``config``: the sweep overrides expanded exactly as
-    Hydra's BasicSweeper does, each cell composed by the config loader as the launcher will; and a problem
-    for each cell that does not compose (an unknown key or group option, a value of the wrong type)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    the sweeper does (:func:`harness.sweeper.config_sweep_overrides`: params x each grid), each cell composed
+    by the config loader as the launcher will; and a problem for each cell that does not compose (an unknown key or group option, a value of the wrong type)."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
+    from harness.sweeper import config_sweep_overrides
+
     loader = GlobalHydra.instance().config_loader()
-    node = OmegaConf.select(config, "hydra.sweeper.params")
-    params = OmegaConf.to_container(node, resolve=False) if node is not None else {}
-    arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
-    overrides = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
-    batches = BasicSweeper.split_arguments(overrides, None)
+    arguments = list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    # hydra.sweeper.params x each of hydra.sweeper.grids (the experiments' sweeper), else BasicSweeper's product
+    batches = [config_sweep_overrides(config, arguments, loader)]
     cells, failures = [], []
     for batch in batches:
         for job_overrides in batch:
