@@ -4,6 +4,12 @@
 Config comes from ``conf/`` plus the decoders' Params registered in Hydra's ConfigStore
 (:mod:`harness.configs`), so Hydra validates every key and type itself, and its own flags work
 (``--cfg job``, ``--config-dir``, ``hydra.searchpath``, ``--help``).
+
+``harness -m method=ar,sd,specinfer runner.interleave=true`` runs the sweep's cells that differ only
+in ``method`` as one interleaved comparison (:func:`harness.runner.run_cells`): Hydra's basic launcher
+composes every job first (each job only queues its config), then the groups run. Under another launcher
+(submitit), each job runs its own cell as usual. Subcommands (no Hydra app): ``harness plan``,
+``harness task INDEX``, ``harness merge`` (:mod:`harness.plan`).
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pathlib import Path
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 _FAILED: list[str] = []
 _NOT_APPLICABLE: list[str] = []  # single runs only: in a sweep, a method/decoding pair that does not apply is skipped
+_QUEUED: list[dict] = []  # runner.interleave under the basic launcher: jobs' configs, run as comparisons after the sweep
 
 
 def _hydra_app():
@@ -27,22 +34,51 @@ def _hydra_app():
         from harness.runner import run_cell
 
         container = OmegaConf.to_container(cfg, resolve=True)
-        outcome = run_cell(container, container["results_dir"], force=bool(container.get("force")))
-        print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
-        if outcome.status == "failed":
-            _FAILED.append(outcome.cell_id)
-        elif outcome.status == "n/a" and HydraConfig.get().mode != RunMode.MULTIRUN:
-            _NOT_APPLICABLE.append(outcome.error or outcome.cell_id)
+        hc = HydraConfig.get()
+        multirun = hc.mode == RunMode.MULTIRUN
+        if multirun and (container.get("runner") or {}).get("interleave") and \
+                "BasicLauncher" in str(hc.launcher.get("_target_", "")):
+            _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
+            return
+        _report(run_cell(container, container["results_dir"], force=bool(container.get("force"))), multirun)
 
     return app
+
+
+def _report(outcome, multirun: bool = True) -> None:
+    print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
+    if outcome.status == "failed":
+        _FAILED.append(outcome.cell_id)
+    elif outcome.status == "n/a" and not multirun:
+        _NOT_APPLICABLE.append(outcome.error or outcome.cell_id)
+
+
+def _run_queued() -> None:
+    """Run the queued jobs of an interleaved sweep, one comparison per group (see harness.plan.units)."""
+    from harness.plan import units
+    from harness.runner import run_cells
+
+    for unit in units(_QUEUED):
+        ids = ", ".join(c["method"]["name"] for c in unit)
+        print(f"interleaved comparison of {len(unit)} cells: {ids}", flush=True)
+        for outcome in run_cells(unit, unit[0]["results_dir"], force=bool(unit[0].get("force"))):
+            _report(outcome)
+    _QUEUED.clear()
 
 
 def main() -> None:
     from harness.configs import register_configs
 
     logging.getLogger("harness").setLevel(logging.INFO)
+    sub = {"plan": "plan_main", "task": "task_main", "merge": "merge_main"}
+    if len(sys.argv) > 1 and sys.argv[1] in sub:
+        import harness.plan
+
+        sys.exit(getattr(harness.plan, sub[sys.argv[1]])(sys.argv[2:]))
     register_configs()
     _hydra_app()()
+    if _QUEUED:
+        _run_queued()
     if _FAILED:
         print(f"harness: {len(_FAILED)} cell(s) failed; see error.json in their cell folders: {', '.join(_FAILED)}",
               file=sys.stderr)
