@@ -300,6 +300,11 @@ class CellLock:
                     raise
                 log.warning("flock is not supported on %s (%s); using an O_EXCL lock file", self.cell_dir, e)
                 self.mode = "excl"
+                try:  # the empty file the flock attempt created is not an owner
+                    if self.path.stat().st_size == 0:
+                        self.path.unlink()
+                except FileNotFoundError:
+                    pass
         return self._acquire_excl()
 
     def _acquire_flock(self) -> "CellLock":

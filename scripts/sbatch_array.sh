@@ -17,19 +17,23 @@
 # into the shared results_dir with `harness merge LOCAL --into SHARED` (per-cell lock, records then
 # summary, atomic renames: concurrent mergers never lose or tear a row).
 #
+# Preemption: --requeue puts a preempted task back in the queue; it resumes its cell at the next prompt.
+# A task that hit its time limit is not requeued by SLURM: run this script again with the same
+# overrides, and only the units with work left are submitted.
+#
 # Environment: HARNESS (default `harness`; e.g. "python -m harness"), MAX_PARALLEL (default 32),
 # SBATCH_ARGS (extra sbatch flags, e.g. "--partition=gpu --gres=gpu:1 --time=4:00:00"), LOCAL_RESULTS.
 # Pin gpu=<profile> on clusters: `gpu=auto` names the cell after the machine that computes the plan.
 #SBATCH --job-name=harness
 #SBATCH --output=harness-%A_%a.out
 #SBATCH --requeue
-#SBATCH --signal=B:USR1@120
 set -euo pipefail
 HARNESS=${HARNESS:-harness}
 
 if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
   if [[ -n "${LOCAL_RESULTS:-}" ]]; then
-    shared=$($HARNESS plan --json "$@" | head -1 | python3 -c 'import json,sys,pathlib; print(pathlib.Path(json.loads(sys.stdin.readline())["cell_dir"]).parent.parent)')
+    shared=results
+    for a in "$@"; do [[ $a == results_dir=* ]] && shared=${a#results_dir=}; done
     rc=0
     $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@" "results_dir=$LOCAL_RESULTS" || rc=$?
     $HARNESS merge "$LOCAL_RESULTS" --into "$shared"
