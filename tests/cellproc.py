@@ -40,11 +40,13 @@ def outcomes(proc: subprocess.Popen, timeout: float = 300) -> list[dict]:
 
 
 def partial_lines(cell_dir: Path) -> int:
-    p = cell_dir / "records.partial.jsonl"
-    try:
-        return p.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
+    """Complete records written so far (records.jsonl once the cell published them)."""
+    for name in ("records.partial.jsonl", "records.jsonl"):
+        try:
+            return (cell_dir / name).read_bytes().count(b"\n")
+        except FileNotFoundError:
+            continue
+    return 0
 
 
 DETERMINISTIC_RECORD = ("index", "example_id", "output_text", "new_tokens", "accepted_tokens", "rounds",
