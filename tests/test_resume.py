@@ -121,3 +121,16 @@ def test_garbage_in_the_partial_file_keeps_the_valid_prefix(tmp_path):
     w.write({"index": 2})
     w.abort()
     assert [json.loads(x)["index"] for x in (cell_dir / store.PARTIAL).read_text().splitlines()] == [0, 1, 2]
+
+
+def test_report_names_a_cell_whose_records_were_truncated(tmp_path):
+    from harness.analysis.load import read_results
+
+    good = run_cell(CELL, tmp_path)
+    bad = run_cell(SD, tmp_path)
+    path = bad.cell_dir / store.RECORDS
+    path.write_bytes(path.read_bytes()[:-25])
+    res = read_results(tmp_path)
+    assert list(res.cells["cell_id"]) == [good.cell_id]  # one bad cell never stops the others
+    row = res.problems.iloc[0]
+    assert row["cell_id"] == bad.cell_id and row["problem"] == "unreadable" and "records.jsonl" in row["error"]

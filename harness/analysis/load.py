@@ -33,6 +33,9 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
         raise ValueError("summary.json is not a JSON object")
     row = cell_row(summary)
     row.setdefault("cell_id", cell_dir.name)
+    state, detail = store.finished_state(cell_dir)  # record count and checksum stored in the summary
+    if state != "done":
+        raise ValueError(f"{detail} (rerun `harness` with the same overrides to repair the cell)")
     raw = store.read_records(cell_dir)
     if not raw:
         raise ValueError("records.jsonl has no records")
