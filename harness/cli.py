@@ -3,7 +3,11 @@
 
 Config comes from ``conf/`` plus the decoders' Params registered in Hydra's ConfigStore
 (:mod:`harness.configs`), so Hydra validates every key and type itself, and its own flags work
-(``--cfg job``, ``--config-dir``, ``hydra.searchpath``, ``--help``).
+(``--cfg job``, ``--config-dir``, ``hydra.searchpath``, ``--help``). Before Hydra creates any folder or
+the first model loads, every cell of the run or sweep is composed and validated
+(:mod:`harness.validation`, a Hydra callback in ``conf/config.yaml``): on a problem the command prints
+each one with its key and valid values and exits with status 2, having written nothing. Exit status 1:
+some cell failed at run time (its ``error.json`` says why).
 
 ``harness -m method=ar,sd,specinfer runner.interleave=true`` runs the sweep's cells that differ only
 in ``method`` as one interleaved comparison (:func:`harness.runner.run_cells`): Hydra's basic launcher
@@ -31,6 +35,7 @@ def _hydra_app():
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
+        from harness.errors import ConfigError
         from harness.runner import run_cell
 
         container = OmegaConf.to_container(cfg, resolve=True)
@@ -40,9 +45,18 @@ def _hydra_app():
                 "BasicLauncher" in str(hc.launcher.get("_target_", "")):
             _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
             return
-        _report(run_cell(container, container["results_dir"], force=bool(container.get("force"))), multirun)
+        try:
+            outcome = run_cell(container, container["results_dir"], force=bool(container.get("force")))
+        except ConfigError as e:  # found only at run time (e.g. a finished cell changed meanwhile): stop, no record
+            _config_error(e)
+        _report(outcome, multirun)
 
     return app
+
+
+def _config_error(e) -> None:
+    print(f"harness: error: {e}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def _report(outcome, multirun: bool = True) -> None:
@@ -55,13 +69,18 @@ def _report(outcome, multirun: bool = True) -> None:
 
 def _run_queued() -> None:
     """Run the queued jobs of an interleaved sweep, one comparison per group (see harness.plan.units)."""
+    from harness.errors import ConfigError
     from harness.plan import units
     from harness.runner import run_cells
 
     for unit in units(_QUEUED):
         ids = ", ".join(c["method"]["name"] for c in unit)
         print(f"interleaved comparison of {len(unit)} cells: {ids}", flush=True)
-        for outcome in run_cells(unit, unit[0]["results_dir"], force=bool(unit[0].get("force"))):
+        try:
+            outcomes = run_cells(unit, unit[0]["results_dir"], force=bool(unit[0].get("force")))
+        except ConfigError as e:
+            _config_error(e)
+        for outcome in outcomes:
             _report(outcome)
     _QUEUED.clear()
 

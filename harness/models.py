@@ -97,7 +97,10 @@ def check_model_ref(key: str, ref: str) -> None:
     path = Path(ref).expanduser()
     if path.is_dir():
         return
-    looks_like_path = ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or "\\" in ref
+    # a path (absolute, relative with ./ or ../, several levels, or under an existing local folder) is
+    # reported as a missing directory, never as a malformed hub id
+    looks_like_path = (ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or "\\" in ref
+                       or ("/" in ref and Path(ref.split("/")[0]).expanduser().is_dir()))
     if path.exists():
         raise ConfigError(f"{key}: '{ref}' is a file, not a model directory")
     if looks_like_path:

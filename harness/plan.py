@@ -140,7 +140,15 @@ def task_main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     unit = plan[args.index]
-    outcomes = run_cells(unit, unit[0].get("results_dir", "results"), force=bool(unit[0].get("force")))
+    from harness.errors import ConfigError
+    from harness.validation import exit_on_problems, validate_cells
+
+    exit_on_problems(validate_cells([(c["method"]["name"], c) for c in unit]), len(unit))  # exit 2 before loading
+    try:
+        outcomes = run_cells(unit, unit[0].get("results_dir", "results"), force=bool(unit[0].get("force")))
+    except ConfigError as e:
+        print(f"harness task: error: {e}", file=sys.stderr)
+        return 2
     for o in outcomes:
         print(f"[{o.status}] {o.cell_id}" + (f": {o.error}" if o.error else ""), flush=True)
     return 1 if any(o.status == "failed" for o in outcomes) else 0

@@ -15,10 +15,14 @@ from harness.stats import COUNT_FIELDS, pooled_totals, ratios
 
 def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], generation, output_text: str,
                  prompt_text: str, output_ppl: float, metrics: Mapping[str, Any], energy: Mapping[str, Any],
-                 peak_gpu_mem_bytes: float = math.nan) -> dict[str, Any]:
+                 peak_gpu_mem_bytes: float = math.nan, prompt_tokens_original: int | None = None) -> dict[str, Any]:
     """One prompt's record: identity, the generation's statistics (``stat.*`` extras included), quality,
-    energy (``energy.*``), and the texts."""
+    energy (``energy.*``), and the texts. ``prompt_tokens_original``: the prompt's length before it was
+    cut to the model's context (:mod:`harness.context`); then ``prompt_truncated`` is true and
+    ``prompt_tokens`` is the length decoded from."""
     return {"cell_id": cell_id, "index": index, "example_id": example.id, "prompt_tokens": len(prompt_ids),
+            "prompt_truncated": prompt_tokens_original is not None,
+            "prompt_tokens_original": len(prompt_ids) if prompt_tokens_original is None else prompt_tokens_original,
             **{f"meta.{k}": v for k, v in example.meta.items()},
             **generation.stats.as_record(), "stopped_by_eos": generation.stopped_by_eos,
             "output_ppl": output_ppl,

@@ -15,7 +15,6 @@ one interleaved comparison (:func:`run_cells`), each still written to its own ce
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from harness import store
+from harness import context, identity, store
 from harness.decoders import build_decoder
 from harness.decoders.base import Decoder, make_params, resolve_method
 from harness.decoding import WARP_KEYS, Decoding, as_decoding
@@ -45,7 +44,6 @@ from harness.tasks import load_task
 
 log = logging.getLogger("harness")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-IDENTITY_KEYS = ("method", "decoding", "pair", "dataset", "gpu", "seed", "energy")
 
 
 @dataclass
@@ -85,15 +83,9 @@ def plan_cell(cfg: dict) -> CellPlan:
 
 
 def cell_id(cfg: dict) -> str:
-    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of everything that
-    defines the cell."""
-    identity = {k: cfg.get(k) for k in IDENTITY_KEYS if k != "decoding" or k in cfg}
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    parts = [cfg["method"]["name"]]
-    if cfg.get("decoding"):
-        parts.append(str(cfg["decoding"].get("name", "custom")))
-    parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}", digest]
-    return "__".join(parts)
+    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of every setting that
+    can change what the cell measures (:mod:`harness.identity`)."""
+    return identity.cell_id(cfg)
 
 
 def gpu_label(gpu_cfg: dict) -> str:
@@ -212,6 +204,7 @@ class _Cell:
         self.outcome: CellOutcome | None = None
         self.started = now()
         self.resumed_at = 0
+        self.fitted: list[tuple[list[int], int | None]] = []  # (prompt ids as run, original length if truncated)
 
     def finish(self, status: str, error: str | None = None) -> CellOutcome:
         self.outcome = CellOutcome(status, self.cid, self.cell_dir, error)
@@ -223,14 +216,15 @@ class _Cell:
         kind = "oom" if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower() else type(e).__name__
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        if self.lock is not None or isinstance(e, ConfigError):  # only the lock holder writes into the cell
+        if self.lock is not None:  # only the lock holder writes into the cell
             try:
                 store.atomic_write_json(self.cell_dir / store.ERROR, {
                     "cell_id": self.cid, "kind": kind, "error": str(e), "traceback": traceback.format_exc(),
                     "at": now(), "config": self.cfg,
                     "prompts_written": self.writer.next_index if self.writer is not None else 0})
-            except OSError as werr:  # a read-only or full results folder must not stop the sweep
-                log.error("cell %s: could not write %s: %s", self.cid, self.cell_dir / store.ERROR, werr)
+            except Exception as werr:  # noqa: BLE001 — a read-only or full results folder must not stop the sweep
+                log.error("cell %s: could not write %s (%s: %s)", self.cid, self.cell_dir / store.ERROR,
+                          type(werr).__name__, werr)
         log.error("cell %s failed (%s): %s", self.cid, kind, e)
         self.release()
         return self.finish("failed", f"{kind}: {e}")
@@ -240,6 +234,20 @@ class _Cell:
             self.lock.release()
             self.lock = None
 
+    def discard(self) -> None:
+        """A configuration error found only once data and models are at hand: leave nothing behind that
+        this run created (records a previous run wrote stay, for its resume)."""
+        if self.writer is not None:
+            self.writer.abort()
+            if self.resumed_at == 0:
+                self.writer.partial.unlink(missing_ok=True)
+                (self.cell_dir / SEGMENTS).unlink(missing_ok=True)
+                if self.lock is not None:
+                    self.lock.path.unlink(missing_ok=True)
+        self.release()
+        if self.cell_dir.is_dir() and not any(self.cell_dir.iterdir()):
+            self.cell_dir.rmdir()
+
 
 def _open_cell(cell: _Cell, force: bool) -> CellOutcome | None:
     """Plan, skip, lock and open the writer of one cell; returns its outcome when it will not run."""
@@ -248,10 +256,10 @@ def _open_cell(cell: _Cell, force: bool) -> CellOutcome | None:
     except NotApplicable as e:
         log.info("cell %s is not applicable: %s", cell.cid, e)
         return cell.finish("n/a", str(e))
-    except ConfigError as e:
-        return cell.fail(e)
+    # a ConfigError from plan_cell is raised, never recorded as a failed cell
     state, _ = store.finished_state(cell.cell_dir)
     if state == "done" and not force:
+        identity.check_reusable(cell.cell_dir, cell.cfg)  # CellConflict unless measured under this identity
         log.info("cell %s already finished; skipping", cell.cid)
         return cell.finish("skipped")
     try:
@@ -265,6 +273,7 @@ def _open_cell(cell: _Cell, force: bool) -> CellOutcome | None:
         state, detail = store.finished_state(cell.cell_dir)  # another process may have finished it meanwhile
         if state == "done" and not force:
             cell.release()
+            identity.check_reusable(cell.cell_dir, cell.cfg)
             return cell.finish("skipped")
         if state == "corrupt" and not force:
             store.reopen_corrupt(cell.cell_dir, detail)
@@ -279,6 +288,9 @@ def _open_cell(cell: _Cell, force: bool) -> CellOutcome | None:
         store.atomic_write_json(cell.cell_dir / SEGMENTS, segments)
         if cell.resumed_at:
             log.info("cell %s: resuming at prompt %d (%d records kept)", cell.cid, cell.resumed_at, cell.resumed_at)
+    except ConfigError:
+        cell.release()
+        raise
     except Exception as e:  # noqa: BLE001
         return cell.fail(e)
     return None
@@ -296,9 +308,12 @@ def _read_segments(cell_dir: Path) -> list[dict]:
 
 
 def run_cell(cfg: dict, results_dir: str | Path = "results", force: bool = False) -> CellOutcome:
-    """Run a cell unless it already finished; a killed or failed cell resumes at its next prompt.
-    Failures (OOM, bad config, ...) are recorded in ``error.json`` and returned, not raised, so a sweep
-    goes on with its other cells. A method that cannot decode the requested way returns "n/a" and
+    """Run a cell unless it already finished (and was measured under the same identity:
+    :func:`harness.identity.check_reusable`); a killed or failed cell resumes at its next prompt.
+    Runtime failures (OOM, a crashing model, ...) are recorded in ``error.json`` and returned, not raised,
+    so a sweep goes on with its other cells. Configuration errors (:class:`~harness.errors.ConfigError`)
+    are raised and leave nothing behind; the CLI finds them for every cell before any model loads
+    (:mod:`harness.validation`). A method that cannot decode the requested way returns "n/a" and
     writes nothing; a cell another live process is running returns "busy" and writes nothing."""
     return run_cells([cfg], results_dir, force=force)[0]
 
@@ -317,14 +332,24 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: bool
     if len({interleave_key(c) for c in cfgs}) > 1:
         raise ValueError("an interleaved comparison groups cells that differ only in `method`")
     cells = [_Cell(c, results_dir) for c in cfgs]
-    active = [c for c in cells if _open_cell(c, force) is None]
-    if active:
-        try:
-            _run(active, interleaved=len(cells) > 1, group=[c.cid for c in cells])
-        except Exception as e:  # noqa: BLE001 — a shared failure (loading the pair, the dataset) fails every cell
-            for c in active:
-                if c.outcome is None:
-                    c.fail(e)
+    active = []
+    try:
+        for c in cells:
+            if _open_cell(c, force) is None:
+                active.append(c)
+        if active:
+            _run(list(active), interleaved=len(cells) > 1, group=[c.cid for c in cells])
+    except ConfigError:  # raised, never a failed-cell record; nothing of this run left behind
+        for c in active:
+            if c.outcome is None:
+                c.discard()
+        for c in cells:
+            c.release()
+        raise
+    except Exception as e:  # noqa: BLE001 — a shared failure (loading the pair, the dataset) fails every cell
+        for c in active:
+            if c.outcome is None:
+                c.fail(e)
     for c in cells:
         c.release()
     return [c.outcome for c in cells]
@@ -342,19 +367,30 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
     if not examples:
         raise ValueError(f"dataset '{cfg['dataset']['name']}' produced no prompts")
     tok = pair.tokenizer
-    max_new = int(cfg.get("max_new_tokens") or task.max_new_tokens)
-    encoded = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
+    max_new = context.resolve_max_new_tokens(cfg, task.max_new_tokens)  # null = the dataset's; 0/negative refused
+    n_positions = context.pair_positions(pair.target.config, [d.config for d in pair.drafts.values()])
+    raw_ids = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
 
     for c in list(cells):
         try:
             if c.writer.next_index > len(examples):
                 raise ValueError(f"{c.cell_dir / store.PARTIAL} has {c.writer.next_index} records but the dataset "
                                  f"has {len(examples)} prompts")
+            # prompts longer than the trained context keep their last tokens, flagged (harness.context's rule;
+            # the lookahead is the method's own, so each cell of a comparison fits its prompts itself)
+            c.fitted = [context.fit_prompt(ids, n_positions, max_new, context.lookahead(c.plan.params))
+                        for ids in raw_ids]
+            if any(n is not None for _, n in c.fitted):
+                log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last "
+                            "tokens (records: prompt_truncated)", c.cid, sum(n is not None for _, n in c.fitted),
+                            n_positions)
             torch.manual_seed(seed)
             c.decoder = build_decoder(c.plan.decoder_cls.method, pair,
                                       sync_timing=bool(runner_cfg.get("sync_timing", False)), **c.plan.params)
             for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
-                c.decoder.generate(encoded[0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
+                c.decoder.generate(c.fitted[0][0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
+        except ConfigError:
+            raise
         except Exception as e:  # noqa: BLE001
             c.fail(e)
             cells.remove(c)
@@ -368,13 +404,13 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
         progress = _progress(len(examples) - start, label, runner_cfg.get("progress", True))
         cell_window = meter.start_window("cell")  # everything the GPUs drew during the cell, protocol included
         for i in range(start, len(examples)):
-            ex, ids = examples[i], encoded[i]
+            ex = examples[i]
             rot = i % len(cells)
             for c in cells[rot:] + cells[:rot]:  # rotating order: each method goes first equally often
                 if c.outcome is not None or c.writer.next_index != i:
                     continue
                 try:
-                    gen = _one_prompt(c, pair, task, meter, ex, ids, i, seed, max_new)
+                    gen = _one_prompt(c, pair, task, meter, ex, i, seed, max_new, n_positions)
                 except Exception as e:  # noqa: BLE001 — this cell fails; the comparison goes on
                     c.fail(e)
                     continue
@@ -393,10 +429,12 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
             c.fail(e)
 
 
-def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, ids, i: int, seed: int, max_new: int):
+def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, max_new: int,
+                n_positions: int | None):
     """Generate, score and write prompt i of cell c. Self-contained: its seed, energy window and record
     depend on nothing earlier in the cell, so a resumed cell writes what an uninterrupted one would."""
     tok = pair.tokenizer
+    ids, original = c.fitted[i]
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
@@ -405,7 +443,8 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, ids, i: int, seed: i
     record = build_record(
         cell_id=c.cid, index=i, example=ex, prompt_ids=ids, generation=gen, output_text=text,
         prompt_text=task.prompt_text(ex, tok),
-        output_ppl=output_perplexity(pair.target, gen.prompt_ids, gen.output_ids),
+        output_ppl=_perplexity(pair.target, gen.prompt_ids, gen.output_ids, n_positions),
+        prompt_tokens_original=original,
         metrics=task.score(ex, task.truncate(text)), energy=measured.as_record(lambda g: g.stats.new_tokens),
         peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                             else math.nan))
@@ -438,6 +477,14 @@ def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu
     c.release()
     c.finish("done")
     log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, len(records), summary["tokens_per_s"])
+
+
+def _perplexity(model, prompt_ids: list[int], output_ids: list[int], n_positions: int | None) -> float:
+    """Output perplexity conditioned on at most the trained context (:func:`harness.context.perplexity_window`)."""
+    window = context.perplexity_window(prompt_ids, output_ids, n_positions)
+    if n_positions is not None and len(window) + len(output_ids) > n_positions:
+        return math.nan  # the output alone outgrows the context: no in-context perplexity
+    return output_perplexity(model, window, output_ids)
 
 
 def _progress(total: int, label: str, enabled: bool):

@@ -140,12 +140,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _parse_prefix(text: str, source: Path) -> tuple[list[dict], int]:
-    """The complete, well-formed records at the start of ``text`` whose indices run 0, 1, 2, ...;
-    returns (records, byte length of that prefix). Stops at a torn or malformed line."""
+def _parse_prefix(data: bytes, source: Path) -> tuple[list[dict], int]:
+    """The complete, well-formed records at the start of ``data`` whose indices run 0, 1, 2, ...;
+    returns (records, byte length of that prefix). Stops at a torn or malformed line (bad JSON or
+    bytes that are not UTF-8)."""
     records, good = [], 0
     pos = 0
-    data = text.encode("utf-8")
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -158,8 +158,9 @@ def _parse_prefix(text: str, source: Path) -> tuple[list[dict], int]:
             log.warning("%s: dropping a malformed line %d and everything after it", source, len(records) + 1)
             break
         if rec is not None:
-            if not isinstance(rec, dict) or rec.get("index") != len(records):
-                log.warning("%s: line %d is not record %d; dropping it and everything after it",
+            if not isinstance(rec, dict) or rec.get("index") != len(records) or \
+                    rec.get("cell_id") != source.parent.name:
+                log.warning("%s: line %d is not record %d of this cell; dropping it and everything after it",
                             source, len(records) + 1, len(records))
                 break
             records.append(rec)
@@ -178,7 +179,7 @@ def recover_partial(cell_dir: Path) -> list[dict]:
     if not partial.exists():
         return []
     raw = partial.read_bytes()
-    records, good = _parse_prefix(raw.decode("utf-8", errors="replace"), partial)
+    records, good = _parse_prefix(raw, partial)
     if good != len(raw):
         with partial.open("r+b") as f:
             f.truncate(good)
@@ -246,7 +247,7 @@ def read_records(cell_dir: Path) -> list[dict]:
         try:
             out.append(json.loads(line))
         except ValueError as e:
-            raise ValueError(f"{path}: line {n} is not valid JSON ({e}); the file was truncated or edited — "
+            raise ValueError(f"{path}, line {n}: not valid JSON ({e}); the file was truncated or edited — "
                              f"rerun `harness` with the same overrides to repair the cell") from None
     return out
 

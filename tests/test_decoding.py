@@ -111,8 +111,9 @@ def test_pair_configs_are_validated_before_any_weights_load(tmp_path):
     with pytest.raises(ConfigError, match="Valid keys"):
         PairSpec.from_config({"target": "tiny/target", "dtyp": "auto"})
     PairSpec(target="meta-llama/Llama-2-7b-hf", draft="JackFram/llama-68m")  # hub ids: well formed
-    bad = run_cell({**CELL, "pair": {**CELL["pair"], "dtype": "float61"}}, tmp_path)
-    assert bad.status == "failed" and "float61" in bad.error
+    with pytest.raises(ConfigError, match="float61"):  # issue 15: a config error is raised, never a failed cell
+        run_cell({**CELL, "pair": {**CELL["pair"], "dtype": "float61"}}, tmp_path)
+    assert not list(tmp_path.glob("cells/*/*"))
 
 
 def test_dtype_auto_is_the_checkpoints(tmp_path):

@@ -114,11 +114,15 @@ def test_records_published_without_a_summary_are_resumed(tmp_path):
 def test_garbage_in_the_partial_file_keeps_the_valid_prefix(tmp_path):
     cell_dir = tmp_path / "c"
     cell_dir.mkdir()
-    good = [json.dumps({"index": i}) for i in range(3)]
+    good = [json.dumps({"index": i, "cell_id": "c"}) for i in range(3)]
     (cell_dir / store.PARTIAL).write_text("\n".join([good[0], good[1], "\x00\x00garbage", good[2]]) + "\n")
+    other = tmp_path / "d"
+    other.mkdir()
+    (other / store.PARTIAL).write_text(good[0] + "\n")  # a record of another cell is not kept
+    assert store.RecordWriter.resume(other).next_index == 0
     w = store.RecordWriter.resume(cell_dir)
     assert w.next_index == 2
-    w.write({"index": 2})
+    w.write({"index": 2, "cell_id": "c"})
     w.abort()
     assert [json.loads(x)["index"] for x in (cell_dir / store.PARTIAL).read_text().splitlines()] == [0, 1, 2]
 

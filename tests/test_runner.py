@@ -47,14 +47,30 @@ def test_cell_id_depends_on_everything_that_defines_the_cell():
     assert cell_id(CELL).startswith("ar_greedy__tiny__kjv_heldout__cpu__s0__")
 
 
-def test_failing_cell_is_recorded_and_does_not_raise(tmp_path):
-    bad = dict(CELL, method={"name": "beam_sampling", "temperature": 0.0})
-    out = run_cell(bad, tmp_path)
-    assert out.status == "failed" and "beam_search" in out.error
+def test_failing_cell_is_recorded_and_does_not_raise(tmp_path, monkeypatch):
+    """A runtime failure (here: the model crashes) is recorded in error.json and does not raise."""
+    import harness.runner as runner
+
+    def crash(method, pair, **params):
+        raise RuntimeError("the model crashed")
+    monkeypatch.setattr(runner, "build_decoder", crash)
+    out = run_cell(CELL, tmp_path)
+    assert out.status == "failed" and "the model crashed" in out.error
     err = json.loads((out.cell_dir / store.ERROR).read_text())
-    assert err["kind"] == "ConfigError" and "Traceback" in err["traceback"]
+    assert err["kind"] == "RuntimeError" and "Traceback" in err["traceback"]
     cells, records, failures = load_results(tmp_path)
     assert cells.empty and records.empty and list(failures.cell_id) == [out.cell_id]
+
+
+def test_config_error_raises_and_writes_nothing(tmp_path):
+    """Issue 15 item 2: a configuration error is never a failed-cell record (the CLI finds it before any
+    model loads; the API raises it)."""
+    from harness.errors import ConfigError
+
+    bad = dict(CELL, method={"name": "beam_sampling", "temperature": 0.0})
+    with pytest.raises(ConfigError, match="beam_search"):
+        run_cell(bad, tmp_path)
+    assert not (tmp_path / "cells").exists() or not any((tmp_path / "cells").iterdir())
 
 
 def test_partial_cells_are_never_read(tmp_path):

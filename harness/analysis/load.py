@@ -26,17 +26,40 @@ class Results:
     problems: pd.DataFrame
 
 
+def _json_error(path: Path, e: Exception) -> ValueError:
+    """The error of an unreadable result file, naming the file (and the line of a JSONL file)."""
+    where = str(path)
+    if isinstance(e, json.JSONDecodeError) and path.suffix == ".jsonl":
+        try:
+            for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if line.strip():
+                    try:
+                        json.loads(line)
+                    except json.JSONDecodeError:
+                        where = f"{path}, line {n}"
+                        break
+        except OSError:
+            pass
+    return ValueError(f"{where}: {type(e).__name__}: {e}")
+
+
 def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
-    """(cell row, normalised records) of one finished cell; raises on anything malformed."""
-    summary = json.loads((cell_dir / store.SUMMARY).read_text(encoding="utf-8"))
+    """(cell row, normalised records) of one finished cell; raises on anything malformed, naming the file."""
+    try:
+        summary = json.loads((cell_dir / store.SUMMARY).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _json_error(cell_dir / store.SUMMARY, e) from e
     if not isinstance(summary, dict):
-        raise ValueError("summary.json is not a JSON object")
+        raise ValueError(f"{cell_dir / store.SUMMARY} is not a JSON object")
     row = cell_row(summary)
     row.setdefault("cell_id", cell_dir.name)
-    state, detail = store.finished_state(cell_dir)  # record count and checksum stored in the summary
+    try:
+        raw = store.read_records(cell_dir)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _json_error(cell_dir / store.RECORDS, e) from e
+    state, detail = store.finished_state(cell_dir)  # the record count and checksum stored in the summary
     if state != "done":
         raise ValueError(f"{detail} (rerun `harness` with the same overrides to repair the cell)")
-    raw = store.read_records(cell_dir)
     if not raw:
         raise ValueError("records.jsonl has no records")
     params = cell_params(summary)

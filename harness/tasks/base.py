@@ -99,13 +99,39 @@ class Task:
     def __post_init__(self):
         if self.prompt_format not in PROMPT_FORMATS:
             raise ConfigError(f"unknown prompt_format '{self.prompt_format}'. Valid: {', '.join(PROMPT_FORMATS)}")
+        if self.num_prompts is not None and (isinstance(self.num_prompts, bool) or not isinstance(self.num_prompts, int)
+                                             or self.num_prompts < 1):
+            raise ConfigError(f"dataset.num_prompts must be an integer >= 1, or null (all prompts of the set), "
+                              f"got {self.num_prompts!r}")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"dataset.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
 
     def load(self) -> list[Example]:
         raise NotImplementedError
 
+    def _data_file(self) -> str:
+        path = getattr(self, "path", None)
+        return (f"{self.resolve(path)} (dataset.path)" if isinstance(path, str) and path
+                else f"the data of task '{self.kind}' (dataset.path)")
+
     def examples(self) -> list[Example]:
-        items = self.load()
-        if not self.num_prompts or self.num_prompts >= len(items):
+        """The prompts: all of the set when ``num_prompts`` is null (or exceeds the set), else the first
+        ``num_prompts`` (or a seeded sample). A data file that is not UTF-8 or not valid JSON is a
+        :class:`ConfigError` naming the file."""
+        try:
+            items = self.load()
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid UTF-8 text "
+                              f"(byte {e.object[e.start:e.start + 1]!r} at offset {e.start}); re-encode it as UTF-8"
+                              ) from e
+        except ValueError as e:
+            if type(e).__name__ != "JSONDecodeError":
+                raise
+            raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid JSON/JSONL: {e}") from e
+        except FileNotFoundError as e:
+            raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
+                              "(dataset.path is relative to the project's tasks/ folder unless absolute)") from e
+        if self.num_prompts is None or self.num_prompts >= len(items):
             return items
         if self.sample_seed is None:
             return items[: self.num_prompts]

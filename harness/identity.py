@@ -1,0 +1,127 @@
+"""Cell identity: which settings make two runs the same measurement.
+
+A cell's id is readable (method, decoding, pair, dataset, gpu, seed) followed by a hash of its whole
+composed config except the keys in :data:`RESULT_NEUTRAL_KEYS`. So every setting that can change what a
+cell measures — ``max_new_tokens``, the decoding's warp, every method parameter, the dataset's prompt
+selection (``num_prompts``, ``sample_seed``, ``path``, ``prompt_format``...), the pair's dtype and
+device, the runner's warm-up, threads and timing synchronisation, every energy setting — gives a
+different id, and a sweep over it (``-m max_new_tokens=8,16``) runs one cell per value. New config keys
+are in the identity by default; a key joins the allow-list only when it cannot change a result.
+
+Not in the identity, by design: package versions and the git commit (recorded in every summary's
+``env`` and shown in the report's provenance; a code or library upgrade would otherwise silently
+orphan every finished cell), and the resolved ``gpu: auto`` (the runner replaces it by the machine's
+label before the id is taken, so the id names the hardware that measured it).
+
+Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
+requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
+hand-edited or foreign summary, a summary without its config) → :class:`CellConflict`, and the run
+stops before anything loads, naming the differing keys (``force=true`` reruns the cell, or choose
+another ``results_dir``).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.errors import ConfigError
+
+# dotted key -> why it cannot change a result (tested: tests/test_identity.py)
+RESULT_NEUTRAL_KEYS: dict[str, str] = {
+    "results_dir": "where the cell's files are written, not what it measures",
+    "force": "whether a finished cell is rerun, not what it measures",
+    "runner.progress": "progress bars on the terminal only",
+    "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
+                         "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+}
+HASH_CHARS = 12
+SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
+
+
+class CellConflict(ConfigError):
+    """A finished cell at this id was measured under a different configuration."""
+
+
+def _drop(cfg: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    node: Any = cfg
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def identity_config(cfg: Mapping[str, Any]) -> dict:
+    """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
+    (and Hydra's own ``hydra`` node, when present)."""
+    out = copy.deepcopy(dict(cfg))
+    out.pop("hydra", None)
+    for key in RESULT_NEUTRAL_KEYS:
+        _drop(out, key)
+    return out
+
+
+def _canonical(cfg: Mapping[str, Any]) -> str:
+    return json.dumps(identity_config(cfg), sort_keys=True, default=str, separators=(",", ":"))
+
+
+def config_hash(cfg: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(cfg).encode()).hexdigest()[:HASH_CHARS]
+
+
+def cell_id(cfg: Mapping[str, Any]) -> str:
+    """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``; the hash covers :func:`identity_config`."""
+    parts = [str(cfg["method"]["name"])]
+    if cfg.get("decoding"):
+        parts.append(str(cfg["decoding"].get("name", "custom")))
+    parts += [str(cfg["pair"]["name"]), str(cfg["dataset"]["name"]), str(cfg["gpu"]["name"]), f"s{cfg['seed']}",
+              config_hash(cfg)]
+    return "__".join(parts)
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaf keys of a nested config (lists are leaves)."""
+    if isinstance(cfg, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in cfg.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, Mapping) and v:
+                out.update(flatten(v, key))
+            else:
+                out[key] = v
+        return out
+    return {prefix: cfg}
+
+
+def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    """``key: stored X, requested Y`` for every identity key whose values differ."""
+    a = flatten(json.loads(json.dumps(identity_config(stored), default=str)))
+    b = flatten(json.loads(json.dumps(identity_config(requested), default=str)))
+    missing = object()
+    return [f"{k}: stored {a.get(k, '<absent>')!r}, requested {b.get(k, '<absent>')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
+
+
+def check_reusable(cell_dir: Path, cfg: Mapping[str, Any]) -> None:
+    """Raise :class:`CellConflict` unless the finished cell in ``cell_dir`` was measured under ``cfg``'s
+    identity. Call only for a finished cell (its summary exists)."""
+    path = Path(cell_dir) / SUMMARY
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        stored = summary.get("config") if isinstance(summary, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CellConflict(f"cell {Path(cell_dir).name}: its {path} cannot be read ({e}); it cannot be reused. "
+                           "Rerun it with force=true, or use another results_dir") from e
+    if not isinstance(stored, dict):
+        raise CellConflict(f"cell {Path(cell_dir).name}: {path} holds no config, so it cannot be shown to match "
+                           "the requested one. Rerun it with force=true, or use another results_dir")
+    diff = differences(stored, cfg)
+    if diff:
+        shown = "; ".join(diff[:8]) + (f"; ... ({len(diff)} keys)" if len(diff) > 8 else "")
+        raise CellConflict(f"cell {Path(cell_dir).name} finished under a different configuration ({shown}). "
+                           "Rerun it with force=true, or use another results_dir")

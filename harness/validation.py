@@ -1,0 +1,377 @@
+"""Validation of every cell of a run or sweep before the first model loads.
+
+``harness`` (single run or ``-m`` sweep) composes each cell's config exactly as Hydra's launcher will
+(:class:`ValidateCells`, a Hydra callback: ``on_run_start`` / ``on_multirun_start``, i.e. before Hydra
+creates any output folder) and checks it here without loading weights:
+
+* the method's own Params checks under the decoding (:func:`harness.runner.plan_cell`), the pair config
+  (model references: an embedded model, an existing directory, or a hub id; dtype, device), and a
+  method that needs a draft on a pair without one;
+* ``max_new_tokens`` (``null`` = the dataset's; else an integer >= 1), ``seed``, the ``runner`` options,
+  the ``energy`` options;
+* the dataset: its keys, ``num_prompts`` (``null`` = all; else >= 1), ``max_new_tokens`` >= 1, and its
+  data file read as the cell will read it (missing, not UTF-8, malformed: the file is named), at least one
+  prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
+* the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
+  method's lookahead must leave room for a prompt (:mod:`harness.context`); longer prompts are truncated
+  at run time by that module's rule and flagged in their records;
+* ``results_dir`` is writable (nothing is created to find out);
+* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`).
+
+Every problem is printed with its key and the valid values, and the command exits with status 2 having
+written nothing. A method that does not apply to the decoding (``NotApplicable``) is skipped in a sweep
+and an error (status 2) in a single run. Runtime failures (out of memory, a crashing model) are still
+recorded per cell in ``error.json``; configuration errors never are.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from hydra.experimental.callback import Callback
+
+from harness import identity
+from harness.context import lookahead, pair_positions, prompt_budget, resolve_max_new_tokens
+from harness.errors import ConfigError, NotApplicable
+
+log = logging.getLogger("harness")
+EXIT_CONFIG = 2
+WARP_KEYS = ("temperature", "top_k", "top_p")
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    message: str
+    cell: str = ""  # the cell's overrides (a sweep) or id
+
+    def __str__(self) -> str:
+        where = f" [{self.cell}]" if self.cell else ""
+        text = self.message if self.message.startswith(self.key) else f"{self.key}: {self.message}"
+        return text + where
+
+
+# ---- small checks ----------------------------------------------------------------------------------------
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_int(key: str, value, minimum: int, allow_null: str | None = None) -> list[Problem]:
+    """An integer >= minimum (or null when ``allow_null`` says what null means)."""
+    if value is None and allow_null:
+        return []
+    valid = f"an integer >= {minimum}" + (f", or null ({allow_null})" if allow_null else "")
+    if not _is_int(value) or value < minimum:
+        return [Problem(key, f"must be {valid}, got {value!r}")]
+    return []
+
+
+def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
+    """The config key a Params/warp error message is about: ``decoding.<k>`` for the warp under a decoding,
+    else ``method.<k>`` for the first method key the message names, else ``method``."""
+    head = message.split(" ")[0].strip("'\":,")
+    method_keys = [k for k in (cfg.get("method") or {}) if k != "name"]
+    if head in WARP_KEYS:
+        return f"decoding.{head}" if cfg.get("decoding") is not None else f"method.{head}"
+    for k in sorted(method_keys, key=len, reverse=True):
+        if k == head or f"'{k}'" in message or message.startswith(f"{k} ") or f" {k} " in message:
+            return f"method.{k}"
+    for k in WARP_KEYS:
+        if k in message:
+            return f"decoding.{k}" if cfg.get("decoding") is not None else f"method.{k}"
+    return "method"
+
+
+def _dataset_key(message: str) -> str:
+    for k in ("num_prompts", "max_new_tokens", "prompt_format", "sample_seed", "path", "task"):
+        if k in message:
+            return f"dataset.{k}"
+    return "dataset"
+
+
+def _pair_key(message: str) -> str:
+    head = message.split(":")[0].split(" ")[0]
+    if head.startswith("pair."):
+        return head.split("[")[0]
+    for k in ("target", "draft", "drafts", "dtype", "device"):
+        if f"pair.{k}" in message:
+            return f"pair.{k}"
+    return "pair"
+
+
+# ---- datasets and models (cached across the cells of a sweep) ----------------------------------------------
+
+class _Cache:
+    def __init__(self):
+        self.examples: dict[str, Any] = {}
+        self.tokenizers: dict[str, Any] = {}
+        self.positions: dict[str, int | None] = {}
+        self.writable: dict[str, str | None] = {}
+
+
+def dataset_examples(dataset_cfg: Mapping[str, Any], cache: _Cache | None = None):
+    """(task, examples) for a dataset config, or raise :class:`ConfigError` naming the key or the file."""
+    from harness.tasks import load_task
+
+    key = json.dumps(dataset_cfg, sort_keys=True, default=str)
+    if cache is not None and key in cache.examples:
+        return cache.examples[key]
+    task = load_task(dict(dataset_cfg))
+    examples = task.examples()
+    if cache is not None:
+        cache.examples[key] = (task, examples)
+    return task, examples
+
+
+def _tokenizer(ref: str, cache: _Cache):
+    if ref not in cache.tokenizers:
+        try:
+            from harness.models import load_tokenizer
+
+            cache.tokenizers[ref] = load_tokenizer(ref)
+        except Exception as e:  # noqa: BLE001 — not available offline: checked again when the cell loads
+            log.debug("validation: tokenizer of %s not available (%s); prompt checks skipped", ref, e)
+            cache.tokenizers[ref] = None
+    return cache.tokenizers[ref]
+
+
+def _positions(refs: list[str], cache: _Cache) -> int | None:
+    key = "|".join(refs)
+    if key not in cache.positions:
+        try:
+            from transformers import AutoConfig
+
+            from harness.models import resolve_model_path
+
+            configs = [AutoConfig.from_pretrained(resolve_model_path(r), local_files_only=True) for r in refs]
+            cache.positions[key] = pair_positions(configs[0], configs[1:])
+        except Exception as e:  # noqa: BLE001 — a hub model not cached locally: no context check here
+            log.debug("validation: configs of %s not available (%s); context check skipped", refs, e)
+            cache.positions[key] = None
+    return cache.positions[key]
+
+
+def writable_problem(results_dir: str | os.PathLike) -> str | None:
+    """Why ``results_dir`` cannot hold results (None when it can), without creating anything: the folder, or
+    its nearest existing ancestor, must be a writable directory."""
+    path = Path(results_dir).expanduser().absolute()
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"'{probe}' is not a directory, so '{path}' cannot be created"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"'{probe}' is not writable (read-only folder or file system)"
+    cells = path / "cells"
+    if cells.exists() and (not cells.is_dir() or not os.access(cells, os.W_OK | os.X_OK)):
+        return f"'{cells}' is not a writable directory"
+    return None
+
+
+# ---- one cell --------------------------------------------------------------------------------------------
+
+def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: str = "",
+                  single: bool = True) -> list[Problem]:
+    """Every problem of one composed cell config (a plain dict, interpolations resolved). Loads no weights.
+    ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells)."""
+    from harness.runner import gpu_label, plan_cell
+
+    cache = cache or _Cache()
+    problems: list[Problem] = []
+
+    def add(key: str, message: str) -> None:
+        problems.append(Problem(key, message, label))
+
+    if not _is_int(cfg.get("seed")) or cfg.get("seed") < 0:
+        add("seed", f"must be an integer >= 0, got {cfg.get('seed')!r}")
+    for p in check_int("max_new_tokens", cfg.get("max_new_tokens"), 1, allow_null="the dataset's max_new_tokens"):
+        add(p.key, p.message)
+    runner = cfg.get("runner") or {}
+    for key, minimum, null in (("warmup_generations", 0, None), ("warmup_new_tokens", 1, None),
+                               ("threads", 1, "torch's default")):
+        if key in runner:
+            for p in check_int(f"runner.{key}", runner[key], minimum, null):
+                add(p.key, p.message)
+    for key in ("progress", "sync_timing"):
+        if key in runner and not isinstance(runner[key], bool):
+            add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
+    if cfg.get("energy") is not None:
+        try:
+            from harness.energy import EnergyConfig
+
+            EnergyConfig.from_any(dict(cfg["energy"]))
+        except (ConfigError, TypeError, ValueError) as e:
+            add("energy", str(e))
+
+    plan = None
+    try:
+        plan = plan_cell(dict(cfg))
+    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
+        if single:
+            add("method", str(e))
+    except ConfigError as e:
+        msg = str(e)
+        add(_pair_key(msg) if "pair." in msg else _method_key(msg, cfg), msg)
+    except (TypeError, ValueError) as e:
+        add("method", f"{type(e).__name__}: {e}")
+
+    dataset = cfg.get("dataset") or {}
+    task, examples = None, []
+    num = dataset.get("num_prompts")
+    bad_num = check_int("dataset.num_prompts", num, 1, allow_null="all prompts of the set")
+    for p in bad_num + check_int("dataset.max_new_tokens", dataset.get("max_new_tokens", 1), 1):
+        add(p.key, p.message)
+    if not bad_num:
+        try:
+            task, examples = dataset_examples(dataset, cache)
+            if not examples:
+                add("dataset", f"dataset '{dataset.get('name')}' produced no prompts (check dataset.path and its "
+                               "filters, e.g. prompt_words)")
+        except ConfigError as e:
+            add(_dataset_key(str(e)), str(e))
+        except Exception as e:  # noqa: BLE001 — a missing/unreadable data file: named in the message
+            add("dataset.path", f"dataset '{dataset.get('name')}' cannot be read: {type(e).__name__}: {e}")
+
+    if plan is not None and task is not None and examples:
+        if plan.decoder_cls.uses_draft and not plan.pair.draft:
+            add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair "
+                              f"'{plan.pair.name}' has none (set pair.draft)")
+        max_new = None
+        if not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems):
+            max_new = resolve_max_new_tokens(cfg, task.max_new_tokens)
+        refs = [plan.pair.target, *plan.pair.draft_ids]
+        n_positions = _positions(refs, cache)
+        extra = lookahead(plan.params)
+        if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
+            add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for "
+                                  f"a prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
+        tok = _tokenizer(plan.pair.target, cache)
+        if tok is not None:
+            try:
+                lengths = [len(task.prompt_ids(ex, tok)) for ex in examples]
+            except ConfigError as e:
+                add(_dataset_key(str(e)), str(e))
+            else:
+                empty = [ex.id for ex, n in zip(examples, lengths) if n == 0]
+                if empty:
+                    add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after "
+                                   f"tokenization (ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
+
+    results_dir = str(cfg.get("results_dir", "results"))
+    if results_dir not in cache.writable:
+        cache.writable[results_dir] = writable_problem(results_dir)
+    if cache.writable[results_dir]:
+        add("results_dir", cache.writable[results_dir])
+    elif plan is not None and not cfg.get("force"):
+        labelled = {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}} if "gpu" in cfg else dict(cfg)
+        try:
+            cell_dir = Path(results_dir) / "cells" / identity.cell_id(labelled)
+            if (cell_dir / identity.SUMMARY).is_file():
+                identity.check_reusable(cell_dir, labelled)
+        except identity.CellConflict as e:
+            add("results_dir", str(e))
+        except (KeyError, TypeError) as e:
+            add("config", f"incomplete cell config: {type(e).__name__}: {e}")
+    return problems
+
+
+def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool = False) -> list[Problem]:
+    """Problems of every ``(label, config)`` cell; each distinct problem once (the first cell that has it)."""
+    cache = _Cache()
+    seen: dict[tuple[str, str], Problem] = {}
+    for label, cfg in cells:
+        for p in validate_cell(cfg, cache, label, single=single):
+            seen.setdefault((p.key, p.message), p)
+    return list(seen.values())
+
+
+def format_problems(problems: list[Problem], n_cells: int) -> str:
+    head = (f"harness: invalid configuration ({len(problems)} problem(s) in {n_cells} cell(s)); nothing was run "
+            "or written:")
+    return "\n".join([head, *(f"  - {p}" for p in problems)])
+
+
+def exit_on_problems(problems: list[Problem], n_cells: int) -> None:
+    if problems:
+        print(format_problems(problems, n_cells), file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
+
+
+# ---- Hydra: compose every cell as the launcher will --------------------------------------------------------
+
+def job_container(cfg) -> dict:
+    """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved."""
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
+    """Every cell of the multirun whose primary config is ``config``: the sweep overrides expanded exactly as
+    Hydra's BasicSweeper does, each cell composed by the config loader as the launcher will; and a problem
+    for each cell that does not compose (an unknown key or group option, a value of the wrong type)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    loader = GlobalHydra.instance().config_loader()
+    node = OmegaConf.select(config, "hydra.sweeper.params")
+    params = OmegaConf.to_container(node, resolve=False) if node is not None else {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    overrides = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
+    batches = BasicSweeper.split_arguments(overrides, None)
+    cells, failures = [], []
+    for batch in batches:
+        for job_overrides in batch:
+            label = " ".join(job_overrides)
+            try:
+                composed = loader.load_sweep_config(master_config=config, sweep_overrides=list(job_overrides))
+            except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type)
+                text = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
+                failures.append(Problem(_hydra_key(text), " ".join(text.split()), label))
+                continue
+            cells.append((label, job_container(composed)))
+    return cells, failures
+
+
+def _hydra_key(message: str) -> str:
+    import re
+
+    for pattern in (r"full_key: (\S+)", r"override '([^']+)'", r"Could not load '([^']+)'"):
+        m = re.search(pattern, message)
+        if m:
+            return m.group(1)
+    return "overrides"
+
+
+class ValidateCells(Callback):
+    """Hydra callback (``hydra.callbacks.validate`` in ``conf/config.yaml``): validate before Hydra creates
+    any folder or the first cell loads a model; exit with status 2 on a problem."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        cfg = job_container(config)
+        exit_on_problems(validate_cells([("", cfg)], single=True), 1)
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        try:
+            cells, failures = sweep_cells(config)
+        except Exception as e:  # noqa: BLE001 — overrides Hydra's sweeper cannot parse: it reports them itself
+            log.warning("validation: sweep expansion failed (%s); Hydra will report it", e)
+            return
+        exit_on_problems(failures + validate_cells(cells, single=False), len(cells) + len(failures))
+
+
+__all__ = ["Problem", "ValidateCells", "validate_cell", "validate_cells", "writable_problem", "sweep_cells"]

@@ -1,0 +1,144 @@
+"""Issue 15 item 1: a cell's id covers every setting that can change what it measures, and a finished cell is
+reused only when its stored config has the same identity."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from harness import identity, store
+from harness.cli import CONF_DIR
+from harness.configs import register_configs
+from harness.identity import RESULT_NEUTRAL_KEYS, CellConflict, cell_id, flatten
+from harness.runner import run_cell
+
+COMPOSED = [("method=ar", "decoding=greedy"), ("method=sd", "decoding=sampling"), ("method=specinfer",),
+            ("method=dsbd", "dataset=squad"), ("method=mcsd", "dataset=humaneval", "energy=naive"),
+            ("method=beam", "decoding=greedy", "pair=tiny_multi", "gpu=sim_h100"), ("method=mtad", "energy=off")]
+
+
+def composed(*overrides) -> dict:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
+
+
+def _changed(value):
+    """A different value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 0.5
+    if isinstance(value, str):
+        return value + "_x"
+    if isinstance(value, list):
+        return [*value, "x"]
+    if isinstance(value, dict):
+        return {**value, "x": 1}
+    return 1  # None
+
+
+def _set(cfg: dict, dotted: str, value) -> dict:
+    out = json.loads(json.dumps(cfg))
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("overrides", COMPOSED, ids=lambda o: " ".join(o))
+def test_every_key_changes_the_id_or_is_result_neutral(overrides):
+    """Walk every leaf of the composed config: changing it changes the cell id, unless the key is on the
+    explicit allow-list of result-neutral keys (where the id must not change)."""
+    cfg = composed(*overrides)
+    base = cell_id(cfg)
+    leaves = flatten(cfg)
+    assert len(leaves) > 30  # the walk really sees the groups (method, decoding, pair, dataset, energy, runner...)
+    for key, value in leaves.items():
+        other = cell_id(_set(cfg, key, _changed(value)))
+        if key in RESULT_NEUTRAL_KEYS:
+            assert other == base, f"{key} is declared result-neutral but changes the id"
+        else:
+            assert other != base, f"changing {key} ({value!r}) does not change the cell id"
+
+
+def test_the_allow_list_is_small_and_every_entry_exists():
+    cfg = composed()
+    leaves = flatten(cfg)
+    assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave"}
+    assert all(k in leaves for k in RESULT_NEUTRAL_KEYS)
+    assert all(why for why in RESULT_NEUTRAL_KEYS.values())
+
+
+def test_id_is_readable_and_stable():
+    cfg = composed("method=sd", "gpu=cpu")
+    cid = cell_id(cfg)
+    assert cid.startswith("sd__sampling__tiny__kjv_heldout__cpu__s0__")
+    assert cid == cell_id(json.loads(json.dumps(cfg)))  # key order and copies do not matter
+    assert len(cid.rsplit("__", 1)[1]) == identity.HASH_CHARS
+
+
+CELL = {"method": {"name": "ar_greedy"}, "seed": 0, "max_new_tokens": 3,
+        "pair": {"name": "tiny", "target": "tiny/target", "draft": "tiny/draft", "dtype": "float32", "device": "cpu"},
+        "dataset": {"name": "kjv_heldout", "task": "text_continuation", "num_prompts": 1, "max_new_tokens": 48,
+                    "stop": [], "prompt_words": 12},
+        "gpu": {"name": "cpu"}, "runner": {"warmup_generations": 0, "warmup_new_tokens": 2, "progress": False}}
+
+
+def test_finished_cell_is_reused_only_under_the_same_identity(tmp_path):
+    out = run_cell(CELL, tmp_path)
+    assert out.status == "done"
+    # result-neutral keys do not matter
+    assert run_cell({**CELL, "runner": {**CELL["runner"], "progress": True}}, tmp_path).status == "skipped"
+    # a summary whose stored config differs from the requested one (a collision, a hand edit) is refused
+    path = out.cell_dir / store.SUMMARY
+    summary = json.loads(path.read_text())
+    summary["config"]["max_new_tokens"] = 99
+    path.write_text(json.dumps(summary))
+    with pytest.raises(CellConflict, match=r"max_new_tokens: stored 99, requested 3.*force=true"):
+        run_cell(CELL, tmp_path)
+    del summary["config"]
+    path.write_text(json.dumps(summary))
+    with pytest.raises(CellConflict, match="holds no config"):
+        run_cell(CELL, tmp_path)
+    assert run_cell(CELL, tmp_path, force=True).status == "done"  # force reruns it
+    assert run_cell(CELL, tmp_path).status == "skipped"
+
+
+def _cli(*args, cwd=None):
+    env = dict(os.environ, HYDRA_FULL_ERROR="1")
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=cwd)
+
+
+def test_sweep_over_max_new_tokens_runs_one_cell_per_value(tmp_path):
+    """The issue's repro: `harness -m max_new_tokens=8,16` ran the first cell and reported the second as
+    already finished."""
+    r = _cli("-m", "max_new_tokens=2,3", "method=ar_greedy", "decoding=greedy", "dataset.num_prompts=1",
+             "runner.progress=false", "runner.warmup_generations=0", "pair.device=cpu", "gpu=cpu",
+             f"results_dir={tmp_path}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("[done]") == 2 and "[skipped]" not in r.stdout
+    maxes = sorted(json.loads(p.read_text())["max_new_tokens"] for p in tmp_path.glob("cells/*/summary.json"))
+    assert maxes == [2, 3]
+
+
+def test_cli_stops_before_loading_when_a_finished_cell_has_another_config(tmp_path):
+    args = ["method=ar_greedy", "decoding=greedy", "dataset.num_prompts=1", "max_new_tokens=2", "runner.progress=false",
+            "runner.warmup_generations=0", "pair.device=cpu", "gpu=cpu", f"results_dir={tmp_path}"]
+    assert _cli(*args).returncode == 0
+    (summary_path,) = tmp_path.glob("cells/*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    summary["config"]["dataset"]["num_prompts"] = 7
+    summary_path.write_text(json.dumps(summary))
+    r = _cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "dataset.num_prompts: stored 7, requested 1" in r.stderr and "force=true" in r.stderr
+    assert "[skipped]" not in r.stdout and "[done]" not in r.stdout
