@@ -8,7 +8,7 @@ per-prompt means where named so (``mean_prompt_tokens_per_s``, ``output_ppl``, `
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from harness.stats import COUNT_FIELDS, pooled_totals, ratios
 
@@ -25,11 +25,49 @@ def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], ge
             "prompt_tokens_original": len(prompt_ids) if prompt_tokens_original is None else prompt_tokens_original,
             **{f"meta.{k}": v for k, v in example.meta.items()},
             **generation.stats.as_record(), "stopped_by_eos": generation.stopped_by_eos,
+            **{f"selection.{k}": v for k, v in (getattr(generation, "selection", None) or {}).items()},
+            "stopped_by_stop": getattr(generation, "stopped_by_stop", False),
             "output_ppl": output_ppl,
             **{f"metric.{k}": v for k, v in metrics.items()},
             **energy,
             "peak_gpu_mem_bytes": peak_gpu_mem_bytes,
             "output_text": output_text, "prompt": prompt_text}
+
+
+BREAKDOWN_ENERGY = ("prefill_j", "decode_j", "draft_j", "verify_j", "rest_j")
+
+
+def energy_breakdown(attribute: Callable | None, stats, enabled: bool, prefix: str = "energy.") -> dict[str, Any]:
+    """Where one generation's energy went (issue 13 item 6), as ``energy.*`` record fields.
+
+    ``attribute(a, b, labels)`` is the energy meter's sub-window attribution
+    (:meth:`harness.energy.meter.EnergyMeter.attribute`, :mod:`harness.energy.attribution`) and
+    ``stats.spans`` the generation's spans (:meth:`harness.stats.GenerationStats.set_spans`):
+    ``prefill_j`` (the calls that encode the prompt) and ``decode_j`` (the rest of the generation);
+    for methods with a draft, ``draft_j`` (draft-model forward calls), ``verify_j`` (target forward
+    calls) and ``rest_j`` (everything else). NaN with ``breakdown_reason`` when ``runner.breakdown`` is
+    off (host timestamps of asynchronous device work would misplace the energy), when the meter has no
+    energy counter, or when the counter cannot tell the parts apart.
+    """
+    out: dict[str, Any] = {f"{prefix}{k}": math.nan for k in BREAKDOWN_ENERGY}
+    spans = getattr(stats, "spans", None) or {}
+    if not enabled:
+        return {**out, f"{prefix}breakdown_reason": "runner.breakdown=false"}
+    if attribute is None or not spans.get("generation") or not spans.get("target"):
+        return {**out, f"{prefix}breakdown_reason": "no forward-call spans (models not called through CountedModel)"}
+    (a, b), = spans["generation"]
+    reasons = []
+    split = attribute(a, b, {"prefill": spans["prefill"]})
+    out[f"{prefix}prefill_j"], out[f"{prefix}decode_j"] = split.energy_j["prefill"], split.energy_j["other"]
+    reasons.append(split.reason)
+    if spans.get("draft"):
+        split = attribute(a, b, {"draft": spans["draft"], "verify": spans["target"]})
+        for k in ("draft", "verify"):
+            out[f"{prefix}{k}_j"] = split.energy_j[k]
+        out[f"{prefix}rest_j"] = split.energy_j["other"]
+        reasons.append(split.reason)
+    out[f"{prefix}breakdown_reason"] = "; ".join(r for r in reasons if r) or None
+    return out
 
 
 def _nanmean(values) -> float:
@@ -48,6 +86,9 @@ def summarize_cell(records: list[Mapping[str, Any]]) -> dict[str, Any]:
     out["output_ppl"] = _nanmean(r.get("output_ppl") for r in records)
     out["peak_gpu_mem_bytes"] = max((r["peak_gpu_mem_bytes"] for r in records
                                      if r.get("peak_gpu_mem_bytes") is not None), default=math.nan)
+    for k in BREAKDOWN_ENERGY:  # totals over prompts; NaN unless every prompt has one
+        values = [r.get(f"energy.{k}", math.nan) for r in records]
+        out[f"energy.{k}"] = sum(values) if values and all(math.isfinite(v) for v in values) else math.nan
     for k in sorted({k for r in records for k in r if k.startswith("metric.") or k.startswith("stat.")}):
         out[k] = _nanmean(r.get(k) for r in records)
     return out

@@ -39,7 +39,7 @@ from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError, NotApplicable
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
-from harness.record import build_record, summarize_cell
+from harness.record import build_record, energy_breakdown, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
@@ -370,6 +370,7 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
     max_new = context.resolve_max_new_tokens(cfg, task.max_new_tokens)  # null = the dataset's; 0/negative refused
     n_positions = context.pair_positions(pair.target.config, [d.config for d in pair.drafts.values()])
     raw_ids = [task.prompt_ids(ex, tok) for ex in examples]  # chat template when the task/tokenizer use one
+    breakdown = bool(runner_cfg.get("breakdown", False))  # device sync at draft/verify/call boundaries
 
     for c in list(cells):
         try:
@@ -386,7 +387,9 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
                             n_positions)
             torch.manual_seed(seed)
             c.decoder = build_decoder(c.plan.decoder_cls.method, pair,
-                                      sync_timing=bool(runner_cfg.get("sync_timing", False)), **c.plan.params)
+                                      sync_timing=breakdown or bool(runner_cfg.get("sync_timing", False)),
+                                      **c.plan.params)
+            c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (seed 004 §5)
             for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
                 c.decoder.generate(c.fitted[0][0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
         except ConfigError:
@@ -410,7 +413,7 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
                 if c.outcome is not None or c.writer.next_index != i:
                     continue
                 try:
-                    gen = _one_prompt(c, pair, task, meter, ex, i, seed, max_new, n_positions)
+                    gen = _one_prompt(c, pair, task, meter, ex, i, seed, max_new, n_positions, breakdown)
                 except Exception as e:  # noqa: BLE001 — this cell fails; the comparison goes on
                     c.fail(e)
                     continue
@@ -430,14 +433,15 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
 
 
 def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, max_new: int,
-                n_positions: int | None):
+                n_positions: int | None, breakdown: bool = False):
     """Generate, score and write prompt i of cell c. Self-contained: its seed, energy window and record
     depend on nothing earlier in the cell, so a resumed cell writes what an uninterrupted one would."""
     tok = pair.tokenizer
     ids, original = c.fitted[i]
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
-    measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, max_new, seed=prompt_seed(seed, i)))
+    measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, max_new, seed=prompt_seed(seed, i),
+                                                                        stop=task.stop))
     gen = measured.result
     text = tok.decode(gen.output_ids, skip_special_tokens=True)
     record = build_record(
@@ -445,7 +449,9 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, m
         prompt_text=task.prompt_text(ex, tok),
         output_ppl=_perplexity(pair.target, gen.prompt_ids, gen.output_ids, n_positions),
         prompt_tokens_original=original,
-        metrics=task.score(ex, task.truncate(text)), energy=measured.as_record(lambda g: g.stats.new_tokens),
+        metrics=task.score(ex, task.truncate(text)),
+        energy={**measured.as_record(lambda g: g.stats.new_tokens),
+                **energy_breakdown(meter.attribute, gen.stats, breakdown)},
         peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                             else math.nan))
     c.writer.write(record)

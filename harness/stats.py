@@ -20,7 +20,17 @@ Counts (per generation; a cell sums them over its prompts):
 ``round_gammas``              per round: γ_r
 ``draft_time_s``              Σ host time drafting (NaN where not measured)
 ``verify_time_s``             Σ host time of target verification, acceptance and rollback
+``prefill_time_s``            time of the forward calls that encode the prompt (each model's first
+                              call of the generation; a speculative method's first target call
+                              also verifies its first drafts). NaN where the models are not called
+                              through :class:`~harness.primitives.forward.CountedModel` (HF assisted)
+``decode_time_s``             wall_time_s − prefill_time_s
+``rest_time_s``               wall_time_s − draft_time_s − verify_time_s: host work outside drafting
+                              and verification (NaN where those are not measured)
 ============================  ==================================================================
+
+All times are host ``time.perf_counter`` spans; on a GPU they cover the device's work only with
+``runner.breakdown=true`` (device synchronisation at every boundary), see the README.
 
 Ratios (:func:`ratios`; the per-record values and the cell summary both come from it, the cell's
 being ratios of totals, i.e. pooled over every round of every prompt):
@@ -47,7 +57,10 @@ NAN = float("nan")
 
 #: The counts that add up over prompts (a cell's totals are their sums).
 COUNT_FIELDS = ("new_tokens", "target_calls", "draft_calls", "wall_time_s", "rounds", "draft_positions",
-                "draft_nodes", "accepted_tokens", "rejected_rounds", "draft_time_s", "verify_time_s")
+                "draft_nodes", "accepted_tokens", "rejected_rounds", "draft_time_s", "verify_time_s",
+                "prefill_time_s", "decode_time_s", "rest_time_s")
+#: Times that may be unmeasured (NaN): a cell's total is NaN unless every prompt has one.
+MAYBE_TIMES = ("draft_time_s", "verify_time_s", "prefill_time_s", "decode_time_s", "rest_time_s")
 #: Per-round lists.
 ROUND_FIELDS = ("accept_lengths", "round_gammas")
 #: name -> (numerator, denominator) of every ratio; ``committed_tokens`` = Σ accept_lengths.
@@ -94,7 +107,7 @@ def pooled_totals(records: list[Mapping[str, Any]]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for key in COUNT_FIELDS:
         values = [r.get(key, r.get(LEGACY_NAMES.get(key, ""), 0)) for r in records]
-        if key in ("draft_time_s", "verify_time_s"):
+        if key in MAYBE_TIMES:
             totals[key] = _finite_sum(values) if records else NAN
         else:
             totals[key] = sum(v or 0 for v in values)
@@ -129,7 +142,27 @@ class GenerationStats:
     round_gammas: list[int] = field(default_factory=list)
     draft_time_s: float = NAN
     verify_time_s: float = NAN
+    prefill_time_s: float = NAN
     extras: Any = field(default_factory=NoExtras)
+    #: perf_counter spans of the generation, for energy attribution (not recorded): "generation" [(start, end)],
+    #: "prefill" (each model's first call), "target" and "draft" (every forward call of each model)
+    spans: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def decode_time_s(self) -> float:
+        return self.wall_time_s - self.prefill_time_s
+
+    @property
+    def rest_time_s(self) -> float:
+        return self.wall_time_s - self.draft_time_s - self.verify_time_s
+
+    def set_spans(self, start: float, end: float, model_spans: dict[str, list[tuple[float, float]]]) -> None:
+        """The generation's span and its models' forward-call spans (set by the base decoder):
+        ``prefill_time_s`` from each model's first call."""
+        prefill = [calls[0] for calls in model_spans.values() if calls]
+        self.spans = {"generation": [(start, end)], "prefill": prefill, **model_spans}
+        if model_spans.get("target"):
+            self.prefill_time_s = sum(b - a for a, b in prefill)
 
     def observe_round(self, obs: RoundObservation) -> None:
         """Record one finished draft→verify round (the only way rounds enter the statistics)."""

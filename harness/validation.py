@@ -25,6 +25,7 @@ recorded per cell in ``error.json``; configuration errors never are.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -89,6 +90,11 @@ def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
 
 
 def _dataset_key(message: str) -> str:
+    import re
+
+    named = re.search(r"\bdataset\.([a-z_]+)", message)
+    if named:
+        return f"dataset.{named.group(1)}"
     for k in ("num_prompts", "max_new_tokens", "prompt_format", "sample_seed", "path", "task"):
         if k in message:
             return f"dataset.{k}"
@@ -113,6 +119,7 @@ class _Cache:
         self.tokenizers: dict[str, Any] = {}
         self.positions: dict[str, int | None] = {}
         self.writable: dict[str, str | None] = {}
+        self.lengths: dict[tuple[str, str], list[int]] = {}
 
 
 def dataset_examples(dataset_cfg: Mapping[str, Any], cache: _Cache | None = None):
@@ -200,7 +207,7 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
         if key in runner:
             for p in check_int(f"runner.{key}", runner[key], minimum, null):
                 add(p.key, p.message)
-    for key in ("progress", "sync_timing"):
+    for key in ("progress", "sync_timing", "breakdown"):
         if key in runner and not isinstance(runner[key], bool):
             add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
     if cfg.get("energy") is not None:
@@ -255,8 +262,11 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
                                   f"a prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
         tok = _tokenizer(plan.pair.target, cache)
         if tok is not None:
+            key = (json.dumps(dataset, sort_keys=True, default=str), plan.pair.target)
             try:
-                lengths = [len(task.prompt_ids(ex, tok)) for ex in examples]
+                if key not in cache.lengths:
+                    cache.lengths[key] = [len(task.prompt_ids(ex, tok)) for ex in examples]
+                lengths = cache.lengths[key]
             except ConfigError as e:
                 add(_dataset_key(str(e)), str(e))
             else:
@@ -287,10 +297,13 @@ def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool 
     """Problems of every ``(label, config)`` cell; each distinct problem once (the first cell that has it)."""
     cache = _Cache()
     seen: dict[tuple[str, str], Problem] = {}
+    counts: dict[tuple[str, str], int] = {}
     for label, cfg in cells:
         for p in validate_cell(cfg, cache, label, single=single):
             seen.setdefault((p.key, p.message), p)
-    return list(seen.values())
+            counts[(p.key, p.message)] = counts.get((p.key, p.message), 0) + 1
+    return [dataclasses.replace(p, cell=f"{p.cell} and {counts[k] - 1} more cell(s)") if counts[k] > 1 and p.cell else p
+            for k, p in seen.items()]
 
 
 def format_problems(problems: list[Problem], n_cells: int) -> str:

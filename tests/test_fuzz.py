@@ -173,3 +173,59 @@ def test_fuzz_valid_combinations_run_and_pass_the_store_reader(tmp_path_factory,
     row, records = read_cell(out.cell_dir)
     assert len(records) == num and all(0 < r["new_tokens"] <= max_new for r in records)
     assert row["prompts"] == num
+
+
+# ---- hostile inputs: data files and result files ------------------------------------------------------------
+
+_JSONL_ROWS = st.one_of(
+    st.binary(max_size=200),
+    st.lists(st.one_of(st.dictionaries(st.sampled_from(["text", "citation", "x"]),
+                                       st.one_of(st.text(max_size=60), st.integers(), st.none())),
+                       st.integers(), st.text(max_size=20), st.lists(st.integers(), max_size=3)),
+             max_size=4).map(lambda rows: "\n".join(__import__("json").dumps(r) for r in rows).encode()),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_JSONL_ROWS)
+def test_fuzz_dataset_file_either_loads_or_names_the_file(tmp_path_factory, data):
+    """Random bytes or JSON rows of the wrong shape in a data file: the prompts load, or a ConfigError names
+    the file — never a bare UnicodeDecodeError/KeyError/TypeError."""
+    from harness.errors import ConfigError
+
+    path = tmp_path_factory.mktemp("data") / "rows.jsonl"
+    path.write_bytes(data)
+    task = load_task({"task": "text_continuation", "name": "fuzz", "path": str(path), "prompt_words": 1})
+    try:
+        examples = task.examples()
+    except ConfigError as e:
+        assert str(path) in str(e)
+    else:
+        assert all(isinstance(ex.prompt, str) and ex.prompt for ex in examples)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(partial=st.binary(max_size=300), records=st.one_of(st.none(), st.binary(max_size=300)),
+       summary=st.one_of(st.none(), st.binary(max_size=100)))
+def test_fuzz_corrupted_result_files_never_stop_the_reader(tmp_path_factory, partial, records, summary):
+    """A crash on a full disk leaves arbitrary bytes in records.partial.jsonl (and a hand edit or a torn copy in
+    records.jsonl / summary.json): the reader never raises; each such cell is a named problem."""
+    from harness import store
+    from harness.analysis.load import read_results
+
+    root = tmp_path_factory.mktemp("results")
+    cell = root / "cells" / "some_cell"
+    cell.mkdir(parents=True)
+    (cell / store.PARTIAL).write_bytes(partial)
+    if records is not None:
+        (cell / store.RECORDS).write_bytes(records)
+    if summary is not None:
+        (cell / store.SUMMARY).write_bytes(summary)
+    res = read_results(root)
+    if res.cells.empty:
+        assert list(res.problems.cell_id) == ["some_cell"]
+        if summary is not None:
+            assert res.problems.problem.iloc[0] == "unreadable"
+            assert str(cell) in res.problems.error.iloc[0]  # the report names the cell's folder (and file)
+        else:
+            assert res.problems.problem.iloc[0] == "incomplete"

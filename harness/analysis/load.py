@@ -79,8 +79,9 @@ def read_results(results_dir: str | Path = "results") -> Results:
             try:
                 row, recs = read_cell(cell_dir)
             except Exception as e:  # noqa: BLE001 — any malformed cell is reported, never fatal
+                text = str(e) if str(cell_dir) in str(e) else f"{cell_dir}: {type(e).__name__}: {e}"
                 problems.append({"cell_id": name, "problem": "unreadable", "kind": type(e).__name__,
-                                 "error": str(e)[:500], "at": None})
+                                 "error": text[:500], "at": None})
                 continue
             cells.append(row)
             records.extend(recs)

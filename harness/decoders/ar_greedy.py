@@ -21,8 +21,9 @@ class ArGreedy(Decoder[DecoderParams]):
         out: list[int] = []
         while len(out) < max_new_tokens:
             token = int(logits[0, -1].argmax())
+            end = self.stopping.cut(out, [token])  # EOS or a stop string
             out.append(token)
-            if token == self.eos_token_id or len(out) == max_new_tokens:
+            if end is not None or len(out) == max_new_tokens:
                 break
             logits = self.target(torch.tensor([[token]], device=self.device), cache)
         return Decoded(out)

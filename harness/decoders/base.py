@@ -42,16 +42,19 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Mapping, TypeVar, get_args, get_origin
+from typing import Any, ClassVar, Generic, Mapping, Sequence, TypeVar, get_args, get_origin
 
 import torch
 
+from harness.adaptive.draft_selection import DIM, N_FIT
+from harness.adaptive.policies import GAMMA_LIMIT, GAMMA_MAX, GAMMA_MIN, POLICIES, make_gamma_policy
 from harness.decoding import SAMPLING, WARP_KEYS, Decoding, as_decoding
 from harness.errors import ConfigError, NotApplicable
 from harness.models import ModelPair
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import FixedGamma, GammaPolicy
 from harness.primitives.sampling import make_generator
+from harness.primitives.stopping import StopCondition
 from harness.primitives.warping import Warp
 from harness.registry import Registry
 from harness.stats import GenerationStats, NoExtras
@@ -135,6 +138,92 @@ class SamplingParams(DecoderParams):
             raise ConfigError(f"{method} {why}: it needs temperature > 0 (decoding=sampling)")
 
 
+POLICY_NAMES = tuple(POLICIES)
+SELECTIONS = ("none", "ols")
+
+
+@dataclass(frozen=True)
+class SpeculativeParams(SamplingParams):
+    """The keys every decoder that drafts a chain or tree of some depth shares (seed 004): the γ policy
+    (§4; :mod:`harness.adaptive.policies`) and draft-model selection (§5). One name and one default each,
+    everywhere; ``gamma`` (the decoder's own draft depth) is the fixed γ and every adaptive policy's γ_init.
+
+    ``gamma_policy=fixed`` (the default) is today's behaviour; the policy keys that do not belong to the
+    chosen policy are ignored. ``draft_selection=ols`` picks a draft per prompt among ``pair.drafts``
+    (Eq. 8 fitted online on the first ``selection_fit_prompts`` prompts, Theorem 2 / Eq. 1 choice).
+    """
+
+    gamma_policy: str = param("fixed", "γ policy (seed 004 §4): " + " | ".join(POLICIES) + "; fixed = γ every round")
+    gamma_min: int = param(GAMMA_MIN, "adaptive γ floor (0 allows a plain target step, §4.2 FSM)")
+    gamma_max: int = param(GAMMA_MAX, "adaptive γ ceiling γ_max (seed 004 §6.3, App. C.5 Table 10: 5..8)")
+    acc_history: int = param(6, "online: h, rounds of history in the Eq. 2 accuracy estimate (App. C.5 Table 10: 6)")
+    acc_max: float = param(0.95, "online: cap Acc_max on the accuracy estimate (§4.1; value ours, not in the seed)")
+    acc_estimator: str = param("eq2", "online: eq2 (Eq. 2) | mle (exact MLE of App. B.2, Eq. 12)")
+    time_window: int = param(32, "online: recent rounds whose times give a_q and b_p(γ) (§4.1; value ours)")
+    q_state_len: int = param(1, "qlearning: previous γ values in the state (App. B.4)")
+    q_lr: float = param(0.05, "qlearning: learning rate (not in the seed)")
+    q_discount: float = param(0.2, "qlearning: discount (not in the seed)")
+    q_epsilon: float = param(0.05, "qlearning: exploration after warm-up (not in the seed)")
+    q_epsilon_warmup: float = param(0.3, "qlearning: exploration during warm-up (not in the seed)")
+    q_warmup_trials: int = param(25, "qlearning: warm-up generations (App. C.1: 25)")
+    q_reward: str = param("acceptance", "qlearning: acceptance (Alg. 2 line 18) | throughput (ours)")
+    hf_transient: bool = param(False, "hf_heuristic: restart from γ every generation (HF heuristic_transient)")
+    draft_selection: str = param("none", "draft-model selection (seed 004 §5): none | ols (Eq. 8 OLS per draft, "
+                                         "Theorem 2 / Eq. 1 choice; needs a pair with several drafts)")
+    selection_fit_prompts: int = param(N_FIT, "ols: prompts run with every draft to fit Eq. 8 (§6.1: 25)")
+    selection_features: int = param(DIM, "ols: feature vector length r (App. C.5 Table 11: 4..16)")
+
+    #: Params key -> the policy constructor's keyword.
+    POLICY_KEYS: ClassVar[Mapping[str, str]] = {
+        "gamma_min": "gamma_min", "gamma_max": "gamma_max", "acc_history": "h", "acc_max": "acc_max",
+        "acc_estimator": "estimator", "time_window": "time_window", "q_state_len": "state_len", "q_lr": "lr",
+        "q_discount": "discount", "q_epsilon": "epsilon", "q_epsilon_warmup": "epsilon_warmup",
+        "q_warmup_trials": "warmup_trials", "q_reward": "reward", "hf_transient": "transient"}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.gamma_policy not in POLICIES:
+            raise ConfigError(f"unknown gamma_policy '{self.gamma_policy}'; valid: {', '.join(POLICIES)}")
+        if self.draft_selection not in SELECTIONS:
+            raise ConfigError(f"unknown draft_selection '{self.draft_selection}'; valid: {', '.join(SELECTIONS)}")
+        if not isinstance(self.selection_fit_prompts, int) or self.selection_fit_prompts < 2:
+            raise ConfigError(f"selection_fit_prompts = {self.selection_fit_prompts!r} out of range; valid: an "
+                              "integer >= 2 (prompts per draft)")
+        if not isinstance(self.selection_features, int) or not 3 <= self.selection_features <= 64:
+            raise ConfigError(f"selection_features = {self.selection_features!r} out of range; valid: an integer "
+                              "in [3, 64]")
+        if self.gamma_policy != "fixed":
+            self.make_gamma_policy(None, gamma_init=None)  # checks every key (ConfigError naming it)
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        """The chosen policy's keywords from these Params (those of other policies left out)."""
+        if self.gamma_policy == "fixed":
+            return {}
+        valid = set(POLICIES[self.gamma_policy].params())
+        out = {kw: getattr(self, key) for key, kw in self.POLICY_KEYS.items() if kw in valid}
+        for key in ("gamma_min", "gamma_max"):
+            v = out.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= GAMMA_LIMIT:
+                raise ConfigError(f"{key} = {v} out of range; valid: an integer in [0, {GAMMA_LIMIT}]")
+        return out
+
+    def make_gamma_policy(self, depth_cap: int | None = None, gamma_init: int | None | str = "gamma") -> GammaPolicy:
+        """A fresh policy object: ``fixed`` → γ every round; else the named policy with γ_init = ``gamma``
+        clipped into [gamma_min, gamma_max]. ``depth_cap``: the deepest round the decoder can draft (a
+        precomputed tree shape); γ_max is lowered to it."""
+        if self.gamma_policy == "fixed":
+            return make_gamma_policy("fixed", gamma=int(self.gamma))
+        kw = self.policy_kwargs()
+        if depth_cap is not None:
+            kw["gamma_max"] = max(1, min(kw["gamma_max"], depth_cap))
+            kw["gamma_min"] = min(kw["gamma_min"], kw["gamma_max"])
+        if gamma_init == "gamma":
+            kw["gamma_init"] = max(kw["gamma_min"], min(kw["gamma_max"], int(self.gamma)))
+        elif gamma_init is not None:
+            kw["gamma_init"] = gamma_init
+        return make_gamma_policy(self.gamma_policy, **kw)
+
+
 @dataclass
 class Decoded:
     """What ``_decode`` returns: new token ids, the decoder's declared extras, and (beam decoders) final beams."""
@@ -173,6 +262,8 @@ class Generation:
     stopped_by_eos: bool = False
     text: str | None = None
     beams: list[Beam] | None = None
+    selection: dict | None = None  # draft selection (seed 004 §5): chosen draft, predicted/realised α, fit R²
+    stopped_by_stop: bool = False  # ended by a stop string (the output ends with the token completing it)
 
 
 P = TypeVar("P", bound=DecoderParams)
@@ -207,14 +298,52 @@ class Decoder(ABC, Generic[P]):
             raise ConfigError(f"method '{self.method}' has no draft-length policy (gamma_policy is for "
                               f"{', '.join(m for m, c in registry().items() if c.uses_gamma_policy)})")
         self.gamma_policy = gamma_policy if gamma_policy is not None else self.default_gamma_policy()
-        self.sync_timing = sync_timing  # device-synchronise at the draft/verify boundaries (a no-op on CPU)
-        self.target = CountedModel(pair.target, pair.vocab_size)
-        self.draft = CountedModel(pair.require_draft(self.method), pair.vocab_size) if self.uses_draft else None
+        # device-synchronise at the draft/verify boundaries (a no-op on CPU); a policy that reads the
+        # measured times (online) needs them attributed to the right phase
+        self.sync_timing = sync_timing or bool(getattr(self.gamma_policy, "needs_timing", False))
+        self.target = CountedModel(pair.target, pair.vocab_size, sync=self.sync_timing)
+        self.draft = (CountedModel(pair.require_draft(self.method), pair.vocab_size, sync=self.sync_timing)
+                      if self.uses_draft else None)
         self.eos_token_id = pair.tokenizer.eos_token_id
+        self.stopping = self.stop_condition()  # this generation's stopping check (set by ``generate``)
+        self.selection = None
+        if getattr(self.params, "draft_selection", "none") != "none":
+            from harness.selection import OLSDraftSelection
+
+            if not self.supports_draft_selection:
+                raise ConfigError(f"method '{self.method}' cannot switch drafts per prompt (draft_selection is for "
+                                  f"{', '.join(m for m, c in registry().items() if c.supports_draft_selection)})")
+            self.selection = OLSDraftSelection(self)
+
+    #: the decoder keeps no per-draft state beyond ``self.draft``, so draft selection (§5) may swap it per prompt
+    supports_draft_selection: ClassVar[bool] = False
+
+    def max_depth(self) -> int | None:
+        """The deepest round this decoder can draft (None: any); a γ policy's γ_max is lowered to it."""
+        return None
 
     def default_gamma_policy(self) -> GammaPolicy | None:
-        """``FixedGamma(params.gamma)`` for decoders that run the speculative loop."""
-        return FixedGamma(self.params.gamma) if self.uses_gamma_policy else None
+        """The policy its Params name (:meth:`SpeculativeParams.make_gamma_policy`; ``fixed`` = ``FixedGamma(γ)``)
+        for decoders that run the speculative loop."""
+        if not self.uses_gamma_policy:
+            return None
+        if isinstance(self.params, SpeculativeParams):
+            return self.params.make_gamma_policy(self.max_depth())
+        return FixedGamma(self.params.gamma)
+
+    def set_draft(self, draft_id: str) -> None:
+        """Use the pair's loaded draft ``draft_id`` from the next generation on (draft selection)."""
+        if draft_id not in self.pair.drafts:
+            raise ConfigError(f"pair '{self.pair.name}' has no draft '{draft_id}'; loaded: {', '.join(self.pair.drafts)}")
+        if self.pair.draft_id != draft_id:
+            self.pair = self.pair.with_draft(draft_id)
+            self.draft = CountedModel(self.pair.draft, self.pair.vocab_size, sync=self.sync_timing)
+
+    def prepare(self, prompts: list[list[int]]) -> None:
+        """Called once with a cell's prompts (token ids) before any generation: draft selection fits its
+        prompt features (TF-IDF, length and perplexity z-scores) on them. A no-op otherwise."""
+        if self.selection is not None:
+            self.selection.prepare(prompts)
 
     @property
     def device(self) -> torch.device:
@@ -238,18 +367,45 @@ class Decoder(ABC, Generic[P]):
         ``stats`` is for the loop drivers' ``observe_round``; decoders never write it themselves.
         """
 
-    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None) -> Generation:
-        """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end."""
+    def stop_condition(self, stop: Sequence[str] | None = None) -> StopCondition:
+        """The generation's stopping check: EOS and ``stop`` strings on the decoded output."""
+        tok = self.pair.tokenizer
+        return StopCondition(self.eos_token_id, tuple(stop or ()),
+                             lambda ids: tok.decode(ids, skip_special_tokens=True))
+
+    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None,
+                 stop: Sequence[str] | None = None) -> Generation:
+        """Decode from ``prompt_ids`` (list or 1-D/2-D tensor, batch 1). Timed end to end.
+
+        ``stop``: stop strings. Decoders check them inside their loops (``self.stopping``, after each
+        committed block: :mod:`harness.primitives.stopping`), so no token past the one completing a
+        stop string is generated, timed or counted; the output is cut there once more as a safeguard.
+
+        With draft selection, the draft is chosen for this prompt first (``Generation.selection`` says which
+        and why); while the selection is fitting, every draft runs on the prompt and the first one's
+        generation is returned."""
+        if self.selection is not None:
+            return self.selection.generate(prompt_ids, max_new_tokens, seed, stop=stop)
+        return self._generate(prompt_ids, max_new_tokens, seed, stop=stop)
+
+    def _generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None,
+                  stop: Sequence[str] | None = None) -> Generation:
         ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device).reshape(1, -1)
         generator = make_generator(seed, self.device)
         stats = GenerationStats()
+        self.stopping = self.stop_condition(stop)
         t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
+        models = {"target": self.target, **({"draft": self.draft} if self.draft else {})}
+        for m in models.values():
+            m.spans = []
         synchronize(self.device)
         start = time.perf_counter()
         decoded = self._decode(ids, max_new_tokens, generator, stats)
         synchronize(self.device)
-        stats.wall_time_s = time.perf_counter() - start
-        out = [int(t) for t in decoded.tokens][:max_new_tokens]
+        end = time.perf_counter()
+        stats.wall_time_s = end - start
+        stats.set_spans(start, end, {name: m.spans for name, m in models.items()})
+        out, by_stop = self.stop_condition(stop).trim([int(t) for t in decoded.tokens][:max_new_tokens])
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls
         stats.draft_calls = (self.draft.calls - d_calls) if self.draft else 0
@@ -260,7 +416,7 @@ class Decoder(ABC, Generic[P]):
         stats.extras = extras
         eos = self.eos_token_id is not None and len(out) > 0 and out[-1] == self.eos_token_id
         return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
-                          beams=decoded.beams)
+                          beams=decoded.beams, stopped_by_stop=by_stop)
 
     def params_dict(self) -> dict[str, Any]:
         """Every parameter (the Params fields), for summaries: ``summary.json["params"]``."""
@@ -394,11 +550,14 @@ def _fit_alias_params(alias: str, cls: type[Decoder], params: dict) -> dict:
 
 
 def build_decoder(method: str, pair: ModelPair, *, decoding: str | Mapping[str, Any] | Decoding | None = None,
-                  gamma_policy: GammaPolicy | None = None, sync_timing: bool = False, **params) -> Decoder:
+                  gamma_policy: GammaPolicy | str | None = None, sync_timing: bool = False, **params) -> Decoder:
     """Decoder for a method name or alias, e.g. ``build_decoder("sd", pair, gamma=4, decoding="greedy")``.
 
     ``decoding`` is a preset name (``greedy``, ``sampling``, ``sampling_seed000``), a mapping or a
     :class:`~harness.decoding.Decoding`, as the CLI's ``decoding`` group; explicit warp parameters win.
+    ``gamma_policy``: a policy object (tests, studies), or a policy name (``method.gamma_policy``).
     """
+    if isinstance(gamma_policy, str):  # a policy name is the Params key ``gamma_policy`` (as on the CLI)
+        params["gamma_policy"], gamma_policy = gamma_policy, None
     cls, params = resolve_method(method, params, decoding)
     return cls(pair, make_params(cls, params), gamma_policy=gamma_policy, sync_timing=sync_timing)

@@ -42,6 +42,9 @@ class BeamSampling(Decoder[BeamSamplingParams]):
         beams = BeamSet.start(self.device)
         for _ in range(max_new_tokens):
             beams = beams.extend(torch.log_softmax(logits, -1), choose, self.eos_sentinel)
+            if self.stopping.stop_strings:  # a beam that completes a stop string is finished, like one at EOS
+                rows = [t[:n] for t, n in zip(beams.tokens.tolist(), beams.length.tolist())]
+                beams.finished = beams.finished | torch.tensor(self.stopping.rows_stopped(rows), device=self.device)
             if bool(beams.finished.all()) or beams.tokens.size(1) == max_new_tokens:
                 break
             beams.reorder(cache)  # also expands the single prompt row to W rows on the first step

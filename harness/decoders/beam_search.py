@@ -62,6 +62,8 @@ class BeamSearch(Decoder[BeamSearchParams]):
             parent, token = top_idx // vocab, top_idx % vocab
             candidates = torch.cat([running[parent], token[:, None]], dim=1)
             hits = (token == self.eos_token_id) | torch.tensor(cur_len + 1 >= max_length, device=dev)
+            if self.stopping.stop_strings:  # a candidate whose text completes a stop string is finished, like EOS
+                hits = hits | torch.tensor(self.stopping.rows_stopped(candidates.tolist()), device=dev)
 
             # e. the W best unfinished candidates continue
             masked = top_scores + hits.float() * NEG

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.drafting import draft_tree
 from harness.primitives.sampling import sample
@@ -27,7 +27,7 @@ from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
 @dataclass(frozen=True)
-class BiLDParams(SamplingParams):
+class BiLDParams(SpeculativeParams):
     gamma: int = param(10, "most draft tokens per round (Table 15: 10)")
     fallback_threshold: float = param(0.9, "τ1 on the draft's confidence (Table 15: 0.3, 0.9)")
     rollback_threshold: float = param(2.0, "τ2 on the target's NLL in nats (Table 15: 1, 2, 3)")
@@ -61,6 +61,7 @@ class BiLD(Decoder[BiLDParams]):
     Extras = BiLDExtras
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
@@ -81,7 +82,7 @@ class BiLD(Decoder[BiLDParams]):
             return verify_chain(self.target, caches, DraftTree.chain(tokens, num_fed), draft_prefix, rule)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         return Decoded(tokens, extras)
 
     def _draft_until_unsure(self, caches: SpeculativeCaches, depth: int, generator) -> tuple[torch.Tensor, int, bool]:

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import torch
 import transformers
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
 from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.gamma_policy import RoundObservation
+from harness.primitives.stopping import StopCondition
 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 SCHEDULE_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -55,28 +56,49 @@ def hf_default_schedule() -> dict:
 
 class _RoundRecorder(BaseStreamer):
     """Reports every round of assisted generation to ``stats.observe_round``: the tokens committed and
-    the draft forwards spent (one drafted token each)."""
+    the draft forwards spent (one drafted token each). It also applies the generation's stopping check
+    (:class:`~harness.primitives.stopping.StopCondition`) to each round's tokens: a round that
+    completes a stop string is recorded cut after it, and :attr:`done` tells ``generate``'s stopping
+    criterion (:class:`_StopAfterRound`, asked right after the round) to end the generation."""
 
-    def __init__(self, draft_counter: list[int], stats):
+    def __init__(self, draft_counter: list[int], stats, stopping: StopCondition | None = None):
         self.draft_counter = draft_counter
         self.stats = stats
+        self.stopping = stopping
         self.prompt_seen = False
         self.last_draft_calls = 0
+        self.out: list[int] = []
+        self.done = False
 
     def put(self, value):
         if not self.prompt_seen:  # generate() streams the prompt first
             self.prompt_seen = True
             self.last_draft_calls = self.draft_counter[0]
             return
-        committed = tuple(int(t) for t in value.reshape(-1).tolist())
+        committed = [int(t) for t in value.reshape(-1).tolist()]
         drafted = self.draft_counter[0] - self.last_draft_calls
         self.last_draft_calls = self.draft_counter[0]
-        self.stats.observe_round(RoundObservation(gamma=drafted, accepted=len(committed) - 1, draft_nodes=drafted,
-                                                  committed=committed, draft_time_s=float("nan"),
+        accepted = len(committed) - 1
+        end = self.stopping.cut(self.out, committed) if self.stopping is not None and not self.done else None
+        if end is not None:
+            committed, accepted, self.done = committed[:end], min(accepted, end - 1), True
+        self.out.extend(committed)
+        self.stats.observe_round(RoundObservation(gamma=drafted, accepted=accepted, draft_nodes=drafted,
+                                                  committed=tuple(committed), draft_time_s=float("nan"),
                                                   verify_time_s=float("nan")))
 
     def end(self):
         pass
+
+
+class _StopAfterRound(StoppingCriteria):
+    """Ends ``generate`` once the round recorder's stopping check fired (stop strings inside the loop)."""
+
+    def __init__(self, recorder: _RoundRecorder):
+        self.recorder = recorder
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.size(0),), self.recorder.done, dtype=torch.bool, device=input_ids.device)
 
 
 @register
@@ -103,7 +125,7 @@ class HFAssisted(Decoder[HFAssistedParams]):
         counts = {"target": [0], "draft": [0]}
         hooks = [m.register_forward_hook(lambda *_, c=counts[name]: c.__setitem__(0, c[0] + 1))
                  for name, m in (("target", target), ("draft", draft))]
-        recorder = _RoundRecorder(counts["draft"], stats)
+        recorder = _RoundRecorder(counts["draft"], stats, self.stopping)
         cfg = draft.generation_config
         saved = {k: getattr(cfg, k, None) for k in SCHEDULE_KEYS}
         cfg.num_assistant_tokens = p.gamma
@@ -117,7 +139,8 @@ class HFAssisted(Decoder[HFAssistedParams]):
         try:
             with torch.inference_mode():
                 out = target.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), assistant_model=draft,
-                                      streamer=recorder, **self._generate_kwargs(max_new_tokens))
+                                      streamer=recorder, stopping_criteria=StoppingCriteriaList([_StopAfterRound(recorder)]),
+                                      **self._generate_kwargs(max_new_tokens))
         finally:
             hf_logging.set_verbosity(verbosity)
             for h in hooks:

@@ -8,13 +8,14 @@ forward with the topology-aware causal mask. Candidates are drawn without replac
 with the draft distribution renormalised after each rejected candidate — or, with
 ``replacement: true``, drawn i.i.d. and verified as in SpecInfer. Both are exact. Greedy
 (temperature 0): each node's children are the draft's top-k tokens. The tree's depth γ is
-``len(k_config)``; a γ policy may ask for less (the first levels of the k-config).
+``len(k_config)``; a γ policy (seed 004 App. C.4: adaptive tree depth) may ask for less (the first levels
+of the k-config) or more (chains of width 1 below its last level, as EAGLE-2's depth grows in App. C.4).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.acceptance import multi_step_select, multi_step_select_without_replacement
 from harness.primitives.spec_loop import speculative_loop, tree_step
@@ -33,7 +34,7 @@ def check_k_config(k_config, min_length: int = 1) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class MCSDParams(SamplingParams):
+class MCSDParams(SpeculativeParams):
     k_config: tuple[int, ...] = param((4, 2, 2, 1), "children per node at each depth; depth γ = len(k_config) "
                                       "(seed 003: (4, 2, 2, 1))")
     replacement: bool = param(False, "false: candidates drawn without replacement (MCSD); true: i.i.d. (SpecInfer)")
@@ -53,6 +54,7 @@ class MCSD(Decoder[MCSDParams]):
     method = "mcsd"
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         warp, k_config, replacement = self.params.warp, list(self.params.k_config), self.params.replacement
@@ -60,7 +62,8 @@ class MCSD(Decoder[MCSDParams]):
         caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
 
         def step(depth):
-            return tree_step(self.target, self.draft, caches, k_config[:depth], warp, generator, select, replacement)
+            widths = k_config[:depth] + [1] * (depth - len(k_config))
+            return tree_step(self.target, self.draft, caches, widths, warp, generator, select, replacement)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

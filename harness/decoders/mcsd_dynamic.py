@@ -18,14 +18,16 @@ target-sampled heads, lossy for W ≥ 2): that is ``mcsd_target_init`` with ``k_
 and the same ``decision_model`` keys.
 
 The realised γ of each round is what the statistics record (``round_gammas``, ``draft_positions``)
-and what a γ policy observes; the policy's γ is the round's maximum depth D. Extras: ``early_stops``
+and what a γ policy observes; the policy's γ is the round's maximum depth D (``method.gamma_policy``,
+seed 004 §4; the masks are built for an adaptive policy's γ_max). Draft selection is not supported here
+(the decision model reads one draft's hidden states). Extras: ``early_stops``
 (rounds the decision model ended before their depth), ``decision_checks`` (evaluations of the rule).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.decision_model import (DEFAULT_THRESHOLD, DecisionModel, EarlyStopRule,
                                                available_decision_models, check_threshold)
@@ -41,7 +43,7 @@ TINY_DRAFT = "tiny/draft"
 
 
 @dataclass(frozen=True)
-class EarlyStopParams(SamplingParams):
+class EarlyStopParams(SpeculativeParams):
     """The decision-model keys of seed 003's dynamic drafting, shared by ``mcsd_dynamic`` and ``mcsd_target_init``."""
 
     decision_model: str | None = param(None, "early-stop decision model (seed 003 §3.3): null = none (fixed depth); "
@@ -99,8 +101,9 @@ class MCSDDynamic(Decoder[DynamicParams]):
     def __init__(self, pair, params=None, **kwargs):
         super().__init__(pair, params, **kwargs)
         self.stop = decision_rule(self.params, pair, self.draft)
-        self.masks = TreeMasks.for_parents(fork_parents(self.params.num_drafts, self.params.gamma), self.target,
-                                           self.draft)
+        # masks for the deepest round: D, or an adaptive policy's γ_max (seed 004 App. C.4)
+        depth = max(self.params.gamma, int(getattr(self.gamma_policy, "gamma_max", 0) or 0))
+        self.masks = TreeMasks.for_parents(fork_parents(self.params.num_drafts, depth), self.target, self.draft)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         warp, w = self.params.warp, self.params.num_drafts
@@ -114,7 +117,7 @@ class MCSDDynamic(Decoder[DynamicParams]):
                                         stop=self.stop)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         extras = EarlyStopExtras(*(self.stop.stops, self.stop.checks) if self.stop is not None else ())
         return Decoded(tokens, extras)
 

@@ -76,6 +76,10 @@ class MCSDTargetInit(Decoder[TargetInitParams]):
     uses_gamma_policy = True
     Extras = TargetInitExtras
 
+    def max_depth(self) -> int:
+        """The masks are built for the k-config's tree: an adaptive policy's γ_max is at most its draft depth."""
+        return self.params.gamma
+
     def __init__(self, pair, params=None, **kwargs):
         super().__init__(pair, params, **kwargs)
         self.stop = decision_rule(self.params, pair, self.draft)
@@ -97,7 +101,7 @@ class MCSDTargetInit(Decoder[TargetInitParams]):
                                         state=state, masks=self.masks, stop=self.stop)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
         return Decoded(tokens, TargetInitExtras(*stops, other_root_wins=state.other_root_wins))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.beams import BeamSet, sampled
 from harness.primitives.kv_cache import reorder
@@ -32,7 +32,7 @@ from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
 @dataclass(frozen=True)
-class MTADParams(SamplingParams):
+class MTADParams(SpeculativeParams):
     gamma: int = param(4, "draft length γ (Table 15: 4)")
     draft_width: int = param(8, "beams of the draft's beam sampling (Table 15: 8)")
     tau: float = param(0.1, "acceptance threshold τ in [0, 1] (Table 15: 0.1, 0.9); 1 rejects every draft")
@@ -64,6 +64,7 @@ class MTAD(Decoder[MTADParams]):
     decodings = ("sampling",)
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
@@ -83,7 +84,7 @@ class MTAD(Decoder[MTADParams]):
             return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
         tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.eos_token_id, stats)
+                                  self.stopping, stats)
         return Decoded(tokens)
 
     def _beam_draft(self, caches: SpeculativeCaches, depth: int, generator):

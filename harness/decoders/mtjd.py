@@ -74,12 +74,12 @@ class MTJD(Decoder[MTJDParams]):
             best = beams.best_by_likelihood()  # arg max of the joint likelihood among the beams
             reorder(cache, beams.parent[best:best + 1])
             chunk = beams.tokens[best].tolist()
-            ended = eos in chunk
-            chunk = chunk[: chunk.index(eos) + 1] if ended else chunk
+            end = self.stopping.cut(out, chunk)  # EOS or a stop string ends the joint step's block
+            chunk = chunk[:end] if end is not None else chunk
             out += chunk
             stats.observe_round(RoundObservation(gamma=0, accepted=0, draft_nodes=0, committed=tuple(chunk),
                                                  draft_time_s=float("nan"), verify_time_s=float("nan")))
-            if ended:
+            if end is not None:
                 break
             pending = beams.tokens[best, -1:][None]
         return Decoded(out[:max_new_tokens])

@@ -36,6 +36,7 @@ class SpecInfer(Decoder[MultiDraftParams]):
     method = "specinfer"
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
     select: ClassVar[SelectionRule] = staticmethod(multi_step_select)
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
@@ -47,4 +48,4 @@ class SpecInfer(Decoder[MultiDraftParams]):
             return tree_step(self.target, self.draft, caches, widths, warp, generator, self.select)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

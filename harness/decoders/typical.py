@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.drafting import draft_tree
 from harness.primitives.sampling import sample
@@ -25,7 +25,7 @@ from harness.primitives.spec_state import SpeculativeCaches
 
 
 @dataclass(frozen=True)
-class TypicalParams(SamplingParams):
+class TypicalParams(SpeculativeParams):
     gamma: int = param(4, "draft length γ per round")
     posterior_threshold: float = param(0.09, "ε, the acceptance bar where the target is unsure (Medusa: 0.09)")
     posterior_alpha: float = param(0.3, "δ, scales exp(−H) (Medusa: √ε = 0.3)")
@@ -59,6 +59,7 @@ class Typical(Decoder[TypicalParams]):
     method = "typical"
     uses_draft = True
     uses_gamma_policy = True
+    supports_draft_selection = True
 
     def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
         caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
@@ -77,4 +78,4 @@ class Typical(Decoder[TypicalParams]):
             return verify_chain(self.target, caches, dtree, draft_prefix, rule)
 
         return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.eos_token_id, stats))
+                                        self.stopping, stats))

@@ -34,8 +34,8 @@ def draw_children(probs: torch.Tensor, logits: torch.Tensor, k: int, warp: Warp,
     with fewer than k tokens in its support gets fewer valid children.
     """
     k = min(k, logits.size(-1))
-    if warp.is_greedy:
-        return torch.topk(logits, k, dim=-1).indices, None
+    if warp.is_greedy:  # argmax for one child: as HF's greedy, and far cheaper than topk over a large vocab on CPU
+        return (logits.argmax(-1, keepdim=True) if k == 1 else torch.topk(logits, k, dim=-1).indices), None
     if replacement or k == 1:
         return sample(probs, generator, k), None
     u = torch.rand(probs.shape, generator=generator, device=probs.device).clamp_min(1e-30)
@@ -109,11 +109,12 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         frontier = list(range(roots.numel()))
         levels = 1
         ids = torch.cat([stem, roots[None]], dim=1)
-        if roots.numel() == 1:
-            logits = draft(ids, cache)[0, s:]
+        n = roots.numel()  # logits of the roots only (not of the stem: the LM head is costly at large vocabularies)
+        if n == 1:
+            logits = draft(ids, cache, keep=n)[0]
         else:
             mask, pos = attention_inputs(parents, prefix, stem_len=s, sliced=masks, dtype=dtype, device=device)
-            logits = draft(ids, cache, position_ids=pos, attention_mask=mask)[0, s:]
+            logits = draft(ids, cache, position_ids=pos, attention_mask=mask, keep=n)[0]
         base = prefix + s
     probs = None if greedy else warp.probs(logits)
     root_q = None if greedy or roots is not None else probs[0]

@@ -6,16 +6,26 @@ speculative iteration.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 
 class CountedModel:
-    """A causal LM plus a forward-call counter; returns float32 logits cut to the shared vocab."""
+    """A causal LM plus a forward-call counter; returns float32 logits cut to the shared vocab.
 
-    def __init__(self, model, vocab_size: int):
+    Every call's (start, end) ``time.perf_counter`` span is appended to ``spans`` (the decoder resets it
+    per generation: prefill = the first call, energy attribution by model); with ``sync`` the device is
+    synchronised before and after each call (``runner.breakdown``), so that on a GPU the span covers the
+    call's device work and nothing else's; without it the spans are host time (a no-op on CPU).
+    """
+
+    def __init__(self, model, vocab_size: int, sync: bool = False):
         self.model = model
         self.vocab_size = vocab_size
         self.calls = 0
+        self.sync = sync
+        self.spans: list[tuple[float, float]] = []
 
     @property
     def device(self) -> torch.device:
@@ -27,15 +37,20 @@ class CountedModel:
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None,
-                 all_logits: bool = True, return_hidden: bool = False):
+                 all_logits: bool = True, keep: int | None = None, return_hidden: bool = False):
         """One forward pass. Returns logits (B, T, V) — or (B, 1, V) for the last position only.
 
         ``attention_mask`` may be a 2-D padding mask or a 4-D float/bool mask (tree attention).
+        ``keep``: logits of the last ``keep`` positions only (HF ``logits_to_keep``; the LM head is
+        skipped elsewhere); ``all_logits=False`` is ``keep=1``.
         ``return_hidden``: return ``(logits, hidden)`` instead, ``hidden`` (B, T, H) the last hidden
         state (after the final norm: the LM head's input) at every position fed — the same logits,
         one call (seed 003 §3.3's T1 decision model reads it).
         """
         self.calls += 1
+        if self.sync:
+            synchronize(self.device)
+        start = time.perf_counter()
         kwargs = {"use_cache": cache is not None}
         if cache is not None:
             kwargs["past_key_values"] = cache
@@ -43,12 +58,15 @@ class CountedModel:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
-        if not all_logits:
-            kwargs["logits_to_keep"] = 1
+        if not all_logits or keep is not None:
+            kwargs["logits_to_keep"] = 1 if keep is None else int(keep)
         if return_hidden:
             kwargs["output_hidden_states"] = True
         out = self.model(input_ids=input_ids, **kwargs)
         logits = out.logits[..., : self.vocab_size].float()
+        if self.sync:
+            synchronize(self.device)
+        self.spans.append((start, time.perf_counter()))
         return (logits, out.hidden_states[-1]) if return_hidden else logits
 
 

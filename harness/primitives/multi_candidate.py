@@ -101,7 +101,7 @@ def multi_candidate_step(target, draft, caches: SpeculativeCaches, widths: list[
         tree = TokenTree(dtree.tokens, dtree.parents)
         target_prefix = caches.target_prefix()
         stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree,
-                                                sliced=masks.target)
+                                                sliced=masks.target, all_stem=False)
         children = children_lists(dtree.parents)
 
         def p_at(node):

@@ -26,6 +26,7 @@ from harness.primitives.drafting import draft_tree, merge_duplicates
 from harness.primitives.gamma_policy import GammaPolicy, RoundObservation
 from harness.primitives.sampling import sample
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches, StepResult, commit_draft, commit_target
+from harness.primitives.stopping import StopCondition
 from harness.primitives.tree import TokenTree, tree_forward
 from harness.primitives.warping import Warp
 
@@ -69,7 +70,7 @@ def verify_chain(target, caches: SpeculativeCaches, dtree: DraftTree, draft_pref
     with caches.clock.verifying():
         target_prefix = caches.target_prefix()
         stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending,
-                                                TokenTree.chain(dtree.tokens))
+                                                TokenTree.chain(dtree.tokens), all_stem=False)
         logits = torch.cat([stem_logits[-1:], node_logits])
         kept, new_token = rule(logits, dtree.tokens)
         path = list(range(kept))
@@ -119,7 +120,8 @@ def tree_step(target, draft, caches: SpeculativeCaches, widths: list[int], warp:
     with caches.clock.verifying():
         tree = merged.tree
         target_prefix = caches.target_prefix()
-        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree)
+        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree,
+                                                all_stem=False)
         path, dist = accept_walk(
             -1, merged.candidates, tree.tokens, lambda n: warp.probs(stem_logits[-1] if n < 0 else node_logits[n]),
             lambda n: None if warp.is_greedy else dtree.q_after(merged.draft_node[n] if n >= 0 else -1),
@@ -133,27 +135,33 @@ def tree_step(target, draft, caches: SpeculativeCaches, widths: list[int], warp:
 
 
 def speculative_loop(step, policy: GammaPolicy, prompt_ids: list[int], max_new_tokens: int,
-                     eos_token_id: int | None, stats) -> list[int]:
-    """Run ``step(depth) -> StepResult`` until ``max_new_tokens`` or EOS; record every round.
+                     stop: StopCondition | int | None, stats) -> list[int]:
+    """Run ``step(depth) -> StepResult`` until ``max_new_tokens``, EOS or a stop string; record every round.
 
     The depth of a round is the policy's γ, clipped to the tokens still needed − 1 but at least 1
     (a shorter draft is as exact as a full one and saves work at the end); a policy's γ = 0 is one
-    plain target step. Each round is reported once, as a
-    :class:`~harness.primitives.gamma_policy.RoundObservation`, to ``stats.observe_round`` and to
-    the policy.
+    plain target step. ``stop`` is a :class:`~harness.primitives.stopping.StopCondition` (or just the
+    EOS id): after each round it may cut the round's tokens, and the round is then recorded as cut
+    (committed = the tokens kept, counted as accepted drafts + one as every round is), so the statistics describe the
+    output. Each round is reported once, as a :class:`~harness.primitives.gamma_policy.RoundObservation`,
+    to ``stats.observe_round`` and to the policy.
     """
+    stop = StopCondition.of(stop)
     policy.reset(prompt_ids)
     out: list[int] = []
     while len(out) < max_new_tokens:
         depth = max(0, min(policy.next_gamma(), max(1, max_new_tokens - len(out) - 1)))
         res = step(depth)
-        obs = RoundObservation(gamma=res.gamma, accepted=res.accepted, draft_nodes=res.draft_nodes,
-                               committed=tuple(res.tokens), draft_time_s=res.draft_time_s,
+        tokens, accepted = res.tokens, res.accepted
+        end = stop.cut(out, tokens)
+        if end is not None:  # the round is recorded as cut: the kept tokens are its accepted drafts + one
+            tokens, accepted = tokens[:end], min(accepted, end - 1)
+        obs = RoundObservation(gamma=res.gamma, accepted=accepted, draft_nodes=res.draft_nodes,
+                               committed=tuple(tokens), draft_time_s=res.draft_time_s,
                                verify_time_s=res.verify_time_s)
         stats.observe_round(obs)
         policy.observe(obs)
-        out.extend(res.tokens)
-        if eos_token_id is not None and eos_token_id in res.tokens:
-            out = out[: out.index(eos_token_id) + 1]
+        out.extend(tokens)
+        if end is not None:
             break
     return out[:max_new_tokens]

@@ -219,12 +219,14 @@ class TokenTree:
 
 
 def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
-                 sliced: SlicedTreeMask | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 sliced: SlicedTreeMask | None = None, all_stem: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """ONE forward of ``stem`` (1, S) then the flattened tree, with tree attention.
 
     ``model`` is a :class:`~harness.primitives.forward.CountedModel`. Returns
     ``(stem_logits (S, V), node_logits (N, V))``: stem_logits[-1] is the distribution of the
     tree's roots, node_logits[i] that of node i's children. The cache grows by S + N.
+    ``all_stem=False``: stem_logits has the last stem position only (min(S, 1) rows) — the LM head
+    is skipped at the others, which at a prefill costs more than the round's drafting.
     ``sliced``: a :class:`SlicedTreeMask` the mask is sliced from when the tree is its tree
     truncated at some depth (seed 003 §3.2); otherwise (or without it) the mask is built.
     """
@@ -233,13 +235,15 @@ def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
     prefix_len = cache_length(cache)
     device = stem.device
     ids = torch.cat([stem, tree.tokens.to(device)[None]], dim=1)
+    n_stem = s if all_stem else min(s, 1)
+    keep = tree.tokens.numel() + n_stem
     if tree.is_chain:  # plain causal attention is the tree mask of a chain
-        logits = model(ids, cache)[0]
+        logits = model(ids, cache, keep=keep)[0]
     else:
         dtype = next(model.model.parameters()).dtype
         mask, pos = attention_inputs(tree.parents, prefix_len, stem_len=s, sliced=sliced, dtype=dtype, device=device)
-        logits = model(ids, cache, position_ids=pos, attention_mask=mask)[0]
-    return logits[:s], logits[s:]
+        logits = model(ids, cache, position_ids=pos, attention_mask=mask, keep=keep)[0]
+    return logits[:n_stem], logits[n_stem:]
 
 
 def attention_inputs(parents, prefix_len: int, *, stem_len: int = 0, first_node: int = 0,

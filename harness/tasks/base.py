@@ -131,6 +131,9 @@ class Task:
         except FileNotFoundError as e:
             raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
                               "(dataset.path is relative to the project's tasks/ folder unless absolute)") from e
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            raise ConfigError(f"dataset '{self.name}': {self._data_file()} has a row of the wrong shape for task "
+                              f"'{self.kind}' ({type(e).__name__}: {e})") from e
         if self.num_prompts is None or self.num_prompts >= len(items):
             return items
         if self.sample_seed is None:
