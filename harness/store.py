@@ -111,7 +111,7 @@ class RecordWriter:
         self._f.write(line + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
-        self.records.append(json.loads(line))  # as read back: a resumed cell summarises the same values
+        self.records.append(record)
 
     def commit(self) -> Path:
         self._f.flush()
@@ -169,6 +169,15 @@ def _parse_prefix(data: bytes, source: Path) -> tuple[list[dict], int]:
     return records, good
 
 
+_TEXT_SUFFIXES = ("reason", "source", "mode", "label", "basis", "error", "text", "prompt", "id", "category")
+
+
+def _restore_nan(record: dict) -> dict:
+    """A record read back from JSON with NaN restored where :func:`dumps` wrote null for it (numeric
+    fields), so a resumed cell summarises the same values as an uninterrupted one."""
+    return {k: (math.nan if v is None and not k.endswith(_TEXT_SUFFIXES) else v) for k, v in record.items()}
+
+
 def recover_partial(cell_dir: Path) -> list[dict]:
     """Make ``records.partial.jsonl`` hold exactly its complete records 0..k-1 (a torn last line or
     a corrupted tail is cut off) and return them. A ``records.jsonl`` without a summary (a kill
@@ -180,6 +189,7 @@ def recover_partial(cell_dir: Path) -> list[dict]:
         return []
     raw = partial.read_bytes()
     records, good = _parse_prefix(raw, partial)
+    records = [_restore_nan(r) for r in records]
     if good != len(raw):
         with partial.open("r+b") as f:
             f.truncate(good)
