@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-SWEEP ?= method=ar,beam,sd,specinfer,spectr,mcsd,hf_assisted,dsbd,mtad,bild,typical decoding=greedy,sampling
+SWEEP ?= method=ar,beam,sd,specinfer,spectr,mcsd,hf_assisted,dsbd,mtad,bild,typical decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
 
 .PHONY: setup sweep report test test-slow clean-results

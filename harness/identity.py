@@ -34,6 +34,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "results_dir": "where the cell's files are written, not what it measures",
     "force": "whether a finished cell is rerun, not what it measures",
     "runner.progress": "progress bars on the terminal only",
+    "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
+                         "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)

@@ -280,6 +280,7 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
         show[q.removeprefix("metric.")] = [ci(x, q) for _, x in s.iterrows()]
     show["tokens/s"] = [ci(x, "tokens_per_s") for _, x in s.iterrows()]
     show["J/token"] = [ci(x, "j_per_token") for _, x in s.iterrows()]
+    show["interleaved"] = ["yes" if bool(v) else "no" for v in s.get("interleaved", pd.Series(False, index=s.index))]
     doc.table(show)
     doc.fig("tokens_per_s", plots.forest(s, "tokens_per_s", "tokens/s (total new tokens ÷ total wall time; whiskers: "
                                                             "95 % CI over prompts)"),
@@ -550,7 +551,8 @@ def console_table(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
                      "seed": s["seed"], "tokens/s": _g(s["tokens_per_s"]),
                      "speed-up [95% CI]": ci(r, "speedup") if len(r) else "n/a",
                      "block eff.": _g(s["block_efficiency"]), "acceptance": _g(s["acceptance_rate"]),
-                     "ppl": _g(s["output_ppl"]), "J/token": _g(s["j_per_token"])})
+                     "ppl": _g(s["output_ppl"]), "J/token": _g(s["j_per_token"]),
+                     "interleaved": "yes" if bool(s.get("interleaved", False)) else "no"})
     return pd.DataFrame(rows)
 
 

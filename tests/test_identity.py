@@ -72,7 +72,7 @@ def test_every_key_changes_the_id_or_is_result_neutral(overrides):
 def test_the_allow_list_is_small_and_every_entry_exists():
     cfg = composed()
     leaves = flatten(cfg)
-    assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress"}
+    assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave"}
     assert all(k in leaves for k in RESULT_NEUTRAL_KEYS)
     assert all(why for why in RESULT_NEUTRAL_KEYS.values())
 

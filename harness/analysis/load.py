@@ -58,6 +58,9 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
         raw = store.read_records(cell_dir)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _json_error(cell_dir / store.RECORDS, e) from e
+    state, detail = store.finished_state(cell_dir)  # the record count and checksum stored in the summary
+    if state != "done":
+        raise ValueError(f"{detail} (rerun `harness` with the same overrides to repair the cell)")
     if not raw:
         raise ValueError("records.jsonl has no records")
     params = cell_params(summary)

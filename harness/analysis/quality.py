@@ -59,7 +59,7 @@ def cell_summary(records: pd.DataFrame, cells: pd.DataFrame, **boot) -> pd.DataF
     for _, cell in cells.iterrows():
         r = records[records["cell_id"] == cell["cell_id"]]
         row = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "family", "label", "pair", "dataset",
-                                        "gpu", "seed", "decoding")}
+                                        "gpu", "seed", "decoding", "interleaved")}
         row["n_prompts"] = len(r)
         for q in qcols:
             vals = pd.to_numeric(r[q], errors="coerce").to_numpy(float) if q in r else np.array([])

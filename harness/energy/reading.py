@@ -98,7 +98,9 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
     gross and net (total energy ÷ total tokens), mean W, sources, mean coverage, the largest
     expected error, prompts whose counter and polled power disagreed, host J/token; NaN with the
     reasons if any prompt was not measured."""
-    get = lambda r, k, default=NAN: r.get(prefix + k, default)  # noqa: E731
+    def get(r, k, default=NAN):  # a record read back from JSON holds null where NaN was written
+        v = r.get(prefix + k, default)
+        return default if v is None else v
     unmeasured = [r for r in records if not _finite(get(r, "total_energy_j")) or not get(r, "tokens")]
     reasons = sorted({get(r, "reason", None) or "not measured" for r in unmeasured})
     tokens = sum(get(r, "tokens", 0) or 0 for r in records)

@@ -1,0 +1,203 @@
+"""Sweeps as plans: which cells a sweep runs, which are done, and one *unit* of it per cluster task.
+
+``harness plan OVERRIDES...`` composes every job of the sweep (the same overrides as ``harness -m``,
+split by Hydra's own basic sweeper, so ``a=1,2`` and ``range()`` mean what they mean there), loads no
+weights, and prints one row per cell: its unit, cell id, status (done | running | partial | failed |
+corrupt | pending | n/a) and prompts already written. A *unit* is what one task runs: one cell, or
+with ``runner.interleave=true`` one interleaved comparison (the cells that differ only in ``method``).
+
+``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan (``scripts/sbatch_array.sh`` passes
+``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
+several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
+second merger never sees a torn or half-merged cell).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from harness import store
+from harness.runner import PROJECT_ROOT, cell_status, interleave_key, plan_cell, prepare_cell, run_cells
+
+CONF_DIR = PROJECT_ROOT / "conf"
+
+
+def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[dict]:
+    """The composed, resolved config of every job a ``harness -m OVERRIDES`` sweep would run, in
+    Hydra's order (its basic sweeper's cartesian product)."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from harness.configs import register_configs
+
+    register_configs()
+    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
+    if config_dir:
+        overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    batches = BasicSweeper.split_arguments(parsed, None)
+    jobs = [job for batch in batches for job in batch] or [overrides]
+    GlobalHydra.instance().clear()
+    out = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for job in jobs:
+            cfg = compose(config_name="config", overrides=list(job))
+            out.append(OmegaConf.to_container(cfg, resolve=True))
+    return out
+
+
+def units(jobs: list[dict]) -> list[list[dict]]:
+    """Jobs grouped into units: one cell each, or with ``runner.interleave`` one comparison per group of
+    cells that differ only in ``method`` (in the order each group first appears)."""
+    groups: dict[str, list[dict]] = {}
+    out: list[list[dict]] = []
+    for cfg in jobs:
+        if (cfg.get("runner") or {}).get("interleave"):
+            key = interleave_key(cfg)
+            if key not in groups:
+                groups[key] = []
+                out.append(groups[key])
+            groups[key].append(cfg)
+        else:
+            out.append([cfg])
+    return out
+
+
+def plan_rows(jobs: list[dict]) -> list[dict]:
+    rows = []
+    for u, unit in enumerate(units(jobs)):
+        for cfg in unit:
+            cfg, cid, cell_dir = prepare_cell(cfg, cfg.get("results_dir", "results"))
+            try:
+                plan_cell(cfg)
+                st = cell_status(cell_dir)
+            except Exception as e:  # noqa: BLE001 — not applicable, or a configuration error
+                from harness.errors import NotApplicable
+
+                st = {"status": "n/a" if isinstance(e, NotApplicable) else "invalid", "prompts_written": 0,
+                      "detail": str(e)[:160]}
+            rows.append({"unit": u, "cell_id": cid, "interleaved": len(unit) > 1, **st,
+                         "cell_dir": str(cell_dir)})
+    return rows
+
+
+def _args(argv, prog, extra=None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if extra:
+        extra(p)
+    p.add_argument("--config-dir", default=None, help="a user config directory added to Hydra's search path")
+    p.add_argument("overrides", nargs="*", help="the sweep's overrides, as for `harness -m`")
+    return p.parse_args(argv)
+
+
+def plan_main(argv: list[str]) -> int:
+    def extra(p):
+        p.add_argument("--json", action="store_true", help="one JSON object per cell")
+        p.add_argument("--count", action="store_true", help="print only the number of units (array size)")
+        p.add_argument("--todo", action="store_true",
+                       help="print only the units with a cell still to run, comma-separated (an sbatch --array list)")
+    args = _args(argv, "harness plan", extra)
+    jobs = compose_jobs(args.overrides, args.config_dir)
+    if args.count:
+        print(len(units(jobs)))
+        return 0
+    rows = plan_rows(jobs)
+    if args.todo:
+        todo = sorted({r["unit"] for r in rows if r["status"] not in ("done", "n/a", "invalid", "running")})
+        print(",".join(map(str, todo)))
+        return 0
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    from tabulate import tabulate
+
+    print(tabulate([[r["unit"], r["cell_id"], r["status"], r["prompts_written"], "yes" if r["interleaved"] else "",
+                     r["detail"]] for r in rows],
+                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail"]))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print(f"\n{len(rows)} cells in {len(units(jobs))} units: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return 0
+
+
+def task_main(argv: list[str]) -> int:
+    """Run one unit of the plan; exit 1 if a cell failed, 0 otherwise (done, skipped, busy, n/a)."""
+    def extra(p):
+        p.add_argument("index", type=int, help="the unit to run (e.g. $SLURM_ARRAY_TASK_ID)")
+    args = _args(argv, "harness task", extra)
+    plan = units(compose_jobs(args.overrides, args.config_dir))
+    if not 0 <= args.index < len(plan):
+        print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units (0..{len(plan) - 1})",
+              file=sys.stderr)
+        return 2
+    unit = plan[args.index]
+    from harness.errors import ConfigError
+    from harness.validation import exit_on_problems, validate_cells
+
+    exit_on_problems(validate_cells([(c["method"]["name"], c) for c in unit]), len(unit))  # exit 2 before loading
+    try:
+        outcomes = run_cells(unit, unit[0].get("results_dir", "results"), force=bool(unit[0].get("force")))
+    except ConfigError as e:
+        print(f"harness task: error: {e}", file=sys.stderr)
+        return 2
+    for o in outcomes:
+        print(f"[{o.status}] {o.cell_id}" + (f": {o.error}" if o.error else ""), flush=True)
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def merge(sources: list[Path], dest: Path) -> dict[str, int]:
+    """Copy every finished cell whose records match its summary's checksum from ``sources`` into
+    ``dest``; cells already finished there are left alone. Each cell is copied under its lock in
+    ``dest``, records first and the summary last (both atomic renames), so concurrent mergers and
+    readers never see a torn row or a summary without its records."""
+    counts = {"merged": 0, "present": 0, "skipped_unfinished": 0, "skipped_corrupt": 0, "busy": 0}
+    for src in sources:
+        for cell in sorted((Path(src) / "cells").glob("*")):
+            if not cell.is_dir():
+                continue
+            state, detail = store.finished_state(cell)
+            if state != "done":
+                counts["skipped_corrupt" if state == "corrupt" else "skipped_unfinished"] += 1
+                if state == "corrupt":
+                    print(f"harness merge: skipping {cell}: {detail}", file=sys.stderr)
+                continue
+            target = Path(dest) / "cells" / cell.name
+            if store.finished_state(target)[0] == "done":
+                counts["present"] += 1
+                continue
+            try:
+                with store.CellLock(target):
+                    if store.finished_state(target)[0] == "done":
+                        counts["present"] += 1
+                        continue
+                    for name in (store.RECORDS, store.SUMMARY):  # summary last: it marks the cell finished
+                        tmp = target / f".{name}.merge.{os.getpid()}.tmp"
+                        shutil.copyfile(cell / name, tmp)
+                        with open(tmp, "rb+") as f:
+                            os.fsync(f.fileno())
+                        os.replace(tmp, target / name)
+                    for stale in (store.PARTIAL, store.ERROR):
+                        (target / stale).unlink(missing_ok=True)
+                    counts["merged"] += 1
+            except store.CellBusy:
+                counts["busy"] += 1
+    return counts
+
+
+def merge_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="harness merge", description=merge.__doc__)
+    p.add_argument("sources", nargs="+", type=Path, help="results folders (each with cells/)")
+    p.add_argument("--into", required=True, type=Path, help="the merged results folder")
+    args = p.parse_args(argv)
+    counts = merge(args.sources, args.into)
+    print("harness merge: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
+    return 0

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Plain SLURM job arrays for clusters without submitit: one array task per unit of the sweep's plan.
+#
+#   scripts/sbatch_array.sh OVERRIDES...      e.g.  scripts/sbatch_array.sh method=ar,sd,dsbd decoding=greedy \
+#                                                       pair=my_pair gpu=a100 results_dir=/shared/results
+#
+# Submitting (SLURM_ARRAY_TASK_ID unset): `harness plan --todo OVERRIDES` lists the units that still
+# have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt),
+# and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
+# Inside a task (SLURM_ARRAY_TASK_ID set): `harness task $SLURM_ARRAY_TASK_ID OVERRIDES` runs that unit:
+# one cell, or with runner.interleave=true one interleaved comparison of the methods.
+#
+# Results: every task writes its own cell folders under results_dir, each under a per-cell lock (two
+# tasks given one cell never both run it) with atomic files, so tasks can share one results_dir on a
+# shared file system; `harness-report --results DIR` then reads them all (that is the merge).
+# With LOCAL_RESULTS=/node/scratch/dir a task writes there instead and then merges its finished cells
+# into the shared results_dir with `harness merge LOCAL --into SHARED` (per-cell lock, records then
+# summary, atomic renames: concurrent mergers never lose or tear a row).
+#
+# Preemption: --requeue puts a preempted task back in the queue; it resumes its cell at the next prompt.
+# A task that hit its time limit is not requeued by SLURM: run this script again with the same
+# overrides, and only the units with work left are submitted.
+#
+# Environment: HARNESS (default `harness`; e.g. "python -m harness"), MAX_PARALLEL (default 32),
+# SBATCH_ARGS (extra sbatch flags, e.g. "--partition=gpu --gres=gpu:1 --time=4:00:00"), LOCAL_RESULTS.
+# Pin gpu=<profile> on clusters: `gpu=auto` names the cell after the machine that computes the plan.
+#SBATCH --job-name=harness
+#SBATCH --output=harness-%A_%a.out
+#SBATCH --requeue
+set -euo pipefail
+HARNESS=${HARNESS:-harness}
+
+if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+  if [[ -n "${LOCAL_RESULTS:-}" ]]; then
+    shared=results
+    for a in "$@"; do [[ $a == results_dir=* ]] && shared=${a#results_dir=}; done
+    rc=0
+    $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@" "results_dir=$LOCAL_RESULTS" || rc=$?
+    $HARNESS merge "$LOCAL_RESULTS" --into "$shared"
+    exit $rc
+  fi
+  exec $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@"
+fi
+
+todo=$($HARNESS plan --todo "$@")
+if [[ -z "$todo" ]]; then
+  echo "sbatch_array: every cell of this sweep is already done (see: $HARNESS plan $*)"
+  exit 0
+fi
+echo "sbatch_array: submitting units $todo"
+# shellcheck disable=SC2086
+sbatch --array="${todo}%${MAX_PARALLEL:-32}" ${SBATCH_ARGS:-} "$0" "$@"
+echo "sbatch_array: follow with \`$HARNESS plan $*\`; when done: harness-report --results <results_dir>"
