@@ -28,29 +28,37 @@ CONF_DIR = PROJECT_ROOT / "conf"
 
 def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[dict]:
     """The composed, resolved config of every job a ``harness -m OVERRIDES`` sweep would run, in
-    Hydra's order (its basic sweeper's cartesian product)."""
+    Hydra's order: the basic sweeper's cartesian product, or — when the composed config selects the
+    experiments' ``grids`` sweeper (``+experiment=...``) — the union of its grids
+    (:func:`harness.sweeper.config_sweep_overrides`, the same expansion validation uses)."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
     from harness.configs import register_configs
+    from harness.sweeper import config_sweep_overrides
 
     register_configs()
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     if config_dir:
         overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    batches = BasicSweeper.split_arguments(parsed, None)
-    jobs = [job for batch in batches for job in batch] or [overrides]
     GlobalHydra.instance().clear()
     out = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        # the primary config with only the non-sweep overrides: it says which sweeper and grids apply
+        plain = [o for o in overrides if not _is_sweep(o)]
+        primary = compose(config_name="config", overrides=plain, return_hydra_config=True)
+        jobs = config_sweep_overrides(primary, overrides) or [overrides]
         for job in jobs:
             cfg = compose(config_name="config", overrides=list(job))
             out.append(OmegaConf.to_container(cfg, resolve=True))
     return out
+
+
+def _is_sweep(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([override])[0].is_sweep_override()
 
 
 def units(jobs: list[dict]) -> list[list[dict]]:

@@ -255,3 +255,22 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("[done]") == 1
+
+
+
+@pytest.mark.parametrize("name", ["dsbd_tables_tiny", "mcsd_tables_tiny"])
+def test_plan_lists_every_cell_of_an_experiment(name):
+    """`harness plan` / `harness task` / sbatch arrays expand the experiments' grids exactly as the sweeper
+    does (a plan built on the basic sweeper alone would see one cell)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.plan import compose_jobs
+
+    jobs = compose_jobs([f"+experiment={name}"])
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cells = config_sweep_overrides(_experiment(name), [f"+experiment={name}"])
+    assert len(jobs) == len(cells) > 1
+    wanted = {o.split("=", 1)[1] for cell in cells for o in cell if o.startswith("method=")}
+    assert {job["method"]["name"] for job in jobs} == wanted
