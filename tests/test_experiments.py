@@ -242,7 +242,11 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
     """An install made before ``hydra_plugins/`` existed still finds the sweeper next to its ``harness``."""
     (tmp_path / "path").mkdir()
     (tmp_path / "path" / "harness").symlink_to(ROOT / "harness")  # only the package is on the path
-    code = ("import sys, harness.cli\n"
+    # an editable install of this checkout maps hydra_plugins/ too (pyproject packages it): hide that mapping
+    code = ("import sys\n"
+            "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
+            "sys.path = [p for p in sys.path if '__editable__' not in p]\n"
+            "import harness.cli\n"
             "try:\n    import hydra_plugins.harness_grids\nexcept ImportError:\n    pass\n"
             "else:\n    sys.exit('hydra_plugins.harness_grids should not be importable here')\n"
             "sys.argv = ['harness', '-m', '+experiment=mtad_tables_tiny', 'results_dir=" + str(tmp_path / "r") + "',"
