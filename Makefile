@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 
 sweep: setup
 	$(VENV)/bin/harness -m $(SWEEP)
-	$(VENV)/bin/harness-report
+	$(VENV)/bin/harness-report --plots plots
 
 report: setup
-	$(VENV)/bin/harness-report
+	$(VENV)/bin/harness-report --plots plots
 
 test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
