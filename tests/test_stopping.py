@@ -18,6 +18,7 @@ FAMILIES = {
     "mtad": ("mtad", {"gamma": 3}, "sampling"),
     "hf_assisted": ("hf_assisted", {"gamma": 4}, "greedy"),
     "mtjd": ("mtjd", {"gamma": 3, "width": 2}, "greedy"),
+    "beam_dsbd": ("dsbd", {"gamma": 3, "draft_width": 2}, "sampling"),
 }
 
 

@@ -175,6 +175,8 @@ class DSBD(Decoder[DSBDParams]):
                 peak_bytes = max(peak_bytes, cache_bytes(tcache) + cache_bytes(dcache))
                 front, joint, outcomes, steps, layer_widths, accepted = self._verify(beams, forest, generator)
                 beams = self._advance(tcache, dcache, beams, forest, front, joint, outcomes, steps)
+            if self.stopping.stop_strings:
+                self._finish_stopped(beams)
             draft_s, verify_s = clock.take()
             peak_rows = max(peak_rows, beams.tokens.size(0))
             stats.observe_round(RoundObservation(
@@ -188,6 +190,22 @@ class DSBD(Decoder[DSBDParams]):
                                                            if drafts_accepted else nan),
                             peak_kv_rows=peak_rows, peak_kv_bytes=peak_bytes)
         return beams, extras
+
+    def _finish_stopped(self, beams: _Beams) -> None:
+        """Stop strings (issue 14.3): a beam whose text completes a stop string is finished, like one at EOS,
+        and its length is cut after the completing token (an iteration commits several tokens per beam, so
+        the tokens after it in this iteration stay in the tensor past ``length``, as after EOS; its joint
+        log-likelihood keeps them, a small bias in the lowest-perplexity choice among stopped beams). The
+        loop ends when every beam has finished, so no iteration runs past the stop."""
+        rows = [t[:n] for t, n in zip(beams.tokens.tolist(), beams.length.tolist())]
+        stopped = self.stopping.rows_stopped(rows)
+        if not any(stopped):
+            return
+        for b, hit in enumerate(stopped):
+            if hit:
+                kept, _ = self.stopping.trim(rows[b])
+                beams.length[b] = len(kept)
+        beams.finished = beams.finished | torch.tensor(stopped, device=self.device)
 
     # ---------------------------------------------------------------- 1. draft forest (§3.1, Fig. 2a)
     def _draft(self, dcache, beams: _Beams, gamma: int, generator) -> _Forest:

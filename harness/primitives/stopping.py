@@ -9,10 +9,11 @@ ask :meth:`StopCondition.rows_stopped` which of their beams' texts hold a stop s
 is finished, like one that produced EOS).
 
 Checked in the loop by: the speculative loop (``sd``, ``specinfer``, ``spectr``, ``mcsd*``, ``mtad``,
-``bild``, ``typical``), ``ar_greedy``/``ar_sampling``, ``beam_search``, ``beam_sampling``, ``mtjd`` and
-``hf_assisted`` (a stopping criterion after each round). ``dsbd`` is cut after generation only (its
-forest of beams commits several layers per round; its rounds are not cut): the base decoder trims every
-output once more, so the text is right for every method.
+``bild``, ``typical``), ``ar_greedy``/``ar_sampling``, ``beam_search``, ``beam_sampling``, ``mtjd``,
+``hf_assisted`` (a stopping criterion after each round) and ``dsbd`` (after each iteration a beam that
+completes a stop string is finished and its length cut there; the iteration's statistics still count
+the whole iteration, as its forest was drafted and verified). The base decoder trims every output once
+more, so the text is right for every method.
 
 Stop strings are matched on the decoded text of the generated tokens (prompt excluded), so a stop
 string split across tokens is found. Each check decodes the output once (a few µs per hundred tokens
