@@ -6,6 +6,7 @@ while the exact probability of every sequence can be computed by enumeration.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections import Counter
@@ -52,6 +53,16 @@ def toy_pair(vocab_size: int = 5, target_seed: int = 0, draft_seed: int = 1, eos
     draft = toy_model(vocab_size, draft_seed, hidden=16, layers=1, sharpness=sharpness) if with_draft else None
     return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(vocab_size, eos_token_id), name="toy",
                      target_id="toy/target", draft_id="toy/draft" if with_draft else None)
+
+
+def near_pair(vocab_size: int = 4, noise: float = 0.05, eos_token_id: int | None = None) -> ModelPair:
+    """Target = toy Llama; draft = the same model with a perturbed output head (close, not equal)."""
+    target = toy_model(vocab_size, seed=0, hidden=24, layers=2)
+    draft = copy.deepcopy(target)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(noise * torch.randn(draft.lm_head.weight.shape, generator=g))
+    return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(vocab_size, eos_token_id), name="toy-near")
 
 
 @torch.no_grad()

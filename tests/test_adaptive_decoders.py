@@ -23,7 +23,7 @@ from harness.decoders import build_decoder
 from harness.decoders.base import SpeculativeParams, registry
 from harness.errors import ConfigError
 from harness.models import ModelPair
-from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, toy_model, toy_pair,
+from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, near_pair, toy_model, toy_pair,
                              total_variation, tv_bound)
 from harness.primitives.warping import Warp
 
@@ -40,14 +40,6 @@ LOSSLESS = {
 }
 POLICY_RANGE = {"gamma_min": 0, "gamma_max": 3}
 
-
-def near_pair(vocab_size: int = 4, noise: float = 0.05) -> ModelPair:
-    target = toy_model(vocab_size, seed=0, hidden=24, layers=2)
-    draft = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(noise * torch.randn(draft.lm_head.weight.shape, generator=g))
-    return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(vocab_size, None), name="toy-near")
 
 
 @pytest.fixture(scope="module")

@@ -22,22 +22,13 @@ from harness.primitives.sampling import make_generator
 from harness.primitives.spec_loop import chain_step, tree_step
 from harness.primitives.spec_state import SpeculativeCaches
 from harness.primitives.warping import Warp
-from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, toy_model, toy_pair,
+from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, near_pair, toy_model, toy_pair,
                              total_variation, tv_bound)
 
 SPECULATIVE = ("sd", "specinfer", "spectr", "mcsd")
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
 
-
-def near_pair(vocab_size: int = 4, noise: float = 0.05, eos_token_id: int | None = None) -> ModelPair:
-    """Target = toy Llama; draft = the same model with a perturbed output head (close, not equal)."""
-    target = toy_model(vocab_size, seed=0, hidden=24, layers=2)
-    draft = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(noise * torch.randn(draft.lm_head.weight.shape, generator=g))
-    return ModelPair(target=target, draft=draft, tokenizer=ToyTokenizer(vocab_size, eos_token_id), name="toy-near")
 
 
 @pytest.fixture(scope="module")
