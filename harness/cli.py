@@ -21,7 +21,9 @@ import logging
 import sys
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from harness.resources import conf_dir
+
+CONF_DIR = conf_dir()
 _FAILED: list[str] = []
 _NOT_APPLICABLE: list[str] = []  # single runs only: in a sweep, a method/decoding pair that does not apply is skipped
 _QUEUED: list[dict] = []  # runner.interleave under the basic launcher: jobs' configs, run as comparisons after the sweep

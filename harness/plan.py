@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 
 from harness import store
-from harness.runner import PROJECT_ROOT, cell_status, interleave_key, plan_cell, prepare_cell, run_cells
+from harness.resources import conf_dir
+from harness.runner import cell_status, interleave_key, plan_cell, prepare_cell, run_cells
 
-CONF_DIR = PROJECT_ROOT / "conf"
+CONF_DIR = conf_dir()
 
 
 def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[dict]:

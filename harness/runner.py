@@ -39,11 +39,11 @@ from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError, NotApplicable
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
+from harness.resources import conf_dir, source_root
 from harness.record import build_record, energy_breakdown, summarize_cell
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -99,7 +99,7 @@ def gpu_label(gpu_cfg: dict) -> str:
     device = torch.cuda.get_device_name(0)
     import yaml
 
-    for path in sorted((PROJECT_ROOT / "conf" / "gpu").glob("*.yaml")):
+    for path in sorted((conf_dir() / "gpu").glob("*.yaml")):
         profile = yaml.safe_load(path.read_text()) or {}
         if any(tag in device for tag in profile.get("match") or []):
             return profile.get("name", path.stem)
@@ -136,10 +136,14 @@ def environment_info(device: torch.device) -> dict:
 
 
 def git_sha() -> str | None:
+    """The checkout's commit (``-dirty`` with uncommitted changes); None for an installed package."""
+    root = source_root()
+    if root is None:
+        return None
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=5).stdout.strip()
         return (sha + ("-dirty" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):

@@ -20,7 +20,7 @@ from harness.energy.sources import Channel, open_sources
 from harness.energy.windows import counter_energy, sample_sum_energy, trapezoid_energy, with_hold_points
 from harness.errors import ConfigError
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "conf")
+CONF = os.path.join(os.path.dirname(__file__), "..", "harness", "conf")
 NAIVE = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "energy", "naive.yaml")))
 NAIVE["gpu"] = None
 FAST = {"idle_baseline_s": 0.0, "infer_update_period_s": 0.3}  # protocol defaults otherwise

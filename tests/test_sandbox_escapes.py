@@ -22,7 +22,7 @@ from test_sandbox import KERNEL_LAYERS, MODES, process_with_secret
 
 FAST = PythonLimits(timeout_s=5.0)
 SECRET = "harness-test-secret-93ab"
-CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+CONF = Path(__file__).resolve().parents[1] / "harness" / "conf" / "dataset"
 
 PRELUDE = '''
 import os, sys

@@ -256,7 +256,7 @@ def humaneval():
     """The task in the fallback (always available; the checker is the same in both modes)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HARNESS_SANDBOX", "fallback")
-        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "conf", "dataset", "humaneval.yaml")))
+        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "harness", "conf", "dataset", "humaneval.yaml")))
         task = load_task({**cfg, "num_prompts": None, "min_isolation": "fallback", "timeout_s": 3.0})
     assert task.isolation == "fallback"
     return task, {e.id: e for e in task.examples()}

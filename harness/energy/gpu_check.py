@@ -34,7 +34,9 @@ import sys
 import time
 from pathlib import Path
 
-CONF_GPU = Path(__file__).resolve().parents[2] / "conf" / "gpu"
+from harness.resources import conf_dir
+
+CONF_GPU = conf_dir() / "gpu"
 
 # The seeds' pairs (GUIDE §1), as configs: random weights, no download. Figures from the models' public configs.
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

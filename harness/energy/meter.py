@@ -862,9 +862,9 @@ def cuda_synchronizer(cuda_devices: list[int]) -> Callable[[], None]:
 
 
 def _simulated_profiles() -> str:
-    from pathlib import Path
+    from harness.resources import conf_dir
 
-    names = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "gpu").glob("sim_*.yaml"))
+    names = sorted(p.stem for p in (conf_dir() / "gpu").glob("sim_*.yaml"))
     return "gpu=" + " | ".join(names) if names else "a conf/gpu profile with a 'simulated' section"
 
 

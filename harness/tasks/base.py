@@ -1,7 +1,7 @@
 """Task interface. A task is a small definition — data source, prompt template, max new
 tokens, stop sequences, metric — selected by the ``dataset`` config group
 (``conf/dataset/<name>.yaml``: ``task:`` names a registered :class:`Task` class, the rest
-are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and licence.
+are its fields). Shipped data lives in ``harness/data/<name>/`` with its provenance and licence.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 from harness.errors import ConfigError
 from harness.registry import Registry
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-TASKS_DIR = PROJECT_ROOT / "tasks"
+from harness.resources import data_dir
+
+TASKS_DIR = data_dir()
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Task:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid JSON/JSONL: {e}") from e
         except FileNotFoundError as e:
             raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
-                              "(dataset.path is relative to the project's tasks/ folder unless absolute)") from e
+                              "(dataset.path is relative to the package's data folder, harness/data/, unless absolute)") from e
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} has a row of the wrong shape for task "
                               f"'{self.kind}' ({type(e).__name__}: {e})") from e
@@ -171,7 +172,7 @@ class Task:
         return {}
 
     def resolve(self, path: str) -> Path:
-        """Paths in task configs are relative to the project's ``tasks/`` folder unless absolute."""
+        """Paths in task configs are relative to ``harness/data/`` (the shipped task data) unless absolute."""
         p = Path(path)
         return p if p.is_absolute() else TASKS_DIR / p
 
