@@ -89,6 +89,7 @@ def _run_queued() -> None:
 
 def main() -> None:
     from harness.configs import register_configs
+    from harness.legacy import upgrade_overrides
     from harness.sweeper import load_sweeper_plugin
 
     logging.getLogger("harness").setLevel(logging.INFO)
@@ -97,6 +98,7 @@ def main() -> None:
         import harness.plan
 
         sys.exit(getattr(harness.plan, sub[sys.argv[1]])(sys.argv[2:]))
+    sys.argv[1:] = upgrade_overrides(sys.argv[1:])  # deprecated keys and presets -> their names now (with a message)
     register_configs()
     load_sweeper_plugin()  # hydra/sweeper=grids (the experiments' sweeper), also from a checkout not reinstalled
     _hydra_app()()

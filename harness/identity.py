@@ -21,13 +21,13 @@ another ``results_dir``).
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
+from harness.legacy import layout_0_2
 
 # dotted key -> why it cannot change a result (tested: tests/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
@@ -58,8 +58,9 @@ def _drop(cfg: dict, dotted: str) -> None:
 
 def identity_config(cfg: Mapping[str, Any]) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present)."""
-    out = copy.deepcopy(dict(cfg))
+    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.legacy.layout_0_2`:
+    the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
+    out = layout_0_2(cfg)
     out.pop("hydra", None)
     for key in RESULT_NEUTRAL_KEYS:
         _drop(out, key)
@@ -75,10 +76,12 @@ def config_hash(cfg: Mapping[str, Any]) -> str:
 
 
 def cell_id(cfg: Mapping[str, Any]) -> str:
-    """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``; the hash covers :func:`identity_config`."""
-    parts = [str(cfg["method"]["name"])]
-    if cfg.get("decoding"):
-        parts.append(str(cfg["decoding"].get("name", "custom")))
+    """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``; the hash covers :func:`identity_config`
+    (the decoding label too is 0.2's: ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
+    labels = layout_0_2(cfg)
+    parts = [str(labels["method"]["name"])]
+    if labels.get("decoding"):
+        parts.append(str(labels["decoding"].get("name", "custom")))
     parts += [str(cfg["pair"]["name"]), str(cfg["dataset"]["name"]), str(cfg["gpu"]["name"]), f"s{cfg['seed']}",
               config_hash(cfg)]
     return "__".join(parts)

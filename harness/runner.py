@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 
 from harness import context, identity, store
-from harness.decoders import build_decoder
-from harness.decoders.base import Decoder, make_params, resolve_method
-from harness.decoding import WARP_KEYS, Decoding, as_decoding
+from harness.decoders.base import Decoder
+from harness.decoding import Decoding, as_decoding
 from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError, NotApplicable
+from harness.methods import MethodSpec, cell_method_spec
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
 from harness.resources import conf_dir, source_root
@@ -58,27 +58,22 @@ class CellOutcome:
 class CellPlan:
     """What a cell runs, resolved and validated before any weights load."""
 
-    decoder_cls: type[Decoder]
-    params: dict
+    method: MethodSpec
     decoding: Decoding | None
     pair: PairSpec
 
+    @property
+    def decoder_cls(self) -> type[Decoder]:
+        return self.method.cls
+
 
 def plan_cell(cfg: dict) -> CellPlan:
-    """Resolve the method under the decoding (aliases, the decoding's warp), validate its parameters and
-    the pair config. Raises :class:`~harness.errors.NotApplicable` for a method that cannot decode the
-    requested way, :class:`~harness.errors.ConfigError` for bad input; loads nothing."""
-    method_cfg = dict(cfg["method"])
-    name = method_cfg.pop("name")
+    """Resolve the method under the decoding (aliases, the decoding's warp) with its γ policy and draft
+    selection, validate its parameters and the pair config. Raises :class:`~harness.errors.NotApplicable` for
+    a method that cannot decode the requested way, :class:`~harness.errors.ConfigError` for bad input; loads
+    nothing."""
     decoding = cfg.get("decoding")
-    if decoding is not None:
-        for key in WARP_KEYS:
-            if method_cfg.get(key) is not None:
-                log.warning("method.%s is deprecated and will be removed in the next release; set decoding.%s "
-                            "(here method.%s=%s overrides the decoding)", key, key, key, method_cfg[key])
-    cls, params = resolve_method(name, method_cfg, decoding)
-    make_params(cls, params)  # bad parameters fail before any weights load
-    return CellPlan(cls, params, as_decoding(decoding) if decoding is not None else None,
+    return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
                     PairSpec.from_config(cfg["pair"]))
 
 
@@ -383,16 +378,13 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
                                  f"has {len(examples)} prompts")
             # prompts longer than the trained context keep their last tokens, flagged (harness.context's rule;
             # the lookahead is the method's own, so each cell of a comparison fits its prompts itself)
-            c.fitted = [context.fit_prompt(ids, n_positions, max_new, context.lookahead(c.plan.params))
-                        for ids in raw_ids]
+            c.fitted = [context.fit_prompt(ids, n_positions, max_new, c.plan.method.lookahead) for ids in raw_ids]
             if any(n is not None for _, n in c.fitted):
                 log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last "
                             "tokens (records: prompt_truncated)", c.cid, sum(n is not None for _, n in c.fitted),
                             n_positions)
             torch.manual_seed(seed)
-            c.decoder = build_decoder(c.plan.decoder_cls.method, pair,
-                                      sync_timing=breakdown or bool(runner_cfg.get("sync_timing", False)),
-                                      **c.plan.params)
+            c.decoder = c.plan.method.build(pair, sync_timing=breakdown or bool(runner_cfg.get("sync_timing", False)))
             c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (seed 004 §5)
             for _ in range(int(runner_cfg.get("warmup_generations", 1))):  # untimed, unrecorded
                 c.decoder.generate(c.fitted[0][0], int(runner_cfg.get("warmup_new_tokens", 8)), seed=seed)
@@ -475,7 +467,7 @@ def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu
     summary.update({"cell_id": c.cid, "status": "done", "started_at": (segments[0]["at"] if segments else c.started),
                     "finished_at": now(), "method_name": method_name, "decoding": c.decoder.decoding,
                     "decoder": type(c.decoder).__name__, "params": params, "facts": c.decoder.facts(),
-                    "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
+                    "lossless": c.decoder.is_lossless(),
                     "max_new_tokens": max_new, "config": c.cfg, "env": environment_info(pair.device),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                     "energy_meter": energy_info, "gpu_state": gpu_state,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.primitives.warping import Warp
 from harness.testing import exact_sequence_distribution, total_variation, toy_pair, tv_bound
 

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.primitives.beams import beam_joint_logprobs, sample_beams
 from harness.errors import ConfigError
 from harness.primitives.warping import Warp

@@ -1,6 +1,6 @@
-"""Config: the decoders' Params are the single source of the method configs (Hydra's ConfigStore), Hydra
-validates keys and types, every method is reachable from the CLI with its defaults, and bad input fails
-early with a message naming the key and the valid choices."""
+"""Config: the decoders' and the γ policies' Params are the single source of the method and gamma_policy configs
+(Hydra's ConfigStore), Hydra validates keys and types, every method and policy is reachable from the CLI with its
+defaults, and bad input fails early with a message naming the key and the valid choices."""
 import dataclasses
 import subprocess
 import sys
@@ -13,10 +13,12 @@ from omegaconf import OmegaConf
 
 from harness.cli import CONF_DIR
 from harness.configs import register_configs
-from harness.decoders import build_decoder, registry
-from harness.decoders.base import canonical_params, make_params, resolve_method
+from harness.adaptive.policies import POLICIES
+from harness.decoders import registry
 from harness.decoding import PRESETS as DECODINGS
 from harness.errors import ConfigError
+from harness.legacy import upgrade_method_params, upgrade_overrides
+from harness.methods import build_decoder, cell_method_spec, make_params, resolve_method
 from harness.tasks import load_task
 from harness.testing import toy_pair
 
@@ -89,8 +91,9 @@ def test_bad_root_key_is_refused():
         _compose("sed=3")
 
 
-def test_deprecated_parameter_names_map_to_the_new_ones(caplog):
-    """Old names work for one release (Python API and CLI), with a message naming the new key."""
+def test_deprecated_names_map_to_the_new_ones_through_one_table(caplog):
+    """Old names work for one release (Python API and command line), each with a message naming the new key; they
+    are all in harness.legacy."""
     pair = toy_pair(vocab_size=5)
     for method, old, new, value in (("mtjd", "k", "gamma", 2), ("mtjd", "num_beams", "width", 3),
                                     ("mtad", "num_beams", "draft_width", 2), ("specinfer", "num_sequences",
@@ -99,22 +102,52 @@ def test_deprecated_parameter_names_map_to_the_new_ones(caplog):
         with pytest.warns(DeprecationWarning, match=f"'{old}'.*'{new}'"):
             decoder = build_decoder(method, pair, **{old: value})
         assert getattr(decoder.params, new) == value
-    cfg = OmegaConf.to_container(_compose("method=mtjd", "method.k=2").method)  # the CLI schema keeps old names
-    cfg.pop("name")
-    assert cfg["k"] == 2 and cfg["temperature"] is None  # the warp is the decoding's (deprecated slot unset)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert make_params(registry()["mtjd"], cfg).gamma == 2
-    assert "method.gamma" in caplog.text
+    with pytest.warns(DeprecationWarning):
+        argv = upgrade_overrides(["method=specinfer", "method.num_sequences=3", "method.gamma_policy=qlearning",
+                                  "method.q_lr=0.1", "method.temperature=0", "method.draft_selection=none", "-m"])
+    assert argv == ["method=specinfer", "method.num_drafts=3", "gamma_policy=qlearning", "gamma_policy.lr=0.1",
+                    "decoding.temperature=0", "draft_selection=none", "-m"]
+    cfg = _compose(*argv[:-1])
+    assert cfg.method.num_drafts == 3 and cfg.gamma_policy.lr == 0.1 and cfg.decoding.temperature == 0
+    assert "method.num_drafts" in caplog.text
+    with pytest.warns(DeprecationWarning, match="sampling_dsbd"):
+        spec = cell_method_spec(OmegaConf.to_container(_compose("method=dsbd", "decoding=sampling_seed000")))
+    assert spec.params.top_k == 10 and spec.params.top_p == 0.8
     with pytest.raises(ConfigError, match="both"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            canonical_params(registry()["mtjd"], {"gamma": 3, "k": 2})
+            upgrade_method_params("mtjd", {"gamma": 3, "k": 2})
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES.all()))
+def test_every_policy_is_reachable_with_its_defaults(policy):
+    """gamma_policy=<name> composes exactly the policy's Params defaults, and the cell's method spec carries it."""
+    cfg = OmegaConf.to_container(_compose("method=sd", f"gamma_policy={policy}"), resolve=True)
+    node = dict(cfg["gamma_policy"])
+    assert node.pop("name") == policy and POLICIES.get(policy)(**node) == POLICIES.get(policy)()
+    assert cell_method_spec(cfg).gamma_policy == POLICIES.get(policy)()
+
+
+def test_the_groups_compose_only_what_is_chosen():
+    """method=sd composes SD's keys only; a policy and draft selection are their own groups, unset by default."""
+    cfg = OmegaConf.to_container(_compose("method=sd"))
+    assert cfg["method"] == {"name": "sd", "gamma": 4} and "gamma_policy" not in cfg and "draft_selection" not in cfg
+    cfg = OmegaConf.to_container(_compose("method=sd", "gamma_policy=online", "gamma_policy.acc_history=9",
+                                          "draft_selection=ols", "draft_selection.fit_prompts=3"))
+    assert cfg["gamma_policy"]["acc_history"] == 9 and cfg["draft_selection"] == {"name": "ols", "fit_prompts": 3,
+                                                                                   "features": 8}
+    with pytest.raises(ConfigCompositionException):
+        _compose("method=sd", "gamma_policy=online", "gamma_policy.lr=0.1")  # a qlearning key
 
 
 def test_params_carry_help_for_every_field():
-    for name, cls in registry().items():
-        for f in dataclasses.fields(cls.Params):
+    from harness.selection import SELECTIONS
+
+    groups = [*((f"method {n}", c.Params) for n, c in registry().items()),
+              *((f"gamma_policy {n}", c) for n, c in POLICIES.all().items()),
+              *((f"draft_selection {n}", c) for n, c in SELECTIONS.items())]
+    for name, params in groups:
+        for f in dataclasses.fields(params):
             assert f.metadata.get("help"), f"{name}.{f.name} has no help text"
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.primitives.decision_model import (ASSETS_DIR, DEFAULT_THRESHOLD, DecisionModel, available_decision_models,
+from harness.decoders.decision_model import (ASSETS_DIR, DEFAULT_THRESHOLD, DecisionModel, available_decision_models,
                                                early_stop, roc_auc, stop_depth, topk_entropy_features)
 
 

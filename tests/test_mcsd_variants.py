@@ -1,4 +1,4 @@
-"""Seed 003's improved MCSD: target-initialised trees (§3.1), fork-shaped dynamic trees with early stop (§3.2-3.3).
+"""The mcsd paper's improved MCSD: target-initialised trees (§3.1), fork-shaped dynamic trees with early stop (§3.2-3.3).
 
 Exactness of the lossless configurations against the enumerated target distribution (the toy pair of
 ``test_speculative``: a 4-token vocabulary, draft = perturbed target): the draft-initialised fork with
@@ -13,21 +13,22 @@ import copy
 import pytest
 import torch
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.errors import ConfigError
-from harness.primitives.decision_model import DecisionModel, EarlyStopRule, topk_entropy_features
+from harness.decoders.decision_model import DecisionModel, EarlyStopRule, topk_entropy_features
 from harness.primitives.drafting import draft_tree
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import cache_length, truncate
-from harness.primitives.multi_candidate import TargetInit, TreeMasks, multi_candidate_step, target_prefill
+from harness.primitives.multi_candidate import TreeMasks
 from harness.primitives.sampling import make_generator
 from harness.primitives.spec_state import SpeculativeCaches
-from harness.primitives.tree import (SlicedTreeMask, attention_inputs, fork_parents, level_order_parents,
+from harness.primitives.tree_attention import SlicedTreeMask, attention_inputs, fork_parents
+from harness.primitives.tree import (
                                      tree_attention_mask, tree_position_ids, with_stem)
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair, total_variation, tv_bound
 from test_speculative import (LENGTH, N, PROMPT, TINY_MISSING, WARP, _assert_cache_matches_scratch,  # noqa: F401
-                              _warp_params, near_pair, tiny_ar_greedy)
+                              _warp_params, near_pair, tiny_ar_greedy)  # tiny_ar_greedy: a fixture used here
 from test_stats import Recorder
 
 
@@ -203,24 +204,25 @@ def _check_cache(model, cache, pending, committed):
     _assert_cache_matches_scratch(model, cache, pending, committed)
 
 
+def _variant(pair, target_init: bool, k_config):
+    """mcsd_target_init with ``k_config``, or mcsd_dynamic's fork of the same widths (k_config (W, 1, …, 1))."""
+    if target_init:
+        return build_decoder("mcsd_target_init", pair, k_config=k_config, **_warp_params(WARP))
+    return build_decoder("mcsd_dynamic", pair, num_drafts=k_config[0], gamma=len(k_config), **_warp_params(WARP))
+
+
 @pytest.mark.parametrize("target_init", [False, True])
 def test_kv_rollback_equals_from_scratch_forward(pair, target_init):
-    target, draft = CountedModel(pair.target, 4), CountedModel(pair.draft, 4)
+    dec = _variant(pair, target_init, (2, 2, 1) if target_init else (3, 1, 1))
+    dec.stop = stop = RandomStop(5)
     prompt = torch.tensor([[1, 2, 3, 0, 2]])
-    caches = SpeculativeCaches(target, draft, prompt)
+    spec = dec.start(prompt, make_generator(3, "cpu"))
     committed = prompt[0].tolist()
-    g = make_generator(3, "cpu")
-    widths = [2, 2, 1] if target_init else [3, 1, 1]
-    masks = TreeMasks.for_parents(level_order_parents(widths), target, draft)
-    state = TargetInit() if target_init else None
-    if target_init:
-        target_prefill(target, caches, WARP, state)
-    stop = RandomStop(5)
     for _ in range(12):
-        res = multi_candidate_step(target, draft, caches, widths, WARP, g, state=state, masks=masks, stop=stop)
-        committed += res.tokens
-        _check_cache(draft, caches.draft_cache, caches.draft_pending, committed)
-        _check_cache(target, caches.target_cache, caches.target_pending, committed)
+        committed += dec.round(spec, dec.params.gamma).committed
+        caches = spec.caches
+        _check_cache(dec.draft, caches.draft_cache, caches.draft_pending, committed)
+        _check_cache(dec.target, caches.target_cache, caches.target_pending, committed)
         if target_init:  # nothing pending for the target: its cache holds the whole committed sequence
             assert caches.target_pending.size(1) == 0
     assert stop.stops > 0
@@ -231,16 +233,11 @@ def test_sliced_masks_change_nothing(pair, target_init):
     """Same seed with and without the sliced masks: the same tokens (the slices equal the rebuilt masks)."""
     out = []
     for use_masks in (True, False):
-        target, draft = CountedModel(pair.target, 4), CountedModel(pair.draft, 4)
-        caches = SpeculativeCaches(target, draft, torch.tensor([[1, 2, 3]]))
-        widths = [3, 2, 1] if target_init else [3, 1, 1]
-        masks = TreeMasks.for_parents(level_order_parents(widths), target, draft) if use_masks else TreeMasks()
-        state = TargetInit() if target_init else None
-        if target_init:
-            target_prefill(target, caches, WARP, state)
-        g = make_generator(7, "cpu")
-        out.append([multi_candidate_step(target, draft, caches, widths, WARP, g, state=state, masks=masks).tokens
-                    for _ in range(8)])
+        dec = _variant(pair, target_init, (3, 2, 1) if target_init else (3, 1, 1))
+        if not use_masks:
+            dec.masks, dec.verify_mask = TreeMasks(), None
+        spec = dec.start(torch.tensor([[1, 2, 3]]), make_generator(7, "cpu"))
+        out.append([dec.round(spec, dec.params.gamma).committed for _ in range(8)])
     assert out[0] == out[1]
 
 

@@ -5,7 +5,8 @@ import torch
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import cache_length, new_cache
 from harness.primitives.tree import (TokenTree, ancestor_matrix, commit_path, node_depths, path_to, tree_attention_mask,
-                                     tree_forward, tree_position_ids, with_stem)
+                                     tree_position_ids, with_stem)
+from harness.primitives.tree_attention import tree_forward
 from harness.testing import toy_model
 
 # A forest in depth-first order:   root0 ─ 1 ─ 2        root4 ─ 5

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.base import Decoded, Decoder, param, register
+from harness.decoders.base import param, register
 from harness.decoders.mcsd import check_k_config
-from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams, decision_rule
-from harness.primitives.multi_candidate import TargetInit, TreeMasks, multi_candidate_step, target_prefill
-from harness.primitives.spec_loop import speculative_loop
-from harness.primitives.spec_state import SpeculativeCaches
-from harness.primitives.tree import level_order_parents
+from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams
+from harness.decoders.speculative import SpeculativeDecoder
+from harness.primitives.acceptance import multi_step_select_without_replacement
+from harness.primitives.multi_candidate import BestRootWalk, TargetInit, TreeMasks, target_prefill, target_roots
+from harness.primitives.tree_attention import level_order_parents
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class TargetInitParams(EarlyStopParams):
         return len(self.k_config) - 1
 
     @property
+    def lookahead(self) -> int:
+        return len(self.k_config) + 1  # the roots, γ drafts below them, and the next round's root
+
+    @property
     def target_tokens(self) -> int:
         """n_t, the target-initialised tokens per round."""
         return self.k_config[0]
@@ -70,40 +74,44 @@ class TargetInitExtras(EarlyStopExtras):
 
 
 @register
-class MCSDTargetInit(Decoder[TargetInitParams]):
+class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
     method = "mcsd_target_init"
-    uses_draft = True
-    uses_gamma_policy = True
+    supports_draft_selection = False  # the masks and the decision model belong to one draft
     Extras = TargetInitExtras
+
+    def __init__(self, pair, params=None, **kwargs):
+        super().__init__(pair, params, **kwargs)
+        self.stop = self.params.stop_rule(pair, self.draft)
+        k_config = list(self.params.k_config)
+        if self.params.warp.is_greedy:
+            k_config[0] = 1  # one-hot r: one distinct root (module docstring)
+        self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
+        self.verify_mask = self.masks.target
+
+    def is_lossless(self) -> bool:
+        return self.params.target_tokens == 1 or self.params.warp.is_greedy
 
     def max_depth(self) -> int:
         """The masks are built for the k-config's tree: an adaptive policy's γ_max is at most its draft depth."""
         return self.params.gamma
 
-    def __init__(self, pair, params=None, **kwargs):
-        super().__init__(pair, params, **kwargs)
-        self.stop = decision_rule(self.params, pair, self.draft)
-        k_config = list(self.params.k_config)
-        if self.params.warp.is_greedy:
-            k_config[0] = 1  # one-hot r: one distinct root (module docstring)
-        self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
-
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        warp, k_config = self.params.warp, list(self.params.k_config)
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
-        state = TargetInit()
+    def begin(self, spec):
         if self.stop is not None:
             self.stop.reset()
-        target_prefill(self.target, caches, warp, state)
+        spec.state = TargetInit()
+        target_prefill(self.target, spec.caches, spec.warp, spec.state)
 
-        def step(depth):
-            return multi_candidate_step(self.target, self.draft, caches, k_config[:depth + 1], warp, generator,
-                                        state=state, masks=self.masks, stop=self.stop)
+    def acceptance(self, spec):
+        return BestRootWalk(multi_step_select_without_replacement, spec.state)
 
-        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.stopping, stats)
+    def propose(self, spec, depth):
+        k_config = list(self.params.k_config)[:depth + 1]
+        roots = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
+        return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
+
+    def extras(self, spec):
         stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
-        return Decoded(tokens, TargetInitExtras(*stops, other_root_wins=state.other_root_wins))
+        return TargetInitExtras(*stops, other_root_wins=spec.state.other_root_wins)
 
     def facts(self) -> dict:
         facts = {"target_prefill_calls": 1, "lossless": self.params.target_tokens == 1}

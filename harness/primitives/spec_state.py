@@ -4,7 +4,6 @@
   yet, so that no prefix is ever recomputed, and the :class:`StepClock` of the round;
 * :class:`DraftTree` — draft tokens with their parents and the draft distributions they came from
   (a chain is a tree whose nodes each have one child);
-* :class:`StepResult` — what one round committed and cost;
 * :func:`commit_target` / :func:`commit_draft` — roll both caches back to the accepted path.
 
 Imports run one way: ``spec_state`` ← ``drafting`` ← ``spec_loop``; ``acceptance`` is pure.
@@ -104,7 +103,10 @@ class DraftTree:
     ``parents[i]`` indexes an earlier node (−1: child of the committed sequence).
     ``root_q`` (V,) is T∘q at the committed sequence; ``node_q[i]`` (V,) is T∘q after node i,
     for the ``num_fed`` nodes the draft model has processed (all but the last level). Both
-    are None when greedy (or when the drafting method keeps no distributions).
+    are None when greedy (or when the drafting method keeps no distributions). ``depth`` is the
+    number of levels; ``n_roots`` counts first-level tokens the target sampled (target-initialised
+    trees, mcsd §3.1: not drafts); ``joint_logq`` (n,) the draft's joint log-likelihoods of a chain's
+    prefixes, where the drafting computed them (MTAD's beam draft).
     """
 
     tokens: torch.Tensor
@@ -112,35 +114,33 @@ class DraftTree:
     root_q: torch.Tensor | None
     node_q: torch.Tensor | None
     num_fed: int
+    depth: int = 0
+    n_roots: int = 0
+    joint_logq: torch.Tensor | None = None
 
     def q_after(self, node: int) -> torch.Tensor:
         return self.root_q if node < 0 else self.node_q[node]
 
+    @property
+    def gamma(self) -> int:
+        """γ_r: the levels the draft proposed (target-sampled roots excluded)."""
+        return self.depth - (1 if self.n_roots else 0)
+
+    @property
+    def draft_nodes(self) -> int:
+        """Tokens the draft proposed (target-sampled roots excluded)."""
+        return len(self.parents) - self.n_roots
+
     @classmethod
-    def chain(cls, tokens: torch.Tensor, num_fed: int) -> DraftTree:
+    def chain(cls, tokens: torch.Tensor, num_fed: int, joint_logq: torch.Tensor | None = None) -> DraftTree:
         """A chain of draft tokens of which the draft model has processed the first ``num_fed``."""
-        return cls(tokens, list(range(-1, tokens.numel() - 1)), None, None, num_fed)
+        n = tokens.numel()
+        return cls(tokens, list(range(-1, n - 1)), None, None, num_fed, depth=n, joint_logq=joint_logq)
 
     @classmethod
     def empty(cls, device) -> DraftTree:
         """No draft (γ = 0): the round is one plain target step."""
         return cls(torch.empty(0, dtype=torch.long, device=device), [], None, None, 0)
-
-
-@dataclass
-class StepResult:
-    """One speculative round: committed tokens (accepted drafts + one target token) and what the round cost.
-
-    ``gamma`` is the draft depth γ_r proposed to the target (chain length; tree depth),
-    ``draft_nodes`` every draft token proposed (all tree nodes), ``accepted`` the drafts kept.
-    """
-
-    tokens: list[int]
-    gamma: int
-    draft_nodes: int
-    accepted: int
-    draft_time_s: float = NAN
-    verify_time_s: float = NAN
 
 
 def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None) -> None:
