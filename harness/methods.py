@@ -39,6 +39,13 @@ def method_names() -> list[str]:
     return sorted([*registry(), *ALIASES])
 
 
+def sweep_methods() -> list[str]:
+    """The default sweep's methods (``make sweep``), by declaration: the aliases, then every decoder that is in
+    the default sweep (``Decoder.in_default_sweep``) and not one an alias resolves to."""
+    targets = {t for alias in ALIASES.values() for t in alias.values()}
+    return [*ALIASES, *(m for m, c in sorted(registry().items()) if c.in_default_sweep and m not in targets)]
+
+
 def decoder_class(name: str) -> type[Decoder]:
     from harness.decoders.base import DECODERS
 

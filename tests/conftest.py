@@ -19,6 +19,15 @@ def tiny_pair():
 
 
 @pytest.fixture(scope="session")
+def tiny_ar_greedy(tiny_pair, heldout_prompts):
+    """AR greedy's 40 tokens for every held-out prompt on the tiny pair: the reference of the greedy-identity tests."""
+    from harness.methods import build_decoder
+
+    ar = build_decoder("ar_greedy", tiny_pair)
+    return [ar.generate(ids, 40).output_ids for ids in heldout_prompts]
+
+
+@pytest.fixture(scope="session")
 def heldout_prompts(tiny_pair):
     """Token ids of 24 held-out prompts from the default dataset."""
     from harness.tasks import load_task

@@ -150,7 +150,7 @@ def test_fuzz_invalid_combinations_fail_before_loading_and_valid_ones_pass(overr
         task = load_task(cfg["dataset"])
         max_new = context.resolve_max_new_tokens(cfg, task.max_new_tokens)
         assert task.examples()
-        assert context.prompt_budget(N_POSITIONS, max_new, context.lookahead(plan.params)) >= 1
+        assert context.prompt_budget(N_POSITIONS, max_new, plan.method.lookahead) >= 1
 
 
 @settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

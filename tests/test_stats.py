@@ -8,11 +8,11 @@ import pytest
 from harness.decoders import registry
 from harness.methods import build_decoder
 from harness.adaptive.policies.fixed import FixedGamma
-from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
 from harness.record import summarize_cell
 from harness.stats import GenerationStats, ratios
 from harness.testing import toy_pair
+from harness.testing.policies import ScriptedPolicy
 
 SAMPLED = dict(temperature=0.9, top_k=0, top_p=1.0)
 
@@ -80,23 +80,6 @@ def test_cell_summary_pools_with_the_same_ratio_definitions():
                                                                                         for r in records)
 
 
-class Recorder(GammaPolicy):
-    """Alternates the given depths and records what it is told."""
-
-    def __init__(self, depths):
-        self.depths, self.i, self.seen, self.resets = depths, 0, [], []
-
-    def reset(self, prompt_ids):
-        self.resets.append(list(prompt_ids))
-
-    def next_gamma(self):
-        self.i += 1
-        return self.depths[(self.i - 1) % len(self.depths)]
-
-    def observe(self, obs):
-        self.seen.append(obs)
-
-
 #: every decoder that runs speculative rounds (a γ policy chooses their depth), by declared capability
 ROUNDS = sorted(m for m, c in registry().items() if c.uses_gamma_policy)
 
@@ -120,7 +103,7 @@ def test_a_policy_sees_every_round_and_gamma_zero_is_a_target_step(method):
     pair = toy_pair(vocab_size=7, eos_token_id=None, sharpness=0.7)
     greedy = build_decoder("ar_greedy", pair).generate([3, 1], 16).output_ids
     temperature = 0.0 if "greedy" in registry()[method].decodings else 1.0  # e.g. mtad samples its draft beams
-    policy = Recorder([0, 2, 0, 3, 1])
+    policy = ScriptedPolicy([0, 2, 0, 3, 1])
     dec = build_decoder(method, pair, gamma_policy=policy, temperature=temperature)
     gen = dec.generate([3, 1], 16, seed=0)
     if temperature == 0.0:
@@ -141,7 +124,7 @@ def test_policy_gamma_zero_keeps_sampling_exact():
     from harness.testing import chi_square_pvalue, exact_sequence_distribution
 
     pair = toy_pair(vocab_size=4, sharpness=0.6)
-    dec = build_decoder("sd", pair, gamma_policy=Recorder([0, 2]), temperature=1.0, top_k=0, top_p=1.0)
+    dec = build_decoder("sd", pair, gamma_policy=ScriptedPolicy([0, 2]), temperature=1.0, top_k=0, top_p=1.0)
     exact = exact_sequence_distribution(pair.target, [1, 2], 3, dec.params.warp)
     samples = [tuple(dec.generate([1, 2], 3, seed=s).output_ids) for s in range(1500)]
     assert chi_square_pvalue(samples, exact) > 1e-3

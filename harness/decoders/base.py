@@ -182,6 +182,7 @@ class Decoder(ABC, Generic[P]):
     uses_gamma_policy: ClassVar[bool] = False  # runs speculative rounds whose depth a γ policy chooses
     supports_draft_selection: ClassVar[bool] = False  # a draft may be chosen per prompt (adaptive §5)
     decodings: ClassVar[tuple[str, ...]] = ("greedy", "sampling")  # the decodings the method supports
+    in_default_sweep: ClassVar[bool] = True  # run by `make sweep` (harness.methods.sweep_methods)
     params: P
 
     def __init_subclass__(cls, **kwargs):

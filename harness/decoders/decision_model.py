@@ -19,7 +19,7 @@ Two kinds (§3.3):
   distribution's top-k probabilities and its entropy (after Tandem transformers), trained on
   the sampled verification outcome (1 accepted, 0 rejected).
 
-Features (seed 003 §3.3 says "for token i"; where exactly is this project's reading):
+Features (mcsd §3.3 says "for token i"; where exactly is this project's reading):
 
 * T1's y_i^H is the draft's last hidden state (after the final norm, the LM head's input) at
   token i's own position — the draft forward that feeds x_i computes it. It knows x_i, so it
@@ -51,7 +51,7 @@ import torch
 from harness.errors import ConfigError
 from harness.resources import assets_dir
 
-DEFAULT_THRESHOLD = 0.4  # β (seed 003 §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
+DEFAULT_THRESHOLD = 0.4  # β (mcsd §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
 DEFAULT_TOP_K = 10  # not given in the seed
 ASSETS_DIR = assets_dir() / "decision_models"
 
@@ -62,7 +62,7 @@ LOOKAHEAD = {"t1": 0, "t2": 1}
 
 
 def topk_entropy_features(probs: torch.Tensor, top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
-    """ConCat(Topk(y), Ent(y)) of seed 003 §3.3: (..., V) distribution → (..., top_k + 1).
+    """ConCat(Topk(y), Ent(y)) of mcsd §3.3: (..., V) distribution → (..., top_k + 1).
 
     The top-k probabilities in descending order, then the entropy in nats (0 · log 0 = 0).
     """
@@ -82,7 +82,7 @@ def early_stop(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD) ->
 
 def check_threshold(threshold: float) -> float:
     if not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"decision threshold must be in [0, 1] (seed 003 uses 0.4), got {threshold}")
+        raise ConfigError(f"decision threshold must be in [0, 1] (mcsd uses 0.4), got {threshold}")
     return float(threshold)
 
 
@@ -117,7 +117,7 @@ def roc_auc(scores, labels) -> float:
 
 
 class DecisionModel(torch.nn.Module):
-    """An MLP from decision features to the logit of the acceptance probability (seed 003 §3.3).
+    """An MLP from decision features to the logit of the acceptance probability (mcsd §3.3).
 
     ``kind`` "t1" (features: draft hidden state, ``in_features`` = its width) or "t2" (features:
     :func:`topk_entropy_features` with ``top_k``, ``in_features`` = top_k + 1). Inputs are

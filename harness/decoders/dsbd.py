@@ -1,4 +1,4 @@
-"""DSBD: dynamic-width speculative beam decoding (seed 000 / 001 §3, Algorithm 1, App. A).
+"""DSBD: dynamic-width speculative beam decoding (dsbd §3, Algorithm 1, App. A).
 
 One iteration:
 
@@ -21,7 +21,7 @@ Acceptance test: min(1, p'/q_beam), as the App. A proof requires (Alg. 1 line 16
 Theorem 3.1: with a fixed width, each layer's output beams are i.i.d. T∘p_beam, so the output
 follows target beam sampling (``beam_sampling``) exactly.
 The returned sequence is the final beam with the lowest perplexity (as ``beam_sampling``).
-Seed 000's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_seed000``.
+The dsbd paper's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_dsbd``.
 
 Choices the paper leaves open: Eq. 5/7 use the number of surviving drafts of the layer as M_S;
 the extra layer (no draft, so no Eq. 7) keeps the width of the last verified layer; the draft's

@@ -1,4 +1,4 @@
-"""Dynamic multi-candidate speculative decoding with fork-shaped trees (seed 003 §3.2-3.3, Fig. 2, App. A.1).
+"""Dynamic multi-candidate speculative decoding with fork-shaped trees (mcsd §3.2-3.3, Fig. 2, App. A.1).
 
 The draft proposes W = ``num_drafts`` candidate sequences that fork at the first token and never
 branch again (a fork-shaped tree (W, 1, …, 1): §3.2 — its mask grows linearly in the depth, where an
@@ -19,7 +19,7 @@ and the same ``decision_model`` keys.
 
 The realised γ of each round is what the statistics record (``round_gammas``, ``draft_positions``)
 and what a γ policy observes; the policy's γ is the round's maximum depth D (``method.gamma_policy``,
-seed 004 §4; the masks are built for an adaptive policy's γ_max). Draft selection is not supported here
+adaptive §4; the masks are built for an adaptive policy's γ_max). Draft selection is not supported here
 (the decision model reads one draft's hidden states). Extras: ``early_stops``
 (rounds the decision model ended before their depth), ``decision_checks`` (evaluations of the rule).
 """
@@ -37,13 +37,13 @@ from harness.primitives.tree_attention import fork_parents
 
 @dataclass(frozen=True)
 class EarlyStopParams(SpeculativeParams):
-    """The decision-model keys of seed 003's dynamic drafting, shared by ``mcsd_dynamic`` and ``mcsd_target_init``."""
+    """The decision-model keys of the mcsd paper's dynamic drafting, shared by ``mcsd_dynamic`` and ``mcsd_target_init``."""
 
-    decision_model: str | None = param(None, "early-stop decision model (seed 003 §3.3): null = none (fixed depth); "
+    decision_model: str | None = param(None, "early-stop decision model (mcsd §3.3): null = none (fixed depth); "
                                              "t1 | t2 = the tiny draft's model of that kind at this temperature; "
                                              "or a name in harness/assets/decision_models, or a path")
     decision_threshold: float = param(DEFAULT_THRESHOLD, "β: stop drafting when every sequence's predicted "
-                                                         "acceptance is below it (seed 003 §3.3: 0.4)")
+                                                         "acceptance is below it (mcsd §3.3: 0.4)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -56,8 +56,8 @@ class EarlyStopParams(SpeculativeParams):
 
 @dataclass(frozen=True)
 class DynamicParams(EarlyStopParams):
-    gamma: int = param(5, "D: maximum draft depth per round (seed 003 §4.1: 5); the decision model may stop earlier")
-    num_drafts: int = param(16, "W: candidate sequences of the fork (seed 003 §4.1: 16)")
+    gamma: int = param(5, "D: maximum draft depth per round (mcsd §4.1: 5); the decision model may stop earlier")
+    num_drafts: int = param(16, "W: candidate sequences of the fork (mcsd §4.1: 16)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -73,6 +73,7 @@ class EarlyStopExtras:
 @register
 class MCSDDynamic(SpeculativeDecoder[DynamicParams]):
     method = "mcsd_dynamic"
+    in_default_sweep = False  # the mcsd paper's variants run in its experiment (mcsd_tables)
     lossless = True
     supports_draft_selection = False  # the decision model reads one draft's hidden states
     Extras = EarlyStopExtras

@@ -1,4 +1,4 @@
-"""Target-initialised multi-candidate speculative decoding (seed 003 §3.1, Fig. 1 right, §4.1, Table 1-2).
+"""Target-initialised multi-candidate speculative decoding (mcsd §3.1, Fig. 1 right, §4.1, Table 1-2).
 
 The k-config's first entry n_t is the number of tokens sampled from the TARGET's distribution to
 start the candidate sequences; the draft expands each of them per the rest: the paper's (2, 4, 3, 1,
@@ -19,7 +19,7 @@ P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S'
 P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — so tokens whose continuations the draft
 predicts well are favoured; the seed measures the quality loss growing with n_t (Table 1). n_t = 1
 is exact: the root is a draw from r, i.e. MCSD with its correction token drawn one round later
-(tested against the enumerated target distribution in ``tests/test_mcsd_variants.py``, where a slow
+(tested against the enumerated target distribution in ``tests/decoders/test_mcsd_variants.py``, where a slow
 test also detects n_t = 2's bias; ``scripts/study_mcsd.py`` measures it as a TV distance). Greedy (temperature 0): r is the target's
 argmax (one-hot), which has a single distinct token, so every tree has one root and the output is the
 target's greedy output for any n_t (the seed reports no greedy results for n_t = 2, §4.1).
@@ -46,7 +46,7 @@ from harness.primitives.tree_attention import level_order_parents
 @dataclass(frozen=True)
 class TargetInitParams(EarlyStopParams):
     k_config: tuple[int, ...] = param((2, 4, 3, 1, 1), "n_t target-sampled roots, then children per node at each "
-                                                       "draft depth; γ = len(k_config) − 1 (seed 003 §4.1: "
+                                                       "draft depth; γ = len(k_config) − 1 (mcsd §4.1: "
                                                        "(2, 4, 3, 1, 1); n_t = 1 is lossless)")
 
     def __post_init__(self):
@@ -76,6 +76,7 @@ class TargetInitExtras(EarlyStopExtras):
 @register
 class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
     method = "mcsd_target_init"
+    in_default_sweep = False  # the mcsd paper's variants run in its experiment (mcsd_tables)
     supports_draft_selection = False  # the masks and the decision model belong to one draft
     Extras = TargetInitExtras
 

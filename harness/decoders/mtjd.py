@@ -40,6 +40,7 @@ class MTJDParams(SamplingParams):
 @register
 class MTJD(Decoder[MTJDParams]):
     method = "mtjd"
+    in_default_sweep = False  # a slow, target-only quality reference
 
     def _decode(self, request: DecodeRequest) -> Decoded:
         eos, W, max_new_tokens = self.eos_sentinel, self.params.width, request.max_new_tokens

@@ -18,16 +18,10 @@ and, where needed, ``begin(spec)`` (per-generation state), ``extras(spec)`` (its
 the γ policy (``gamma_policy`` config group; ``gamma`` is the fixed γ and every adaptive policy's γ_init),
 the round (:func:`~harness.primitives.spec_loop.speculative_round`: clock → draft → ONE target forward →
 accept → commit both caches), the loop (:func:`~harness.primitives.spec_loop.speculative_loop`) and its
-rounds, which the base records. A new speculative method is one file here plus its rule; e.g. ``sd``::
-
-    @register
-    class SpeculativeDecoding(SpeculativeDecoder[SDParams]):
-        method = "sd"
-        lossless = True
-        accept = ChainAcceptance(speculative_sampling)
-
-        def propose(self, spec, depth):
-            return spec.draft_tree([1] * depth)
+rounds, which the base records. A new speculative method is one file here plus its rule: ``sd``
+(:mod:`harness.decoders.sd`) is a chain drafted by ``spec.draft_tree([1] * depth)`` and accepted by
+``ChainAcceptance(speculative_sampling)``; ``specinfer`` merges duplicate draws and walks the tree with
+``TreeWalk(multi_step_select)``; ``spectr`` is ``specinfer`` with another rule.
 """
 from __future__ import annotations
 

@@ -292,7 +292,7 @@ def simulated_self_check() -> dict:
 def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bool, log) -> dict:
     """Tokens/s with the 50 Hz sampler ÷ without, in interleaved rounds (order alternating), ratio of
     totals with a bootstrap 95 % interval over rounds."""
-    from harness.decoders import build_decoder
+    from harness.methods import build_decoder
     from harness.energy import NullMeter, make_energy_meter
     from harness.energy.sampler import RealClock
     from harness.energy.simulated import SimGPU, SimulatedNVML

@@ -5,7 +5,7 @@
   (SpecInfer/Spectr: widths (m, 1, …, 1)) and a per-depth k-config (MCSD: e.g. (4, 2, 2, 1)) are
   all width lists; optionally below roots the caller gives (target-initialised trees), with masks
   sliced from one :class:`~harness.primitives.tree.SlicedTreeMask` and a per-turn stop hook
-  (:class:`DraftStop`) (seed 003 §3.1-3.3);
+  (:class:`DraftStop`) (mcsd §3.1-3.3);
 * :func:`draw_children` — the children of every frontier node: greedy top-k, i.i.d. draws, or
   draws without replacement (Gumbel-top-k);
 * :class:`Proposal` — a round's draft as the target verifies it: the draft tree itself, or with
@@ -47,7 +47,7 @@ def draw_children(probs: torch.Tensor, logits: torch.Tensor, k: int, warp: Warp,
 
 
 class DraftStop(Protocol):
-    """A per-turn stop hook of dynamic drafting (seed 003 §3.2-3.3, Fig. 2).
+    """A per-turn stop hook of dynamic drafting (mcsd §3.2-3.3, Fig. 2).
 
     Called after draft turn ``depth``'s forward (1 ≤ depth < the round's depth) with that level's rows:
     ``hidden`` (F, H) the draft's last hidden states at the level's tokens (None unless

@@ -145,7 +145,7 @@ class DraftTree:
 
 def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None) -> None:
     """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending
-    (None: nothing is pending — a target-initialised round's path ends the committed sequence, seed 003 §3.1)."""
+    (None: nothing is pending — a target-initialised round's path ends the committed sequence, mcsd §3.1)."""
     commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
     caches.target_pending = torch.tensor([[] if new_token is None else [new_token]], dtype=torch.long,
                                          device=caches.target_pending.device)
@@ -157,7 +157,7 @@ def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree,
 
     If the draft did not run this round (γ = 0: its cache is still short of ``draft_prefix``),
     its pending tokens stay pending, followed by the path's tokens and the new token.
-    ``new_token`` None: the round commits the path only (seed 003 §3.1).
+    ``new_token`` None: the round commits the path only (mcsd §3.1).
     """
     device = caches.draft_pending.device
     tail = [] if new_token is None else [new_token]

@@ -3,7 +3,7 @@
 A tree of draft tokens is flattened into a topological order (every parent before its
 children; :class:`TokenTree` builds depth-first order) and given to the target model in
 ONE forward pass with a topology-aware attention mask: node i attends to the whole cached
-prefix, to its ancestors and to itself (seed 000 §3.3 and Fig. 3; seed 003 §2.2 and
+prefix, to its ancestors and to itself (dsbd §3.3 and Fig. 3; mcsd §2.2 and
 Fig. 1; SpecInfer's tree-based parallel decoding). Its position id is
 ``prefix_len + depth − 1``, the position it would have in a plain sequence, so that every
 node's logits equal those of a sequential forward over its root-to-node path.

@@ -27,7 +27,7 @@ def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
     ``all_stem=False``: stem_logits has the last stem position only (min(S, 1) rows) — the LM head
     is skipped at the others, which at a prefill costs more than the round's drafting.
     ``sliced``: a :class:`SlicedTreeMask` the mask is sliced from when the tree is its tree
-    truncated at some depth (seed 003 §3.2); otherwise (or without it) the mask is built.
+    truncated at some depth (mcsd §3.2); otherwise (or without it) the mask is built.
     """
     stem = stem.reshape(1, -1)
     s = stem.size(1)
@@ -51,7 +51,7 @@ def attention_inputs(parents, prefix_len: int, *, stem_len: int = 0, first_node:
     """(additive mask, position ids) of a tree (after ``stem_len`` stem tokens) over ``prefix_len`` cached
     positions, rows from ``first_node`` on (stem rows too when ``stem_len`` > 0).
 
-    Sliced from ``sliced`` (no topology work, seed 003 §3.2) when ``parents`` is its tree truncated at a
+    Sliced from ``sliced`` (no topology work, mcsd §3.2) when ``parents`` is its tree truncated at a
     depth and its dtype matches; built by :func:`tree_attention_mask` otherwise (e.g. a level left short
     because the warped distribution had fewer tokens than the children asked for).
     """
@@ -70,7 +70,7 @@ def level_order_parents(k_config) -> list[int]:
     """Parents of the full tree of a k-config, nodes in level (breadth-first) order.
 
     ``k_config[d]`` children per node at depth d (the roots: ``k_config[0]`` of them). For a
-    target-initialised tree (seed 003 §3.1) the first entry counts the target-sampled root
+    target-initialised tree (mcsd §3.1) the first entry counts the target-sampled root
     tokens, e.g. (2, 4, 3, 1, 1): 2 + 8 + 24 + 24 + 24 = 82 nodes, (2 + 2·40)² mask entries
     as §3.1 sizes it. A node's children follow each other, siblings keep their parents' order.
     """
@@ -87,7 +87,7 @@ def level_order_parents(k_config) -> list[int]:
 
 
 def fork_parents(width: int, depth: int) -> list[int]:
-    """A fork-shaped tree (seed 003 §3.2, App. A.1): ``width`` roots, each the head of a chain that
+    """A fork-shaped tree (mcsd §3.2, App. A.1): ``width`` roots, each the head of a chain that
     never branches, ``depth`` levels, in level order (node ``d·width + w`` is sequence w at depth d+1)."""
     if width < 1 or depth < 1:
         raise ValueError(f"a fork needs width >= 1 and depth >= 1, got width={width}, depth={depth}")
@@ -95,7 +95,7 @@ def fork_parents(width: int, depth: int) -> list[int]:
 
 
 class SlicedTreeMask:
-    """A topology-aware causal mask built ONCE for the largest tree and sliced per iteration (seed 003 §3.2).
+    """A topology-aware causal mask built ONCE for the largest tree and sliced per iteration (mcsd §3.2).
 
     ``parents`` describes the largest tree (maximum depth D) in level order: every node of depth d
     comes after all nodes of depth < d (:func:`fork_parents`, :func:`level_order_parents`). Then the

@@ -7,6 +7,7 @@
   depths and keeps the longest that will be fully accepted. Its output is biased towards
   accepted drafts, so the decoders' exact-distribution tests must reject it (they give it a
   ``dry_run`` that snapshots the caches and the random stream: :func:`peek_rounds`);
+* :class:`ScriptedPolicy` — given depths in turn, recording every round it observes;
 * :func:`objective_argmax` — Eq. 1's argmax by brute force, independent of the estimators.
 """
 from __future__ import annotations
@@ -85,6 +86,24 @@ class PeekingPolicy(GammaPolicy):
 
     def observe(self, obs: Round) -> None:
         pass
+
+
+class ScriptedPolicy(GammaPolicy):
+    """Cycles through the given depths (0 = a plain target step) and records what it is told: its resets
+    (``resets``) and the rounds it observed (``seen``)."""
+
+    def __init__(self, depths: Sequence[int]):
+        self.depths, self.i, self.seen, self.resets = list(depths), 0, [], []
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.resets.append(list(prompt_ids))
+
+    def next_gamma(self) -> int:
+        self.i += 1
+        return self.depths[(self.i - 1) % len(self.depths)]
+
+    def observe(self, obs: Round) -> None:
+        self.seen.append(obs)
 
 
 def objective_argmax(acc: float, a_q: float, b_p: Callable[[int], float], gamma_min: int, gamma_max: int) -> int:

@@ -1,7 +1,7 @@
 """γ policies and draft selection wired into the decoders (issue 11 items 1-2; seed 004 §4-5, App. C.4).
 
 * every policy × every lossless decoder keeps the output distributed exactly as the target's (toy
-  Llama pair from tests/test_speculative.py, enumerated target distribution, TV bound + χ²), with γ
+  Llama pair of tests/decoders/test_speculative.py, enumerated target distribution, TV bound + χ²), with γ
   really moving between 0 (a plain target step) and 3;
 * a policy that peeks at the current round's outcome (a test double: it dry-runs the coming round
   from snapshots of the caches and the random stream and keeps a γ that will be fully accepted)
@@ -26,7 +26,7 @@ from harness.models import ModelPair
 from harness.primitives.warping import Warp
 from harness.testing import (ToyTokenizer, chi_square_pvalue, exact_sequence_distribution, near_pair, toy_model, toy_pair,
                              total_variation, tv_bound)
-from harness.testing.policies import PeekingPolicy, peek_rounds
+from harness.testing.policies import PeekingPolicy, ScriptedPolicy, peek_rounds
 
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 800
@@ -192,10 +192,8 @@ def test_deprecated_flat_policy_keys_still_reach_the_policy():
 
 def test_tree_depth_adapts_beyond_and_below_the_k_config():
     """mcsd: deeper rounds continue as width-1 chains (adaptive App. C.4); mcsd_target_init is capped at its tree."""
-    from test_stats import Recorder
-
     pair = toy_pair(vocab_size=7)
-    dec = build_decoder("mcsd", pair, k_config=(2, 2), gamma_policy=Recorder([4, 1]), temperature=0)
+    dec = build_decoder("mcsd", pair, k_config=(2, 2), gamma_policy=ScriptedPolicy([4, 1]), temperature=0)
     gen = dec.generate([3, 1], 12)
     assert 4 in gen.stats.round_gammas and 1 in gen.stats.round_gammas
     assert gen.output_ids == build_decoder("ar_greedy", pair).generate([3, 1], 12).output_ids

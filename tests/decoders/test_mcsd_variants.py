@@ -8,17 +8,17 @@ stub give the exact distribution too. Target initialisation with several roots i
 detectably so on a toy pair whose draft is unrelated to the target (slow test). Greedy decoding is
 token-identical to AR greedy.
 """
-import copy
 
 import pytest
 import torch
 
 from harness.methods import build_decoder
 from harness.errors import ConfigError
+from harness.models import TINY_PAIR_DIR
 from harness.decoders.decision_model import DecisionModel, EarlyStopRule, topk_entropy_features
 from harness.primitives.drafting import draft_tree
 from harness.primitives.forward import CountedModel
-from harness.primitives.kv_cache import cache_length, truncate
+from harness.primitives.kv_cache import cache_length
 from harness.primitives.multi_candidate import TreeMasks
 from harness.primitives.sampling import make_generator
 from harness.primitives.spec_state import SpeculativeCaches
@@ -27,9 +27,17 @@ from harness.primitives.tree import (
                                      tree_attention_mask, tree_position_ids, with_stem)
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair, total_variation, tv_bound
-from test_speculative import (LENGTH, N, PROMPT, TINY_MISSING, WARP, _assert_cache_matches_scratch,  # noqa: F401
-                              _warp_params, near_pair, tiny_ar_greedy)  # tiny_ar_greedy: a fixture used here
-from test_stats import Recorder
+from harness.testing import near_pair
+from harness.testing.checks import assert_cache_matches_scratch
+from harness.testing.policies import ScriptedPolicy
+
+WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
+PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
+TINY_MISSING = not (TINY_PAIR_DIR / "target" / "model.safetensors").exists()
+
+
+def _warp_params(warp: Warp) -> dict:
+    return {"temperature": warp.temperature, "top_k": warp.top_k, "top_p": warp.top_p}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +103,7 @@ EXACT_CASES = {  # (method, params, stub stop hook, γ policy)
     "target-init n_t=1 (1,3,2), random T2 decision model": ("mcsd_target_init", {"k_config": (1, 3, 2),
                                                                                  "decision_model": "t2"}, None, None),
     "target-init n_t=1 (1,2,1,1), random stub, γ policy 0/2/3": ("mcsd_target_init", {"k_config": (1, 2, 1, 1)},
-                                                                RandomStop, lambda: Recorder([0, 2, 3])),
+                                                                RandomStop, lambda: ScriptedPolicy([0, 2, 3])),
 }
 
 
@@ -187,21 +195,11 @@ def test_statistics_follow_the_record_contract(method, params):
 def test_dynamic_round_gammas_reach_the_policy():
     """The realised γ (after an early stop) is what the policy observes, not the depth it asked for."""
     pair = toy_pair(vocab_size=6)
-    policy = Recorder([3])
+    policy = ScriptedPolicy([3])
     dec = build_decoder("mcsd_dynamic", pair, num_drafts=2, gamma=3, gamma_policy=policy, temperature=1.0)
     dec.stop = RandomStop(4)
     st = dec.generate([1, 2], 25, seed=1).stats
     assert [o.gamma for o in policy.seen] == st.round_gammas and min(st.round_gammas) < 3
-
-
-def _check_cache(model, cache, pending, committed):
-    """Cache + pending = committed (an empty pending: re-feed the last committed token to a copy)."""
-    if pending.size(1) == 0:
-        assert cache_length(cache) == len(committed)
-        cache = copy.deepcopy(cache)
-        truncate(cache, len(committed) - 1)
-        pending = torch.tensor([committed[-1:]])
-    _assert_cache_matches_scratch(model, cache, pending, committed)
 
 
 def _variant(pair, target_init: bool, k_config):
@@ -221,8 +219,8 @@ def test_kv_rollback_equals_from_scratch_forward(pair, target_init):
     for _ in range(12):
         committed += dec.round(spec, dec.params.gamma).committed
         caches = spec.caches
-        _check_cache(dec.draft, caches.draft_cache, caches.draft_pending, committed)
-        _check_cache(dec.target, caches.target_cache, caches.target_pending, committed)
+        assert_cache_matches_scratch(dec.draft, caches.draft_cache, caches.draft_pending, committed)
+        assert_cache_matches_scratch(dec.target, caches.target_cache, caches.target_pending, committed)
         if target_init:  # nothing pending for the target: its cache holds the whole committed sequence
             assert caches.target_pending.size(1) == 0
     assert stop.stops > 0

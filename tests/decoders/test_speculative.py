@@ -8,7 +8,6 @@ by default, the other settings with ``-m slow`` (each acceptance rule is proven 
 tests/primitives/test_acceptance.py). Every decoder that declares itself lossless under greedy decoding
 is token-identical to AR greedy (enumerated from the registry by that declaration).
 """
-import copy
 
 import pytest
 import torch
@@ -17,11 +16,10 @@ from harness.decoders import registry
 from harness.errors import ConfigError
 from harness.methods import build_decoder
 from harness.models import TINY_PAIR_DIR
-from harness.primitives.forward import CountedModel
-from harness.primitives.kv_cache import cache_length
 from harness.primitives.sampling import make_generator
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, near_pair, toy_pair, total_variation, tv_bound
+from harness.testing.checks import assert_cache_matches_scratch
 
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
@@ -109,17 +107,6 @@ def test_one_target_forward_per_iteration(pair, method, params):
         assert st.draft_nodes >= st.draft_calls
 
 
-@torch.no_grad()
-def _assert_cache_matches_scratch(model: CountedModel, cache, pending: torch.Tensor, committed: list[int]):
-    """Cache + pending = committed, and the next forward equals a from-scratch forward."""
-    assert cache_length(cache) + pending.size(1) == len(committed)
-    assert pending[0].tolist() == committed[len(committed) - pending.size(1):]
-    probe = copy.deepcopy(cache)
-    ours = model(pending, probe)[0]
-    ref = model.model(input_ids=torch.tensor([committed])).logits[0, -pending.size(1):].float()
-    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("method,params,greedy", [
     ("sd", {"gamma": 3}, False), ("specinfer", {"gamma": 3, "num_drafts": 3}, False),
     ("spectr", {"gamma": 3, "num_drafts": 3}, False), ("mcsd", {"k_config": (3, 2, 2)}, False),
@@ -134,22 +121,12 @@ def test_kv_rollback_equals_from_scratch_forward(pair, method, params, greedy):
         committed += dec.round(spec, dec.params.gamma).committed
         caches = spec.caches
         saw_two_pending |= caches.draft_pending.size(1) == 2
-        _assert_cache_matches_scratch(dec.target, caches.target_cache, caches.target_pending, committed)
-        _assert_cache_matches_scratch(dec.draft, caches.draft_cache, caches.draft_pending, committed)
+        assert_cache_matches_scratch(dec.target, caches.target_cache, caches.target_pending, committed)
+        assert_cache_matches_scratch(dec.draft, caches.draft_cache, caches.draft_pending, committed)
     assert saw_two_pending  # the whole draft was accepted at least once: its last token was pending
 
 
 TINY_MISSING = not (TINY_PAIR_DIR / "target" / "model.safetensors").exists()
-
-
-@pytest.fixture(scope="module")
-def tiny_ar_greedy(tiny_pair, heldout_prompts):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    ar = build_decoder("ar_greedy", tiny_pair)
-    refs = [ar.generate(ids, 40).output_ids for ids in heldout_prompts]
-    torch.set_num_threads(threads)
-    return refs
 
 
 @pytest.mark.skipif(TINY_MISSING, reason="tiny pair not trained yet")

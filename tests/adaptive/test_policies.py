@@ -1,5 +1,5 @@
 """γ policies of the adaptive paper's §4 against simulated rounds (no models). Their exactness inside the real
-decoders (and a peeking policy caught) is tests/test_adaptive_decoders.py's."""
+decoders (and a peeking policy caught) is tests/adaptive/test_policy_decoders.py's."""
 from __future__ import annotations
 
 import math
