@@ -18,13 +18,26 @@ def tiny_pair():
     return load_pair("tiny/target", "tiny/draft", device="cpu")
 
 
+class _ARGreedyReferences:
+    """AR greedy's 40 tokens for the held-out prompts on the tiny pair, computed on first use: ``refs[:n]``."""
+
+    def __init__(self, pair, prompts):
+        from harness.methods import build_decoder
+
+        self.ar, self.prompts, self.cache = build_decoder("ar_greedy", pair), prompts, {}
+
+    def __getitem__(self, index):
+        indices = range(len(self.prompts))[index]
+        for i in indices:
+            if i not in self.cache:
+                self.cache[i] = self.ar.generate(self.prompts[i], 40).output_ids
+        return [self.cache[i] for i in indices]
+
+
 @pytest.fixture(scope="session")
 def tiny_ar_greedy(tiny_pair, heldout_prompts):
-    """AR greedy's 40 tokens for every held-out prompt on the tiny pair: the reference of the greedy-identity tests."""
-    from harness.methods import build_decoder
-
-    ar = build_decoder("ar_greedy", tiny_pair)
-    return [ar.generate(ids, 40).output_ids for ids in heldout_prompts]
+    """AR greedy's references for the greedy-identity tests (``tiny_ar_greedy[:n]``)."""
+    return _ARGreedyReferences(tiny_pair, heldout_prompts)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 (Hydra's ConfigStore), Hydra validates keys and types, every method and policy is reachable from the CLI with its
 defaults, and bad input fails early with a message naming the key and the valid choices."""
 import dataclasses
-import subprocess
 import sys
 import warnings
 
@@ -166,33 +165,60 @@ def test_unknown_task_and_task_key():
         load_task({"task": "text_continuation", "prompt_wrds": 3})
 
 
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
+def _cli(*args, monkeypatch):
+    """The ``harness`` command, run in this process (what is tested is its config handling, not a new interpreter):
+    (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from harness import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "argv", ["harness", *args])
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
-def test_cli_cfg_job_prints_the_composed_config():
-    r = _cli("method=sd", "method.gamma=3", "--cfg", "job")
+def test_cli_cfg_job_prints_the_composed_config(monkeypatch):
+    r = _cli("method=sd", "method.gamma=3", "--cfg", "job", monkeypatch=monkeypatch)
     assert r.returncode == 0, r.stderr
     cfg = OmegaConf.create(r.stdout)
     assert cfg.method.name == "sd" and cfg.method.gamma == 3 and cfg.decoding.top_k == 20
+    assert OmegaConf.to_container(cfg.method) == {"name": "sd", "gamma": 3}  # SD's keys only
+    r = _cli("method=sd", "gamma_policy=qlearning", "gamma_policy.lr=0.1", "--cfg", "job", monkeypatch=monkeypatch)
+    assert OmegaConf.create(r.stdout).gamma_policy.lr == 0.1 and OmegaConf.create(r.stdout).method.gamma == 4
 
 
-def test_cli_unknown_method_fails_with_the_valid_choices(tmp_path):
-    r = _cli("method=nope", f"results_dir={tmp_path}")
+def test_cli_maps_deprecated_keys_before_hydra_composes(monkeypatch, caplog):
+    r = _cli("method=specinfer", "method.num_sequences=3", "method.gamma_policy=fsm", "method.gamma_max=5",
+             "--cfg", "job", monkeypatch=monkeypatch)
+    assert r.returncode == 0, r.stderr
+    cfg = OmegaConf.create(r.stdout)
+    assert cfg.method.num_drafts == 3 and cfg.gamma_policy.name == "fsm" and cfg.gamma_policy.gamma_max == 5
+    assert "use method.num_drafts" in caplog.text and "use gamma_policy.gamma_max" in caplog.text
+
+
+def test_cli_unknown_method_fails_with_the_valid_choices(tmp_path, monkeypatch):
+    r = _cli("method=nope", f"results_dir={tmp_path}", monkeypatch=monkeypatch)
     assert r.returncode != 0
     assert "method/nope" in r.stderr and "ar_sampling" in r.stderr and "specinfer" in r.stderr
     assert not (tmp_path / "cells").exists()
 
 
-def test_cli_user_config_directories(tmp_path):
+def test_cli_user_config_directories(tmp_path, monkeypatch):
     """A lab keeps its pairs outside the package: --config-dir and hydra.searchpath both add config groups."""
     (tmp_path / "pair").mkdir()
     (tmp_path / "pair" / "mine.yaml").write_text("defaults:\n  - tiny\n  - _self_\nname: mine\ndtype: float16\n")
-    r = _cli(f"--config-dir={tmp_path}", "pair=mine", "--cfg", "job")
+    r = _cli(f"--config-dir={tmp_path}", "pair=mine", "--cfg", "job", monkeypatch=monkeypatch)
     assert r.returncode == 0, r.stderr
     assert OmegaConf.create(r.stdout).pair.name == "mine"
-    r = _cli(f"hydra.searchpath=[file://{tmp_path}]", "pair=mine", "--cfg", "job")
+    r = _cli(f"hydra.searchpath=[file://{tmp_path}]", "pair=mine", "--cfg", "job", monkeypatch=monkeypatch)
     assert r.returncode == 0, r.stderr
     pair = OmegaConf.create(r.stdout).pair
     assert pair.name == "mine" and pair.dtype == "float16" and pair.target == "tiny/target"

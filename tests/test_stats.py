@@ -119,6 +119,7 @@ def test_a_policy_sees_every_round_and_gamma_zero_is_a_target_step(method):
     assert st.draft_calls <= sum(st.round_gammas) + 1  # no draft call for a γ = 0 round (pending is fed later)
 
 
+@pytest.mark.slow
 def test_policy_gamma_zero_keeps_sampling_exact():
     """With γ alternating 0 and 2, SD still samples exactly from T∘p (the draft's pending tokens accumulate)."""
     from harness.testing import chi_square_pvalue, exact_sequence_distribution

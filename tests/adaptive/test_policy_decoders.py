@@ -104,7 +104,7 @@ def test_every_policy_keeps_every_lossless_decoder_exact(pair, exact, method, po
         assert len(gammas) >= 2, gammas  # γ really moved
 
 
-@pytest.mark.parametrize("method", ["sd", "mcsd"])
+@pytest.mark.parametrize("method", ["sd", pytest.param("mcsd", marks=pytest.mark.slow)])
 def test_a_policy_peeking_at_the_current_round_fails_the_exactness_test(pair, exact, method):
     params = {"gamma": 1} if method == "sd" else {"k_config": (2, 1, 1)}
     policy = PeekingPolicy(gammas=(1, 3))
@@ -116,6 +116,7 @@ def test_a_policy_peeking_at_the_current_round_fails_the_exactness_test(pair, ex
     assert tv > bound or chi_square_pvalue(samples, exact) < 1e-4, (tv, bound)
 
 
+@pytest.mark.slow
 def test_the_peeking_rounds_themselves_change_nothing(pair, exact):
     """The dry runs leave no trace: with an honest policy that peeks but ignores it the output is still exact."""
     class DryRunThenFixed(PeekingPolicy):

@@ -79,7 +79,7 @@ CASES = {  # fixed width W_L (§3.1): the output must follow target beam samplin
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c if c == "two_layers" else pytest.param(c, marks=pytest.mark.slow) for c in CASES])
 def test_fixed_width_dsbd_follows_beam_sampling(case):
     c = CASES[case]
     pair = toy_pair(vocab_size=c["vocab"], eos_token_id=c["eos"], sharpness=0.6)

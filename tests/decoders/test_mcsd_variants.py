@@ -107,7 +107,13 @@ EXACT_CASES = {  # (method, params, stub stop hook, γ policy)
 }
 
 
-@pytest.mark.parametrize("case", list(EXACT_CASES))
+#: one case per round driver by default (the walk of a fork with an early-stop hook; the best-root walk of a
+#: target-initialised tree under a γ policy), the others with -m slow
+DEFAULT_CASES = ("dynamic fork W=3 D=3, random T1 decision model", "target-init n_t=1 (1,2,1,1), random stub, γ policy 0/2/3")
+
+
+@pytest.mark.parametrize("case", [c if c in DEFAULT_CASES else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in EXACT_CASES])
 def test_lossless_configurations_follow_exact_target_distribution(pair, random_models, case):
     method, params, stop, policy = EXACT_CASES[case]
     dec = _decoder(pair, method, params, random_models, stop() if stop else None, policy() if policy else None)
@@ -126,6 +132,7 @@ def test_lossless_configurations_follow_exact_target_distribution(pair, random_m
     assert 0.05 * rounds < stops < 0.95 * rounds  # the decision really changed γ, and not always
 
 
+@pytest.mark.slow
 def test_target_init_single_root_with_eos_is_exact():
     pair = near_pair(eos_token_id=0)
     exact = exact_sequence_distribution(pair.target, PROMPT, LENGTH, WARP, eos_token_id=0)
@@ -330,7 +337,7 @@ def test_greedy_with_decision_models_is_token_identical_to_ar_greedy_on_tiny_pai
     dec = build_decoder(method, tiny_pair, decoding="greedy", **params)
     assert dec.stop.model.info["name"].endswith("_temp0")
     checks = 0
-    for ids, ref in list(zip(heldout_prompts, tiny_ar_greedy))[:4]:
+    for ids, ref in zip(heldout_prompts, tiny_ar_greedy[:4]):
         gen = dec.generate(ids, 40)
         assert gen.output_ids == ref
         assert gen.stats.target_calls == gen.stats.rounds + (1 if method == "mcsd_target_init" else 0)
