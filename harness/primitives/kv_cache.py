@@ -29,11 +29,6 @@ def reorder(cache, beam_idx: torch.Tensor) -> None:
     cache.reorder_cache(beam_idx)
 
 
-def repeat_rows(cache, times: int) -> None:
-    """Repeat every batch row ``times`` times (e.g. one prompt cache → W beams)."""
-    cache.batch_repeat_interleave(times)
-
-
 def keep_positions(cache, positions: torch.Tensor) -> None:
     """Keep only the given sequence positions (sorted, 1-D) in every layer: tree-path rollback."""
     positions = positions.to(torch.long)

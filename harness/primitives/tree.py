@@ -150,29 +150,6 @@ class TokenTree:
         return cls(tokens.reshape(-1), list(range(-1, tokens.numel() - 1)))
 
     @classmethod
-    def from_sequences(cls, sequences: torch.Tensor) -> tuple[TokenTree, torch.Tensor]:
-        """Merge m draft sequences (m, γ) into a prefix tree in depth-first order.
-
-        Returns the tree and ``node_of`` (m, γ): the node holding ``sequences[j, d]``. Sequences
-        sharing a prefix share its nodes (SpecInfer's token-tree merge), so the target verifies
-        each distinct prefix once.
-        """
-        seqs = sequences.tolist()
-        m = len(seqs)
-        gamma = len(seqs[0]) if m else 0
-        trie: dict[tuple[int, ...], int] = {}
-        order: list[tuple[int, ...]] = []
-        for seq in sorted(set(map(tuple, seqs))):  # sorted prefixes → depth-first order
-            for d in range(1, gamma + 1):
-                if seq[:d] not in trie:
-                    trie[seq[:d]] = len(order)
-                    order.append(seq[:d])
-        tokens = torch.tensor([key[-1] for key in order], dtype=torch.long, device=sequences.device)
-        parents = [trie[key[:-1]] if len(key) > 1 else -1 for key in order]
-        node_of = torch.tensor([[trie[tuple(s[: d + 1])] for d in range(gamma)] for s in seqs], dtype=torch.long)
-        return cls(tokens, parents), node_of.reshape(m, gamma)
-
-    @classmethod
     def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, torch.Tensor]:
         """Reorder any topologically ordered tree (e.g. drafted level by level) depth-first.
 
@@ -195,23 +172,6 @@ class TokenTree:
         new_parents = [new_index[plist[old]] if plist[old] >= 0 else -1 for old in order]
         perm = torch.tensor(order, dtype=torch.long, device=tokens.device)
         return cls(tokens[perm], new_parents), torch.tensor(new_index, dtype=torch.long)
-
-    @classmethod
-    def from_levels(cls, level_tokens: list[torch.Tensor], level_parents: list[torch.Tensor]) -> tuple[TokenTree,
-                                                                                                       torch.Tensor]:
-        """Build from breadth-first levels (as drafted level by level), ordered depth-first.
-
-        ``level_tokens[d]`` (n_d,) tokens at depth d+1; ``level_parents[d]`` (n_d,) index of each one's
-        parent within level d (ignored for d = 0: all roots). Returns the tree and ``dfs_of_bfs``
-        (N,): the depth-first index of each node in breadth-first (concatenated levels) order.
-        """
-        offsets = [0]
-        for t in level_tokens:
-            offsets.append(offsets[-1] + t.numel())
-        bfs_parent = [-1] * level_tokens[0].numel()
-        for d in range(1, len(level_tokens)):
-            bfs_parent += [offsets[d - 1] + int(p) for p in level_parents[d].tolist()]
-        return cls.depth_first(torch.cat(level_tokens), bfs_parent)
 
     @property
     def is_chain(self) -> bool:

@@ -97,10 +97,6 @@ class QLearningPolicy(BoundedPolicy):
             row[self._action] += step * (r + self.params.discount * max(self.q[nxt]) - row[self._action])
         self._history, self._state = nxt_hist, nxt
 
-    def preferred_gamma(self, history: list[int] | None = None) -> int:
-        """The greedy γ in a state (default: the current one)."""
-        row = self.q[self._encode(history) if history is not None else self._state]
-        return row.index(max(row)) + self.gamma_min
 
 
 @register_policy
