@@ -153,7 +153,7 @@ def test_every_policy_is_a_self_validating_params_dataclass_with_one_default_per
 
 
 @pytest.mark.parametrize("policy,selection,match", [
-    ("bogus", None, "fixed, fsm, cache_fsm, hf_heuristic, online, qlearning"),
+    ("bogus", None, "cache_fsm, fixed, fsm, hf_heuristic, online, qlearning"),
     ({"name": "online", "acc_max": 1.5}, None, "acc_max"),
     ({"name": "online", "acc_estimator": "x"}, None, "eq2 | mle"),
     ({"name": "qlearning", "reward": "x"}, None, "acceptance | throughput"),

@@ -114,7 +114,7 @@ def _script():
     import sys
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
     sys.path.insert(0, str(scripts))
     spec = importlib.util.spec_from_file_location("train_decision_models", scripts / "train_decision_models.py")
     module = importlib.util.module_from_spec(spec)

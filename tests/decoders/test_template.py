@@ -27,7 +27,7 @@ PROMPT, LENGTH, N = [1, 2, 3], 4, 800
 @dataclass(frozen=True)
 class ConfidentParams(SpeculativeParams):
     gamma: int = param(6, "most draft tokens per round")
-    threshold: float = param(0.6, "stop drafting once the draft's next-token max probability is below it")
+    threshold: float = param(0.42, "stop drafting once the draft's next-token max probability is below it")
 
 
 @dataclass

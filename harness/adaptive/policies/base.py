@@ -104,7 +104,7 @@ def register_policy(cls: type[PolicyParams]) -> type[PolicyParams]:
 def policy_params(name: str, values: dict | None = None) -> PolicyParams:
     """The named policy's Params from config values (ConfigError naming the valid policies or keys)."""
     if name not in POLICIES:
-        raise ConfigError(f"unknown gamma policy '{name}'; valid: {', '.join(POLICIES.all())}")
+        raise ConfigError(f"unknown gamma policy '{name}'; valid: {', '.join(POLICIES.names())}")
     return POLICIES.get(name).create(dict(values or {}), f"gamma policy '{name}'")
 
 
