@@ -36,6 +36,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
                          "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+    "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
+              "from the stored config: the cell measures the same",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)

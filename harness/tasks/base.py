@@ -90,6 +90,10 @@ class Task:
     """
 
     kind: ClassVar[str] = ""
+    #: the metric (a key of :meth:`score`) the report uses as the task's quality axis; None = the task has
+    #: no reference metric and quality is the output's perplexity under the target (lower is better)
+    primary_metric: ClassVar[str | None] = None
+    higher_is_better: ClassVar[bool] = True  # the primary metric's direction
     name: str = ""
     num_prompts: int | None = None
     sample_seed: int | None = None

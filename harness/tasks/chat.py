@@ -38,6 +38,7 @@ ALPACA_TEMPLATE = ("Below is an instruction that describes a task. Write a respo
 @dataclass
 class MTBench(TemplateTask):
     kind = "mt_bench"
+    primary_metric = "mt_bench_score"  # the judge's 1-10 score (harness/judge); without a judge: perplexity
     path: str = "mt_bench/question.jsonl"
     template: str = VICUNA_TEMPLATE
     user_template: str = "{prompt}"
@@ -57,6 +58,7 @@ class SpecBench(MTBench):
 @dataclass
 class Alpaca(TemplateTask):
     kind = "alpaca"
+    primary_metric = "rougeL"
     path: str = "alpaca/question.jsonl"
     template: str = ALPACA_TEMPLATE
     user_template: str = "{prompt}"
