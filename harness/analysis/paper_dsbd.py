@@ -81,8 +81,8 @@ def table1(summary: pd.DataFrame) -> PaperTable:
         chosen, rule = select_constrained(g[CONSTRAINED.mask(g)], prim.column, prim.higher_is_better,
                                           g[MethodSpec.parse("sd").mask(g)])
         rules.append(f"{names[key]}: {rule}" + (f" Quality: {prim.note}." if prim.note else ""))
-        cols = ((prim.column, "EM/EA" if prim.column != PPL else "EM/EA (PPL)", prim.higher_is_better, 0),
-                (PPL, "PPL", False, 1), ("tokens_per_s", "tokens/s", True, 2), ("j_per_token", "J/token", False, 3))
+        cols = ((prim.column, "EM/EA", prim.higher_is_better, 0),) * (prim.column != PPL) + (
+            (PPL, "PPL", False, 1), ("tokens_per_s", "tokens/s", True, 2), ("j_per_token", "J/token", False, 3))
         for role, spec in TABLE1_ROLES:
             rows, why = (chosen, "") if role == "DSBD" else choose(g[spec.mask(g)], role)
             label = f"DSBD ({chosen['label'].iloc[0]})" if role == "DSBD" and not chosen.empty else role
@@ -133,7 +133,7 @@ def iso_table(iso: pd.DataFrame) -> PaperTable:
     rows = iso[(iso["family_a"] == fa) & (iso["family_b"] == "beam_sampling")] if not iso.empty else iso
     for _, r in rows.iterrows():
         block = f"{r['pair']} · {r['dataset']} · {r['gpu']} · {r['decoding']}"
-        q = str(r["quality"]).removeprefix("metric.")
+        q = "PPL" if r["quality"] == PPL else str(r["quality"]).removeprefix("metric.")
         comparable = pv.paper_pair("dsbd", r["pair"]) and pv.paper_dataset("dsbd", r["dataset"])
         paper = f"{pv.DSBD_ISO[r['measure']]} (L40)" if comparable else ""
         text = "n/a: " + r["note"] if not np.isfinite(r["ratio_geo"]) else \
@@ -177,6 +177,8 @@ def width_table(summary: pd.DataFrame, records: pd.DataFrame) -> tuple[PaperTabl
 
 def _rho(x, y) -> str:
     ok = np.isfinite(pd.to_numeric(x, errors="coerce")) & np.isfinite(pd.to_numeric(y, errors="coerce"))
+    if not np.isfinite(pd.to_numeric(y, errors="coerce")).any():
+        return "n/a (not measured)"
     if ok.sum() < 3:
         return "n/a (< 3 settings)"
     rho = sps.spearmanr(np.asarray(x, float)[ok], np.asarray(y, float)[ok]).statistic

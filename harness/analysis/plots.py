@@ -208,7 +208,8 @@ def conditional_acceptance(cond: pd.DataFrame) -> Figure | None:
         c = colour(g.get("method_name", g["label"]).iloc[0])
         ax.plot(g["position"], g["rate"], marker="o", color=c, lw=1.2, ms=4)
         ax.fill_between(g["position"], g["rate_lo"], g["rate_hi"], color=c, alpha=0.2)
-        ax.set_title(f"{g['label'].iloc[0]}\nn = {int(g['reached'].iloc[0])} rounds", fontsize=7)
+        regime = f" · {g['regime'].iloc[0]}" if "regime" in g else ""
+        ax.set_title(f"{g['label'].iloc[0]}{regime}\nn = {int(g['reached'].iloc[0])} rounds", fontsize=7)
         ax.set_ylim(0, 1.02)
         ax.set_xticks(list(g["position"].astype(int)))
         ax.set_xlabel("draft position k", fontsize=7)
