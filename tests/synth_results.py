@@ -49,3 +49,63 @@ def write_cell(results: Path, cell_id: str, method: str, params: dict | None = N
          "env": {"device_type": "cpu"}, **(summary or {})}
     (d / "summary.json").write_text(json.dumps(s))
     return cell_id
+
+
+def compose_twin(name: str) -> list[dict]:
+    """Every cell config of an experiment (``+experiment=name``, gpu=cpu), composed by Hydra as a sweep would."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from harness.configs import register_configs
+    from harness.resources import conf_dir
+    from harness.sweeper import config_sweep_overrides
+
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        sweep = compose(config_name="config", overrides=[f"+experiment={name}"], return_hydra_config=True)
+        cells = config_sweep_overrides(sweep)
+        out = [OmegaConf.to_container(compose(config_name="config", overrides=[f"+experiment={name}", "gpu=cpu", *c]),
+                                      resolve=True) for c in cells]
+    GlobalHydra.instance().clear()
+    return out
+
+
+def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | None = None, **extra) -> str:
+    """A finished cell as the runner would write it for a composed config (no model runs): the decoder's
+    parameters and decoding from the Params, the cell id from the identity, records with synthetic timings
+    (per prompt ``secs`` × (1 + i/20) s), drafting rounds where the method drafts, DSBD's width and β̄
+    stats, and draft selection's phases (the first ``selection_fit_prompts`` prompts: fit)."""
+    from harness.decoders.base import make_params
+    from harness.identity import cell_id
+    from harness.runner import plan_cell
+
+    plan = plan_cell(cfg)
+    params = make_params(plan.decoder_cls, plan.params)
+    values = params.as_dict()
+    cid = cell_id(cfg)
+    n = prompts or cfg["dataset"].get("num_prompts") or 4
+    gamma = values.get("gamma") or (len(values["k_config"]) - 1 if values.get("k_config") else None)
+    fit = values.get("selection_fit_prompts", 0) if values.get("draft_selection", "none") != "none" else 0
+
+    def rec(i):
+        r = {"stat.avg_width": 1.0 + (values.get("draft_width") or 0) / 10, "stat.beta_bar": 0.8,
+             "stat.beta_layers": 4} if plan.decoder_cls.method == "dsbd" else {}
+        if fit:
+            r["selection.phase"] = "fit" if i < fit else "select"
+        return r
+
+    d = Path(results) / "cells" / cid
+    write_cell(results, cid, plan.decoder_cls.method, {k: v for k, v in values.items()
+                                                        if k not in ("temperature", "top_k", "top_p")},
+               decoding=cfg["decoding"], pair=cfg["pair"]["name"], dataset=cfg["dataset"]["name"],
+               prompts=n, secs=secs, gamma=gamma if plan.decoder_cls.method not in ("ar_greedy", "ar_sampling",
+                                                                                  "beam_sampling", "beam_search")
+               else None, report=cfg.get("report"), pair_cfg={k: v for k, v in cfg["pair"].items() if k != "name"},
+               record_extra=rec, max_new_tokens=cfg.get("max_new_tokens") or 16, **extra)
+    assert d.is_dir()
+    summary = json.loads((d / "summary.json").read_text())
+    summary.update(decoding=params.decoding, params=values, config=cfg)
+    (d / "summary.json").write_text(json.dumps(summary))
+    return cid

@@ -41,6 +41,15 @@ def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
     return mask & _no_selection(cells) if ("draft_selection", "none") in spec.params else mask & spec.mask(cells)
 
 
+def fixed_twin(cells: pd.DataFrame, adaptive: pd.DataFrame) -> pd.DataFrame:
+    """Fixed-γ SD at the adaptive cell's γ (its starting γ; the seed gives no fixed γ: the sd default, 4) —
+    not the other γ of a fixed-γ sweep."""
+    fixed = cells[_spec(FIXED, cells)]
+    if adaptive.empty or "param.gamma" not in cells:
+        return fixed
+    return fixed[fixed["param.gamma"].astype(float).isin(adaptive["param.gamma"].astype(float))]
+
+
 def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
     """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
     if len(a) != 1 or len(b) != 1:
@@ -59,7 +68,7 @@ def table2(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
         for gpu, gg in g.groupby("gpu", sort=False):
             online, why = choose(gg[_spec(ONLINE, gg)], "online")
             for col, spec, fmt, i in (("SPS", FIXED, percent, 0), ("ARS", AR, times, 1)):
-                base, why_b = choose(gg[_spec(spec, gg)], str(spec))
+                base, why_b = choose(fixed_twin(gg, online) if spec is FIXED else gg[_spec(spec, gg)], str(spec))
                 v, lo, hi, n, src = paired(records, online, base, **boot)
                 text = fmt(v, lo, hi) if np.isfinite(v) else f"n/a: {why or why_b or 'no common prompts'}"
                 vals = paper.get(pv.paper_gpu(gpu))
@@ -86,7 +95,7 @@ def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame 
     for _, m in multi.iterrows():
         twin = default_twin(summary, m)
         target = pv.paper_pair("adaptive", m["pair"]) or str(m["pair"])
-        fixed, why_f = choose(twin[_spec(FIXED, twin)], "fixed-γ SD on the default draft")
+        fixed, why_f = choose(fixed_twin(twin, m.to_frame().T), "fixed-γ SD on the default draft")
         online, why_o = choose(twin[_spec(ONLINE, twin)], "online SD on the default draft")
         n_fit = int((excluded["cell_id"] == m["cell_id"]).sum()) if excluded is not None and len(excluded) else 0
         notes.append(f"{m['pair']} ({m['dataset']}): twin {twin['pair'].iloc[0] if len(twin) else 'none'}; "
@@ -113,9 +122,9 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
     found = [(k, g) for k, g in blocks(sd) if g["param.gamma_policy"].nunique() > 1] if "param.gamma_policy" in sd else []
     names, common = block_names([k for k, _ in found])
     for key, g in found:
-        fixed, _ = choose(g[_spec(FIXED, g)], "fixed")
+        fixed, _ = choose(fixed_twin(g, g[_spec(ONLINE, g)]), "fixed")
         for policy in [p for p in POLICIES if p in set(g["param.gamma_policy"])]:
-            rows, why = choose(g[g["param.gamma_policy"] == policy], policy)
+            rows, why = choose(fixed if policy == "fixed" else g[g["param.gamma_policy"] == policy], policy)
             row = (names[key], policy)
             for col, header in (("tokens_per_s", "tokens/s"), ("acceptance_rate", "acceptance rate")):
                 value, text = (rows[col].mean(), f"{rows[col].mean():.3g}") if not why else (np.nan, f"n/a: {why}")

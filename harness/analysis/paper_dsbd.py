@@ -181,5 +181,8 @@ def _rho(x, y) -> str:
         return "n/a (not measured)"
     if ok.sum() < 3:
         return "n/a (< 3 settings)"
-    rho = sps.spearmanr(np.asarray(x, float)[ok], np.asarray(y, float)[ok]).statistic
+    xs, ys = np.asarray(x, float)[ok], np.asarray(y, float)[ok]
+    if np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return "n/a (constant)"
+    rho = sps.spearmanr(xs, ys).statistic
     return f"{rho:+.2f} (n={int(ok.sum())})"

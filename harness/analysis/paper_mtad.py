@@ -28,6 +28,13 @@ TABLE15 = {("Llama-2", "CP"): (4, 0.9, 2, 0.1), ("OPT", "CP"): (4, 0.9, 2, 0.1),
            ("Llama-2", "SP"): (2, 0.9, 1, 0.9), ("OPT", "SP"): (2, 0.9, 1, 0.1), ("Llama-2", "MT"): (2, 0.9, 1, 0.9),
            ("OPT", "MT"): (2, 0.9, 1, 0.1)}
 DEFAULT_SETTING = (2, None, None, 0.1)  # elsewhere: Table 15's most common m and τ; BiLD's τ not fixed
+APP_F = "T 1 · top-k 20 · top-p 0.9"  # App. F's warp: every table but Table 12 (whose warps are its subject)
+
+
+def app_f(summary: pd.DataFrame) -> pd.DataFrame:
+    """The cells under App. F's warp, where there are any (else every cell: a sweep under another warp)."""
+    mine = summary[summary["regime"] == APP_F]
+    return mine if len(mine) else summary
 
 
 def main_specs(pair, dataset) -> dict[str, MethodSpec]:
@@ -48,6 +55,7 @@ def _role_rows(g: pd.DataFrame, spec: MethodSpec, role: str) -> tuple[pd.DataFra
 
 
 def table3(summary: pd.DataFrame) -> PaperTable:
+    summary = app_f(summary)
     entries = []
     found = blocks(summary, ["dataset", "gpu", "regime"])
     names, common = block_names([k for k, _ in found], ["dataset", "gpu", "regime"])
@@ -68,6 +76,7 @@ def table3(summary: pd.DataFrame) -> PaperTable:
 
 
 def table4(summary: pd.DataFrame) -> PaperTable:
+    summary = app_f(summary)
     entries, notes = [], []
     found = blocks(summary)
     names, common = block_names([k for k, _ in found])
@@ -90,6 +99,7 @@ def table4(summary: pd.DataFrame) -> PaperTable:
 
 
 def table5(summary: pd.DataFrame) -> PaperTable:
+    summary = app_f(summary)
     entries = []
     groups = list(summary.groupby(["pair", "gpu", "regime"], sort=False))
     names, common = block_names([k for k, _ in groups], ["pair", "gpu", "regime"])
@@ -110,6 +120,7 @@ def table5(summary: pd.DataFrame) -> PaperTable:
 
 def beams_table(summary: pd.DataFrame) -> PaperTable:
     """Table 7: MTAD with 2/4/6/8 draft beams (γ 4, the block's τ): speed, energy, perplexity."""
+    summary = app_f(summary)
     entries = []
     mtad = summary[MethodSpec.parse("mtad[gamma=4]").mask(summary)]
     found = [(k, g) for k, g in blocks(mtad) if g["param.draft_width"].nunique() > 1]
@@ -134,6 +145,7 @@ def beams_table(summary: pd.DataFrame) -> PaperTable:
 
 def tau_table(summary: pd.DataFrame) -> PaperTable:
     """Fig. 3: MTAD across τ (γ 4, 8 beams): speed, energy, perplexity, block efficiency."""
+    summary = app_f(summary)
     entries = []
     mtad = summary[MethodSpec.parse("mtad[gamma=4,draft_width=8]").mask(summary)]
     found = [(k, g) for k, g in blocks(mtad) if g["param.tau"].nunique() > 1]
