@@ -130,10 +130,12 @@ def estimate_text(values, lo=None, hi=None, digits: int = 3, unit: str = "") -> 
 
 
 def column_entry(rows: pd.DataFrame, col: str, row: tuple, column: tuple, higher: bool | None, paper: str = "",
-                 digits: int = 3, unit: str = "") -> Entry:
-    """An entry from a summary column (``col``, ``col_lo``, ``col_hi``) of the selected cells ``rows``."""
-    if rows.empty or col not in rows:
-        return Entry(row, column, sources=tuple(rows.get("cell_id", [])), paper=paper, higher=higher)
+                 why: str = "", digits: int = 3, unit: str = "") -> Entry:
+    """An entry from a summary column (``col``, ``col_lo``, ``col_hi``) of the selected cells ``rows``; with
+    ``why`` (no single cell stands for it: :func:`choose`), "n/a: why"."""
+    if why or rows.empty or col not in rows:
+        return Entry(row, column, text=f"n/a: {why}" if why else NA, sources=tuple(rows.get("cell_id", [])),
+                     paper=paper, higher=higher)
     value, text = estimate_text(rows[col], rows.get(col + "_lo"), rows.get(col + "_hi"), digits, unit)
     return Entry(row, column, value, text, tuple(rows["cell_id"]), paper, higher)
 

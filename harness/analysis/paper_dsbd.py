@@ -71,15 +71,21 @@ def _paper(table: dict, pair, dataset, role: str, i: int) -> str:
     return f"{vals[i]} ({pv.GPU['dsbd']})" if vals else ""
 
 
+def _constrained(summary: pd.DataFrame, key: tuple):
+    """(block rows, quality axis, the chosen constrained DSBD cells, the rule) of one block."""
+    g = block_rows(summary, key)
+    prim = primary(g)
+    chosen, rule = select_constrained(g[CONSTRAINED.mask(g)], prim.column, prim.higher_is_better,
+                                      g[MethodSpec.parse("sd").mask(g)])
+    return g, prim, chosen, rule
+
+
 def table1(summary: pd.DataFrame) -> PaperTable:
     """Table 1 (000) / Table 2 (001): comparison under memory constraints."""
     entries, rules, found = [], [], blocks(summary[CONSTRAINED.mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
-        g = block_rows(summary, key)
-        prim = primary(g)
-        chosen, rule = select_constrained(g[CONSTRAINED.mask(g)], prim.column, prim.higher_is_better,
-                                          g[MethodSpec.parse("sd").mask(g)])
+        g, prim, chosen, rule = _constrained(summary, key)
         rules.append(f"{names[key]}: {rule}" + (f" Quality: {prim.note}." if prim.note else ""))
         cols = ((prim.column, "EM/EA", prim.higher_is_better, 0),) * (prim.column != PPL) + (
             (PPL, "PPL", False, 1), ("tokens_per_s", "tokens/s", True, 2), ("j_per_token", "J/token", False, 3))
@@ -87,11 +93,8 @@ def table1(summary: pd.DataFrame) -> PaperTable:
             rows, why = (chosen, "") if role == "DSBD" else choose(g[spec.mask(g)], role)
             label = f"DSBD ({chosen['label'].iloc[0]})" if role == "DSBD" and not chosen.empty else role
             for col, header, hib, i in cols:
-                e = column_entry(rows, col, (names[key], label), (header,), hib,
-                                 _paper(pv.DSBD_TABLE1, key[0], key[1], role, i))
-                if why:
-                    e.text = f"n/a: {why}"
-                entries.append(e)
+                entries.append(column_entry(rows, col, (names[key], label), (header,), hib,
+                                            _paper(pv.DSBD_TABLE1, key[0], key[1], role, i), why))
     return assemble("dsbd.table1", "DSBD Table 1 (000) = Table 2 (001): comparison under memory constraints",
                     f"Each method keeps one KV-cache sequence (§4.3). {common}. Bold: best per column in each block.",
                     entries, ["block", "method"], ["measure"], notes=rules)
@@ -103,10 +106,7 @@ def mtbench_table(summary: pd.DataFrame) -> PaperTable:
     found = blocks(summary[MTBENCH_ROLES[1][1].mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
-        g = block_rows(summary, key)
-        prim = primary(g)
-        chosen, rule = select_constrained(g[CONSTRAINED.mask(g)], prim.column, prim.higher_is_better,
-                                          g[MethodSpec.parse("sd").mask(g)])
+        g, prim, chosen, rule = _constrained(summary, key)
         notes.append(f"{names[key]}: " + (rule.replace("SpecDecode", "SpD") or "no memory-constrained DSBD cell")
                      + (f" Score: {prim.note}." if prim.note else ""))
         for role, spec in MTBENCH_ROLES:
@@ -117,8 +117,7 @@ def mtbench_table(summary: pd.DataFrame) -> PaperTable:
                                                    ("j_per_token", "J/token", False))):
                 vals = pv.DSBD_MTBENCH.get(pv.paper_pair("dsbd", key[0]), {}).get(role) \
                     if pv.paper_dataset("dsbd", key[1]) == "MT-Bench" else None
-                e = column_entry(rows, col, (names[key], role), (header,), hib, f"{vals[i]} (L40)" if vals else "")
-                e.text = f"n/a: {why}" if why else e.text
+                e = column_entry(rows, col, (names[key], role), (header,), hib, f"{vals[i]} (L40)" if vals else "", why=why)
                 entries.append(e)
     return assemble("dsbd.mtbench", "DSBD Table 1 (001): MT-Bench with SpecInfer, beam sampling (W = 5) and DSBD",
                     f"DSBD keeps one KV-cache sequence (001 §4.3). {common}. The paper's score is GPT-4's; ours is the "

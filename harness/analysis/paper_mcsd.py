@@ -64,8 +64,7 @@ def _alpha_table(summary: pd.DataFrame, roles, temperature: float, key: str, tit
                 col = ("Llama 2-7B Chat", "Vicuna-7B").index(tgt) if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else None
                 comparable = vals and col is not None and set(gt["draft"]) == {"Llama-68M"}
                 e = column_entry(rows, "acceptance_rate", (f"{dataset} · {gpu}", role, config), (tgt,), True,
-                                 f"{vals[col]} (RTX 4090)" if comparable else "")
-                e.text = f"n/a: {why}" if why else e.text
+                                 f"{vals[col]} (RTX 4090)" if comparable else "", why=why)
                 entries.append(e)
     return assemble(key, title, "α: accepted ÷ draft positions, pooled over rounds [95 % bootstrap CI over prompts]; "
                     f"temperature {temperature:g}; columns: target models. Bold: best per column in each dataset.",
@@ -96,7 +95,8 @@ def ordering_table(t2: PaperTable) -> PaperTable:
             else:
                 holds = vals[0] < vals[1] < vals[2]
                 text = ("yes: " if holds else "no: ") + " < ".join(f"{v:.3g}" for v in vals)
-            entries.append(Entry((dataset,), (tgt,), np.nan, text, tuple(srcs), "yes (RTX 4090)"))
+            paper = "yes (RTX 4090)" if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else ""
+            entries.append(Entry((dataset,), (tgt,), np.nan, text, tuple(srcs), paper))
     return assemble("mcsd.ordering", "MCSD Table 2: does α order SD < MCSD < our method?",
                     "Point estimates of Table 2 (SD γ 4, MCSD 4×2×2×1, ours 2×4×3×1×1; T 0.7). The paper: yes in every "
                     "entry.", entries, ["dataset"], ["target"])
@@ -121,8 +121,7 @@ def table4(summary: pd.DataFrame) -> PaperTable:
             vals = pv.MCSD_TABLE4.get((pv.paper_dataset("mcsd", dataset), dr, int(temp)))
             col = ("Llama 2-7B Chat", "Vicuna-7B").index(tgt) if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else None
             e = column_entry(rows, "acceptance_rate", (dataset, dr, f"{temp:g}"), (tgt,), None,
-                             f"{vals[col]} (RTX 4090)" if vals and col is not None else "")
-            e.text = f"n/a: {why}" if why else e.text
+                             f"{vals[col]} (RTX 4090)" if vals and col is not None else "", why=why)
             entries.append(e)
     return assemble("mcsd.table4", "MCSD Table 4: acceptance rates of our method (D = 5, W = 16) at temperature 0 and 1",
                     "Our method: mcsd_target_init k_config (16,1,1,1,1,1); under greedy decoding the sixteen roots are "
@@ -145,11 +144,11 @@ def table1(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
             rows, why = choose(gn, f"n_t={n_t}")
             ar = s[MethodSpec.parse("ar_sampling").mask(s) & (s["dataset"] == dataset) & (s["gpu"] == gpu)
                    & (s["draft"] == dr) & (s["target"] == tgt)]
-            e = column_entry(rows, prim.column, (f"{dataset} · {tgt}", int(n_t)), (dr,), prim.higher_is_better)
+            e = column_entry(rows, prim.column, (f"{dataset} · {tgt}", int(n_t)), (dr,), prim.higher_is_better,
+                             why=why)
             if not why and not ar.empty and np.isfinite(e.value):
                 e.text += f" ({e.value - ar[prim.column].mean():+.3g} vs AR)"
                 e.sources += tuple(ar["cell_id"])
-            e.text = f"n/a: {why}" if why else e.text
             vals = pv.MCSD_TABLE1.get(int(n_t), {}).get(dr) if pv.paper_dataset("mcsd", dataset) == "MT-Bench" and \
                 tgt == "Llama 2-7B Chat" else None
             e.paper = f"{vals} (RTX 4090)" if vals else ""

@@ -66,9 +66,8 @@ def table3(summary: pd.DataFrame) -> PaperTable:
                 for i, (measure, col, hib) in enumerate(MEASURES[:2]):
                     vals = pv.MTAD_TABLE3.get(pv.paper_pair("mtad", pair), {}).get(role) \
                         if pv.paper_dataset("mtad", key[0]) == "CA" else None
-                    e = column_entry(rows, col, (names[key], measure.split(" ")[0].upper()), (pair, role), None,
-                                     f"{vals[i]} (L40)" if vals else "")
-                    e.text = f"n/a: {why}" if why else e.text
+                    e = column_entry(rows, col, (names[key], ("TOKENS/S", "J/TOKEN")[i]), (pair, role), None,
+                                     f"{vals[i]} (L40)" if vals else "", why=why)
                     entries.append(e)
     return assemble("mtad.table3", "MTAD Table 3: speed and energy of multinomial sampling (MS) and speculative "
                     "decoding (SPEC)", f"{common}. The paper's figures are its ChatAlpaca (CA) column.",
@@ -90,8 +89,7 @@ def table4(summary: pd.DataFrame) -> PaperTable:
             rows, why = _role_rows(g, specs[role], role)
             for measure, col, hib in MEASURES:
                 vals = paper.get(measure.split(" ")[0])
-                e = column_entry(rows, col, (names[key], measure), (role,), hib, f"{vals[i]} (L40)" if vals else "")
-                e.text = f"n/a: {why}" if why else e.text
+                e = column_entry(rows, col, (names[key], measure), (role,), hib, f"{vals[i]} (L40)" if vals else "", why=why)
                 entries.append(e)
     return assemble("mtad.table4", "MTAD Table 4: inference efficiency and output perplexity", f"{common}. Bold: best "
                     "in the row, underlined: second best. Each entry: the method's Table 15 setting (notes).",
@@ -118,13 +116,18 @@ def table5(summary: pd.DataFrame) -> PaperTable:
                     entries, ["method"], ["pair"])
 
 
+def _swept(summary: pd.DataFrame, spec: str, param: str):
+    """The blocks (under App. F's warp) in which MTAD cells matching ``spec`` take several ``param`` values."""
+    summary = app_f(summary)
+    mtad = summary[MethodSpec.parse(spec).mask(summary)]
+    found = [(k, g) for k, g in blocks(mtad) if g[f"param.{param}"].nunique() > 1]
+    return found, *block_names([k for k, _ in found])
+
+
 def beams_table(summary: pd.DataFrame) -> PaperTable:
     """Table 7: MTAD with 2/4/6/8 draft beams (γ 4, the block's τ): speed, energy, perplexity."""
-    summary = app_f(summary)
     entries = []
-    mtad = summary[MethodSpec.parse("mtad[gamma=4]").mask(summary)]
-    found = [(k, g) for k, g in blocks(mtad) if g["param.draft_width"].nunique() > 1]
-    names, common = block_names([k for k, _ in found])
+    found, names, common = _swept(summary, "mtad[gamma=4]", "draft_width")
     for key, g in found:
         tau = main_specs(key[0], key[1])["MTAD"].params
         g = g[MethodSpec("mtad", tuple(p for p in tau if p[0] == "tau")).mask(g)]
@@ -135,8 +138,7 @@ def beams_table(summary: pd.DataFrame) -> PaperTable:
                 i = (2, 4, 6, 8).index(int(width)) if int(width) in (2, 4, 6, 8) else None
                 vals = paper.get(measure.split(" ")[0]) if paper else None
                 e = column_entry(rows, col, (names[key], measure), (f"{width:g}",), hib,
-                                 f"{vals[i]} (L40)" if vals and i is not None else "")
-                e.text = f"n/a: {why}" if why else e.text
+                                 f"{vals[i]} (L40)" if vals and i is not None else "", why=why)
                 entries.append(e)
     return assemble("mtad.table7", "MTAD Table 7: effect of the number of draft beams", f"MTAD γ 4 at the block's "
                     f"Table 15 τ. {common}. The paper: ChatGPT-Prompts.", entries, ["block", "measure"], ["# beams"],
@@ -145,17 +147,13 @@ def beams_table(summary: pd.DataFrame) -> PaperTable:
 
 def tau_table(summary: pd.DataFrame) -> PaperTable:
     """Fig. 3: MTAD across τ (γ 4, 8 beams): speed, energy, perplexity, block efficiency."""
-    summary = app_f(summary)
     entries = []
-    mtad = summary[MethodSpec.parse("mtad[gamma=4,draft_width=8]").mask(summary)]
-    found = [(k, g) for k, g in blocks(mtad) if g["param.tau"].nunique() > 1]
-    names, common = block_names([k for k, _ in found])
+    found, names, common = _swept(summary, "mtad[gamma=4,draft_width=8]", "tau")
     for key, g in found:
         for tau, gt in sorted(g.groupby("param.tau"), key=lambda x: float(x[0])):
             rows, why = choose(gt, f"τ={tau:g}")
             for measure, col, hib in (*MEASURES, ("block efficiency ↑", "block_efficiency", True)):
-                e = column_entry(rows, col, (names[key], f"{tau:g}"), (measure,), hib)
-                e.text = f"n/a: {why}" if why else e.text
+                e = column_entry(rows, col, (names[key], f"{tau:g}"), (measure,), hib, why=why)
                 entries.append(e)
     return assemble("mtad.fig3", "MTAD Fig. 3: effect of the acceptance threshold τ", f"MTAD γ 4, 8 beams. {common}. "
                     "The paper: efficiency drops as τ grows; perplexity is stable for τ in 0.1-0.9 and rises "
@@ -171,7 +169,8 @@ def topk_topp_table(summary: pd.DataFrame) -> PaperTable:
               if g[MethodSpec.parse("mtad").mask(g)]["regime"].nunique() > 1]
     names, common = block_names([k for k, _ in groups], ["pair", "dataset", "gpu"])
     for key, g in groups:
-        for (k, p), gw in g.groupby(["param.top_k", "param.top_p"], sort=False):
+        warps = sorted(g.groupby(["param.top_k", "param.top_p"], sort=False), key=lambda x: (-x[0][0], -x[0][1]))
+        for (k, p), gw in warps:  # the paper's order: k 20 then 10, p 0.9 then 0.8
             paper = pv.MTAD_TABLE12.get((int(k), float(p))) if pv.paper_pair("mtad", key[0]) == "Llama-2" and \
                 pv.paper_dataset("mtad", key[1]) == "CP" else None
             for j, (role, spec) in enumerate(roles):
@@ -179,8 +178,7 @@ def topk_topp_table(summary: pd.DataFrame) -> PaperTable:
                 rows, why = choose(gw[spec.mask(gw)], role)
                 for i, (header, col, hib) in enumerate((("PPL", PPL, False), ("tokens/s", "tokens_per_s", True))):
                     e = column_entry(rows, col, (names[key], f"{int(k)}", f"{float(p):g}"), (role, header), None,
-                                     f"{paper[2 * j + i]} (L40)" if paper else "")
-                    e.text = f"n/a: {why}" if why else e.text
+                                     f"{paper[2 * j + i]} (L40)" if paper else "", why=why)
                     entries.append(e)
     return assemble("mtad.table12", "MTAD Table 12: ablation of k and p in top-k and top-p sampling",
                     f"Temperature 1; each (k, p) is its own decoding regime, every method paired within it. {common}.",
