@@ -1,6 +1,8 @@
-"""Short method labels: the method and only the parameters that differ among its cells.
+"""Short method labels: the method and only the parameters that differ within a comparison.
 
-``sd γ=4`` beside ``sd γ=8``, ``dsbd γ=2 W_S=4 t=0.9``, ``sd online`` for a γ policy; the warp is never in
+A comparison is the cells of one pair × dataset × gpu × decoding regime (what a table block, a front or a
+figure panel shows): ``sd γ=4`` beside ``sd γ=8``, ``dsbd W_S=4 t=0.9``, ``sd online`` for a γ policy; a γ
+policy or a draft selection other than the default is always named (``sd online ols``). The warp is never in
 a label (it is the regime, stated once in a table's caption or a panel's title). A method whose summary
 says it is not lossless (``lossless: false``; INTERFACES.md item 1) is marked with † — unknown (older
 summaries) is not marked, and never guessed from the name.
@@ -20,8 +22,9 @@ SYMBOLS = {"gamma": "γ", "num_drafts": "m", "width": "W", "draft_width": "W_S",
            "min_width": "W_min", "tau": "τ", "k_config": "k", "fallback_threshold": "τ1",
            "rollback_threshold": "τ2", "posterior_threshold": "ε", "posterior_alpha": "δ",
            "decision_threshold": "θ", "selection_fit_prompts": "fit"}
-#: parameters shown by their value alone (``sd online``, ``sd ols``)
-VALUE_ONLY = ("gamma_policy", "draft_selection")
+#: parameters shown by their value alone (``sd online``, ``sd ols``), and always where not their default
+VALUE_ONLY = {"gamma_policy": "fixed", "draft_selection": "none"}
+COMPARISON = ["pair", "dataset", "gpu", "regime"]
 
 
 def _fmt(key: str, v: Any) -> str:
@@ -58,12 +61,16 @@ def varying(cells: pd.DataFrame) -> list[str]:
 
 
 def short_labels(cells: pd.DataFrame, mark_lossy: bool = True) -> pd.Series:
-    """Per cell: method name + the parameters that vary among that method's cells (+ † if lossy)."""
+    """Per cell: method name + the parameters that vary among that method's cells in its comparison (+ † if
+    lossy)."""
     labels = cells["method_name"].astype(str).copy()
-    for _, group in cells.groupby("method_name", sort=False):
+    by = ["method_name"] + [c for c in COMPARISON if c in cells]
+    for _, group in cells.groupby(by, sort=False, dropna=False):
         keys = varying(group)
         for i, row in group.iterrows():
-            parts = [param_text(row, k) for k in keys]
+            shown = [k for k, default in VALUE_ONLY.items() if k not in keys and f"param.{k}" in row
+                     and str(row[f"param.{k}"]) not in (default, "nan", "None")]
+            parts = [param_text(row, k) for k in shown + keys]
             labels[i] = " ".join([str(row["method_name"]), *[p for p in parts if p]])
     if mark_lossy and "lossless" in cells:
         lossy = cells["lossless"].map(lambda v: lossless_text(v) == "no").astype(bool)

@@ -129,6 +129,9 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
             for col, header in (("tokens_per_s", "tokens/s"), ("acceptance_rate", "acceptance rate")):
                 value, text = (rows[col].mean(), f"{rows[col].mean():.3g}") if not why else (np.nan, f"n/a: {why}")
                 entries.append(Entry(row, (header,), value, text, tuple(rows["cell_id"]), "", True))
+            if policy == "fixed":
+                entries.append(Entry(row, ("÷ fixed γ",), 1.0, "1 (the reference)", tuple(fixed["cell_id"])))
+                continue
             v, lo, hi, n, src = paired(records, rows, fixed, **boot)
             entries.append(Entry(row, ("÷ fixed γ",), v, times(v, lo, hi), src, "", True))
     return assemble("adaptive.policies", "Adaptive App. C.2 (Figs. 6-7): γ policies compared",
