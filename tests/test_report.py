@@ -127,3 +127,44 @@ def test_report_imports_neither_torch_nor_decoders():
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('harness.decoders')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+# ---- issue 22.11: lossless marking; 22.13: the command line never destroys work --------------------------------
+
+def test_lossy_methods_are_marked_and_the_overview_names_the_fastest_lossless_one(tmp_path):
+    from synth_results import write_cell
+
+    res = tmp_path / "results"
+    write_cell(res, "ar", "ar_sampling", summary={"lossless": True})
+    write_cell(res, "sd", "sd", {"gamma": 4}, secs=0.6, summary={"lossless": True})
+    write_cell(res, "typ", "typical", {"gamma": 4}, secs=0.3, summary={"lossless": False})  # faster, but lossy
+    write_cell(res, "old", "specinfer", {"gamma": 4}, secs=0.2)  # an older summary: lossless unknown
+    out = build_report(res, tmp_path / "report", n_resamples=100)
+    labels = out["cells"].set_index("cell_id")["label"]
+    assert labels["typ"] == "typical †" and labels["sd"] == "sd" and labels["old"] == "specinfer"  # never guessed
+    text = out["md"].read_text()
+    head = text[text.index("## Overview"):text.index("## Speed-ups")]
+    row = [line for line in head.splitlines() if line.startswith("| T 1")][0]
+    assert "sd (tiny, d)" in row.split("|")[2]  # the fastest *lossless* method
+    assert "typical † 3.33×" in row.split("|")[3]  # lossy ones apart, at their speed-up
+    assert "specinfer" not in row.split("|")[2] and row.split("|")[4].strip() == "1"  # unknown: counted, not ranked
+
+
+def test_two_results_folders_in_one_parent_get_two_reports_and_nothing_is_overwritten(tmp_path, capsys):
+    for name in ("results", "results_b"):
+        shutil.copytree(FIXTURE, tmp_path / name)
+    assert main(["--results", str(tmp_path / "results"), "--bootstrap", "100"]) == 0
+    assert main(["--results", str(tmp_path / "results_b"), "--bootstrap", "100"]) == 0
+    assert (tmp_path / "report" / "index.html").is_file() and (tmp_path / "report_results_b" / "index.html").is_file()
+    marker = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert marker["results"] == str((tmp_path / "results").resolve())
+    before = (tmp_path / "report" / "index.html").read_text()
+    # another results folder aimed at this report folder: refused, the report stays
+    assert main(["--results", str(tmp_path / "results_b"), "--out", str(tmp_path / "report")]) == 2
+    assert "another results folder" in capsys.readouterr().out
+    assert (tmp_path / "report" / "index.html").read_text() == before
+    # a mistyped --results: exit 2, the existing report untouched
+    assert main(["--results", str(tmp_path / "resluts"), "--out", str(tmp_path / "report")]) == 2
+    assert (tmp_path / "report" / "index.html").read_text() == before
+    assert main(["--results", str(tmp_path / "results_b"), "--out", str(tmp_path / "report"), "--force",
+                 "--bootstrap", "100"]) == 0

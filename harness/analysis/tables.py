@@ -102,6 +102,11 @@ def cell_row(summary: dict) -> dict:
     if not method_name:
         raise ValueError("summary has no method_name (and no config.method.name)")
     params = cell_params(summary)
+    for group in ("gamma_policy", "draft_selection"):  # their own config groups (INTERFACES.md 5): as parameters
+        node = cfg.get(group)
+        if isinstance(node, dict) and node.get("name") is not None:
+            params.setdefault(group, node["name"])
+            params.update({k: v for k, v in node.items() if k != "name" and k not in params})
     row = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
     row.update(_flat("env.", summary.get("env") or {}))
     row.update(_flat("energy_meter.", summary.get("energy_meter") or {}))

@@ -113,7 +113,8 @@ def sd_checks(records: pd.DataFrame, cells: pd.DataFrame, speedups: pd.DataFrame
         r = records[records["cell_id"] == cell["cell_id"]]
         if not len(r) or pd.to_numeric(r.get("rounds"), errors="coerce").fillna(0).sum() <= 0:
             continue
-        row = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu", "seed")}
+        row = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu", "seed",
+                                        "regime")}
         parsed, reason = pooled_rate(r)
         if parsed is None:
             rows.append({**row, "reason": reason})
@@ -187,7 +188,7 @@ def dsbd_checks(records: pd.DataFrame, cells: pd.DataFrame, family: str = DSBD_F
     rows = []
     for _, cell in cells[cells["family"] == family].iterrows():
         r = records[records["cell_id"] == cell["cell_id"]]
-        row = {k: cell.get(k) for k in ("cell_id", "method", "label", "pair", "dataset", "gpu", "seed")}
+        row = {k: cell.get(k) for k in ("cell_id", "method", "label", "pair", "dataset", "gpu", "seed", "regime")}
         parsed, reason = pooled_rate(r)
         if parsed is None:
             rows.append({**row, "reason": reason})
