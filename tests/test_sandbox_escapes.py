@@ -462,6 +462,12 @@ def shell():
     return m.fork_exec(["/bin/sh", "-c", "id > " + SENTINEL], [b"/bin/sh"], True, (), None, None, -1, -1, -1, -1,
                        -1, -1, er, ew, True, False, -1, None, None, None, -1, None, False)
 raw("a shell through _posixsubprocess", shell)
+def run_copy():
+    with open("true-copy", "wb") as f:
+        f.write(BIN_TRUE)
+    os.chmod("true-copy", 0o755)
+    os.execv(os.path.abspath("true-copy"), ["true-copy"])  # replaces the program: it would never finish
+raw("execute a program written into its folder", run_copy)
 ev = threading.Event()
 def spawn():
     for _ in range(200):
@@ -500,7 +506,8 @@ def test_kernel_layers_hold_native_code_without_the_audit_hook(outside, mode, an
     secret_file.write_text(SECRET)
     before = _listing(outside)
     result = _run(NATIVE, outside, mode, guard=False, limits=PythonLimits(timeout_s=20.0), NR=_syscall_numbers(), BLOCK_DEVICE=_block_device(),
-                  SECRET_FILE=str(secret_file), ANSWER_KEY=answer_key, **native_blobs())
+                  SECRET_FILE=str(secret_file), ANSWER_KEY=answer_key, BIN_TRUE=Path("/bin/true").read_bytes(),
+                  **native_blobs())
     denied, escaped = _attempts(result)
     assert result.passed, result.stderr[-2000:]
     assert escaped == [] and len(denied) == NATIVE.count("\nraw("), result.stdout

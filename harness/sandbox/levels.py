@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from . import view as _view
-from .kernel import landlock, rlimits, seccomp
+from .kernel import landlock, rlimits, seccomp, uid
 
 ISOLATIONS = ("weak", "fallback", "namespaces")  # weakest first
 FORCE_ENV = "HARNESS_SANDBOX"  # auto (default) | fallback | weak
@@ -116,14 +116,26 @@ def cannot_enforce(level: str) -> list[str]:
     if not landlock_abi():
         gaps.append("no Landlock: the program can read every file its uid can read (datasets, answer keys, "
                     "results, the harness) — only the audit hook, which native code gets past, stands in the way")
+        if os.geteuid() == 0 and not _reachable():
+            gaps.append("its effective uid stays 0 (the interpreter is in a root-only folder): without Landlock, "
+                        "native code could write files root owns")
     return gaps
+
+
+def _reachable() -> bool:
+    """Whether an unprivileged uid can reach the interpreter and its files (probed once)."""
+    if "reachable" not in _PROBES:
+        _PROBES["reachable"] = _view.world_reachable(_view.compute())
+    return bool(_PROBES["reachable"])
 
 
 def isolation_layers(level: str, audit_guard: bool = True) -> tuple[str, ...]:
     """The layers a run at ``level`` gets on this machine (all apply, or the run fails)."""
     abi = landlock_abi()
     kernel = (("seccomp",) if seccomp_available() else ()) + ((f"landlock v{abi}",) if abi else ())
-    common = ("unprivileged uid", "no capabilities", "no_new_privs", "rlimits", "scrubbed env", "new session")
+    root, namespaces = os.geteuid() == 0, level == "namespaces"
+    who = uid.describe(root, root and not namespaces and not _reachable(), user_namespace=namespaces and not root)
+    common = (who, "no capabilities", "no_new_privs", "rlimits", "scrubbed env", "new session")
     if level == "namespaces":
         return (("namespaces", "mount view", "private tmpfs quota") + kernel + common
                 + (("audit hook",) if audit_guard else ()))
@@ -173,11 +185,9 @@ def plan(level: str, tmp: str, limits) -> dict:
     v = _view.compute()
     mode = "namespaces" if level == "namespaces" else "fallback"
     root = os.geteuid() == 0
-    if "reachable" not in _PROBES:
-        _PROBES["reachable"] = _view.world_reachable(v)
     abi = landlock_abi()
     return {"mode": mode, "tmp": tmp, "disk_mb": limits.disk_mb, "view": v,
-            "identity": {"root": root, "real_only": mode == "fallback" and not _PROBES["reachable"]},
+            "identity": {"root": root, "real_only": mode == "fallback" and not _reachable()},
             "rlimits": rlimits.limits(limits.timeout_s, limits.memory_mb, limits.max_file_mb, limits.max_open_files,
                                       limits.max_processes, own_uid=root),
             "landlock": abi, "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],

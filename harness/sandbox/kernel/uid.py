@@ -29,13 +29,14 @@ def identity(root: bool, real_only: bool, checker_pid: int) -> dict | None:
     return {"uid": uid, "gid": uid, "real_only": real_only}
 
 
-def describe(plan: dict | None, user_namespace: bool) -> str:
-    if plan is None:
-        return ("uid of the invoking user (root only inside its user namespace)" if user_namespace
-                else f"uid {os.getuid()} (the invoking user)")
-    if plan["real_only"]:
-        return f"real uid {plan['uid']} (effective uid 0 without capabilities: the interpreter is in a root-only folder)"
-    return f"uid {plan['uid']}"
+def describe(root: bool, real_only: bool, user_namespace: bool) -> str:
+    """The uid layer in words (for the run's record)."""
+    if not root:
+        return ("the invoking user's uid (root only inside its own user namespace, without capabilities)"
+                if user_namespace else f"uid {os.getuid()} (the invoking user)")
+    if real_only:
+        return "a real uid of its own (effective uid 0 without capabilities: the interpreter is in a root-only folder)"
+    return "a uid of its own"
 
 
 def drop(plan: dict | None) -> None:
