@@ -14,20 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import (PythonLimits, QueryError, isolation_layers, namespaces_available, readonly_query,
-                             run_python)
+from harness.sandbox import (PythonLimits, QueryError, landlock_abi, namespaces_available, readonly_query, run_python,
+                             seccomp_available)
 from harness.sandbox.sql import GRACE_S, QueryKilled, first_statement
 
 FAST = PythonLimits(timeout_s=3.0)
-NAMESPACES = pytest.param("namespaces", marks=pytest.mark.skipif(
-    not namespaces_available(), reason="unshare cannot create namespaces here (fallback mode is tested)"))
-MODES = [NAMESPACES, "fallback"]
-KERNEL_LAYERS = {"seccomp", "landlock"} <= {layer.split()[0] for layer in isolation_layers("fallback")}
-# (mode, audit hook): without the hook only the OS layers protect: namespaces, or seccomp + Landlock
-LAYERS = [pytest.param(*NAMESPACES.values, True, marks=NAMESPACES.marks), ("fallback", True),
-          pytest.param("namespaces", False, marks=NAMESPACES.marks),
-          pytest.param("fallback", False, marks=pytest.mark.skipif(
-              not KERNEL_LAYERS, reason="this kernel/libc has no seccomp + Landlock: the hook is the fallback's guard"))]
+KERNEL_LAYERS = seccomp_available() and bool(landlock_abi())  # what the fallback needs
+HAS_NAMESPACES = namespaces_available() and seccomp_available()
+_NO_NAMESPACES = pytest.mark.skipif(not HAS_NAMESPACES, reason="no namespaces + seccomp here (the fallback is tested)")
+_NO_FALLBACK = pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run "
+                                                            "(the 'weak' level is tested)")
+NAMESPACES = pytest.param("namespaces", marks=_NO_NAMESPACES)
+FALLBACK = pytest.param("fallback", marks=_NO_FALLBACK)
+MODES = [NAMESPACES, FALLBACK]
+# (mode, audit hook): without the hook only the kernel layers protect
+LAYERS = [pytest.param("namespaces", True, marks=_NO_NAMESPACES), pytest.param("fallback", True, marks=_NO_FALLBACK),
+          pytest.param("namespaces", False, marks=_NO_NAMESPACES), pytest.param("fallback", False, marks=_NO_FALLBACK)]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -24,10 +24,9 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError
-from harness.sandbox import (ABSENT_ENV, FORCE_ENV, PythonLimits, isolation_in_force, isolation_layers,
-                             namespaces_available, run_python)
+from harness.sandbox import ABSENT_ENV, FORCE_ENV, PythonLimits, isolation_in_force, isolation_layers, run_python
 from harness.tasks import load_task
-from test_sandbox import KERNEL_LAYERS, MODES, process_with_secret
+from test_sandbox import HAS_NAMESPACES, KERNEL_LAYERS, MODES, process_with_secret
 
 FAST = PythonLimits(timeout_s=5.0)
 SECRET = "harness-test-secret-93ab"
@@ -266,7 +265,7 @@ def test_the_harness_environment_stays_secret(outside, mode, request):
     assert set(own) == {"PATH", "HOME", "TMPDIR", "LANG"}  # scrubbed: nothing of the harness's
 
 
-@pytest.mark.skipif(not KERNEL_LAYERS, reason="this kernel/libc has no seccomp + Landlock: the hook is the fallback's guard")
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_fallback_kernel_layers_hold_without_the_audit_hook(outside):
     """Native code gets past any audit hook (here: the hook is off, and ctypes — not in the
     sandbox — is rebuilt from copies of its files written into the program's folder, which only
@@ -304,6 +303,7 @@ attempt("sqlite3.connect elsewhere", lambda: sqlite3.connect(OUT + "/elsewhere.d
     assert _listing(outside) == before and SECRET not in result.stdout
 
 
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_every_run_records_its_isolation_and_layers(monkeypatch):
     fallback = run_python("pass", FAST, isolation="fallback")
     assert fallback.isolation == "fallback" and fallback.layers == isolation_layers("fallback")
@@ -311,7 +311,7 @@ def test_every_run_records_its_isolation_and_layers(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "fallback")
     assert isolation_in_force() == "fallback" and run_python("pass", FAST).isolation == "fallback"
     monkeypatch.setenv(FORCE_ENV, "off")
-    with pytest.raises(ConfigError, match=f"{FORCE_ENV}='off'. Valid: auto, fallback"):
+    with pytest.raises(ConfigError, match=f"{FORCE_ENV}='off'. Valid: auto, fallback, weak"):
         isolation_in_force()
 
 
@@ -319,12 +319,14 @@ def _humaneval(**overrides):
     return load_task({**yaml.safe_load((CONF / "humaneval.yaml").read_text()), "num_prompts": 1, **overrides})
 
 
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_humaneval_refuses_weaker_isolation_unless_opted_in(monkeypatch):
     monkeypatch.setenv(FORCE_ENV, "fallback")
-    with pytest.raises(ConfigError, match=r"dataset.min_isolation='namespaces' but only 'fallback'.*"
-                                          r"set dataset.min_isolation=fallback"):
+    with pytest.raises(ConfigError, match=r"dataset.min_isolation='namespaces' but only 'fallback' isolation is "
+                                          r"available \(HARNESS_SANDBOX=fallback is set\)\. It cannot enforce: no mount "
+                                          r"view.*set dataset.min_isolation=fallback"):
         _humaneval()
-    with pytest.raises(ConfigError, match="dataset.min_isolation='none'. Valid: namespaces, fallback"):
+    with pytest.raises(ConfigError, match="dataset.min_isolation='none'. Valid: namespaces, fallback, weak"):
         _humaneval(min_isolation="none")
     task = _humaneval(min_isolation="fallback", timeout_s=3.0)
     [example] = task.examples()
@@ -337,6 +339,7 @@ def test_spider_records_its_isolation():
     assert {e.meta["isolation"] for e in spider.examples()} == {"sqlite-readonly-process"}
 
 
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_records_carry_isolation_and_flags(tiny_pair, tmp_path, monkeypatch):
     """Through the runner: every HumanEval record says which isolation was in force, and flags."""
     from harness.runner import run_cell
@@ -713,6 +716,7 @@ print("limits", __import__("resource").getrlimit(__import__("resource").RLIMIT_N
 
 # --- below namespaces: plain words and an opt-in -------------------------------------------------
 
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_without_namespaces_generated_code_needs_an_opt_in(monkeypatch):
     monkeypatch.setenv(ABSENT_ENV, "namespaces")
     assert isolation_in_force() == "fallback"
@@ -750,7 +754,7 @@ def test_without_seccomp_and_landlock_the_fallback_refuses_unless_weak_is_accept
         isolation_in_force()
 
 
-@pytest.mark.skipif(not namespaces_available(), reason="unshare cannot create namespaces here")
+@pytest.mark.skipif(not HAS_NAMESPACES, reason="unshare cannot create namespaces here")
 def test_the_namespaces_mode_applies_seccomp_too():
     result = run_python("print(open('/proc/self/status').read())", FAST, audit_guard=False, isolation="namespaces")
     status = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)

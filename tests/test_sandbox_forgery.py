@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from harness.metrics.code_flags import suspicious_constructs
-from harness.sandbox import PythonLimits, check_candidate, namespaces_available
+from harness.sandbox import PythonLimits, check_candidate
 from harness.sandbox.wire import from_wire as _from_wire
 from harness.tasks import load_task
-from test_sandbox import MODES, process_with_secret, processes_mentioning
+from test_sandbox import HAS_NAMESPACES, KERNEL_LAYERS, MODES, process_with_secret, processes_mentioning
 
 FAST = PythonLimits(timeout_s=3.0)
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
@@ -177,8 +177,7 @@ for fd in range(0, 8):
 
 
 # every hostile program runs in both modes (namespaces where this machine has them)
-CASES = [("fallback", name) for name in sorted(HOSTILE)] + [
-    pytest.param(*MODES[0].values, name, marks=MODES[0].marks) for name in sorted(HOSTILE)]
+CASES = [pytest.param(*mode.values, name, marks=mode.marks) for mode in MODES for name in sorted(HOSTILE)]
 
 
 def _check_hostile(case: tuple[str, str], harness: int):
@@ -191,9 +190,8 @@ def _check_hostile(case: tuple[str, str], harness: int):
 @pytest.fixture(scope="module")
 def hostile_results():
     """Every case run once, a few at a time (each mostly waits on process start-up)."""
-    cases = [("fallback", name) for name in sorted(HOSTILE)]
-    if namespaces_available():
-        cases += [("namespaces", name) for name in sorted(HOSTILE)]
+    modes = ["fallback"] * KERNEL_LAYERS + ["namespaces"] * HAS_NAMESPACES
+    cases = [(mode, name) for mode in modes for name in sorted(HOSTILE)]
     with process_with_secret(SECRET) as harness, ThreadPoolExecutor(4) as pool:  # its environment must stay unread
         return dict(zip(cases, pool.map(lambda case: _check_hostile(case, harness), cases)))
 
@@ -222,6 +220,7 @@ def test_correct_completions_pass_and_non_plain_results_are_flagged(mode):
     assert not rigged.passed and "not plain data" in rigged.reason and len(rigged.flags) == 1
 
 
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_results_cross_as_exact_plain_data():
     program = PROMPT.replace("add(a, b)", "echo(x)") + "    return x\n"
     test = '''
@@ -249,12 +248,9 @@ def test_the_checker_decodes_nothing_but_plain_data(reply):
 
 @pytest.fixture(scope="module")
 def humaneval():
-    """The task in the fallback (always available; the checker is the same in both modes)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HARNESS_SANDBOX", "fallback")
-        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "harness", "conf", "dataset", "humaneval.yaml")))
-        task = load_task({**cfg, "num_prompts": None, "min_isolation": "fallback", "timeout_s": 3.0})
-    assert task.isolation == "fallback"
+    """The task at whatever level this machine gives (the checker is the same in every mode)."""
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "harness", "conf", "dataset", "humaneval.yaml")))
+    task = load_task({**cfg, "num_prompts": None, "min_isolation": "weak", "timeout_s": 3.0})
     return task, {e.id: e for e in task.examples()}
 
 
@@ -307,7 +303,7 @@ def test_static_flags_name_what_they_found():
     assert suspicious_constructs(prompt, "    return (\n", "find_zero")["dunder"] == []  # does not parse: no flags
 
 
-@pytest.mark.skipif(not namespaces_available(), reason="needs namespaces to compare the two modes")
+@pytest.mark.skipif(not (HAS_NAMESPACES and KERNEL_LAYERS), reason="needs both modes to compare them")
 def test_verdicts_do_not_depend_on_the_mode():
     completions = ["    return a + b\n", "    return a - b\n", "    import subprocess\n    return a + b\n"]
     for completion in completions:
@@ -346,7 +342,7 @@ def _answer_key_forgery(problem: dict) -> str:
 
 @pytest.fixture(scope="module", params=MODES)
 def humaneval_in(request):
-    """The task in each mode (the fallback opted in)."""
+    """The task in each mode this machine has (the fallback opted in)."""
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "fallback":
             patch.setenv("HARNESS_SANDBOX", "fallback")
