@@ -273,3 +273,41 @@ def test_spider_counts_a_killed_query_as_wrong_and_flags_it(caplog):
     assert time.monotonic() - start < 1.0 + GRACE_S + 5.0
     assert "killed: the query ran past its 1 s limit" in caplog.text
     assert task.score(example, example.reference)["execution_accuracy"] == 1.0
+
+
+def _children_mentioning(text: str) -> list[int]:
+    """Direct children of this process whose command line holds ``text``."""
+    found = []
+    for pid in processes_mentioning(text):
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_program_dies_with_its_checker(mode):
+    """Killed from outside (the harness's own time limit, the OOM killer), the checker takes the
+    program with it — though the program's uid change cleared its own parent-death signal."""
+    import threading
+
+    before = set(processes_mentioning("harness-sandbox-"))
+    results = []
+    runner = threading.Thread(target=lambda: results.append(
+        run_python("import time\ntime.sleep(120)", PythonLimits(timeout_s=60.0), isolation=mode)))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not (set(processes_mentioning("harness-sandbox-")) - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the program is past its setup, asleep
+    program = set(processes_mentioning("harness-sandbox-")) - before
+    [checker] = _children_mentioning("harness.sandbox.checker")
+    os.kill(checker, 9)
+    runner.join(60)
+    assert results and not results[0].passed and "no verdict" in results[0].reason
+    deadline = time.monotonic() + 10
+    while set(processes_mentioning("harness-sandbox-")) & program and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert program and not set(processes_mentioning("harness-sandbox-")) & program

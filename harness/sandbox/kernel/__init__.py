@@ -2,7 +2,7 @@
 interpreter — so they hold from the interpreter's first instruction, whatever Python then runs
 (the audit hook is only a second layer). Order matters; each step needs the one before:
 
-1. die with the checker (``PR_SET_PDEATHSIG``); resource limits;
+1. split off the keeper (:mod:`.keeper`), which kills the program if the checker dies; limits;
 2. namespaces mode: new mount/network/IPC/UTS/cgroup namespaces (the PID namespace was entered by
    the checker), then the mount view (:mod:`.mounts`);
 3. the uid: not root, no capabilities, ``no_new_privs`` (:mod:`.uid`);
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 
-from . import landlock, mounts, namespaces, rlimits, seccomp, uid
+from . import keeper, landlock, mounts, namespaces, rlimits, seccomp, uid
 from .libc import PR_SET_PDEATHSIG, prctl
 
 SETUP_FAILED = 3  # the program's exit code when a layer could not be applied
@@ -26,7 +26,7 @@ def confine(plan: dict) -> None:
     """Apply ``plan`` (made by :func:`harness.sandbox.levels.plan`) to this process. For
     ``subprocess.Popen(preexec_fn=...)``: never returns on failure."""
     try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+        keeper.split()
         rlimits.apply(plan["rlimits"])
         tmp, identity = plan["tmp"], plan["uid"]
         if plan["mode"] == "namespaces":
@@ -36,6 +36,7 @@ def confine(plan: dict) -> None:
         elif identity and not identity["real_only"]:
             os.chown(tmp, identity["uid"], identity["gid"])
         uid.drop(identity)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")  # after the uid change, which clears it
         if plan["landlock"]:
             landlock.restrict([tuple(r) for r in plan["landlock_rules"]], plan["landlock"])
         if plan["seccomp"]:
