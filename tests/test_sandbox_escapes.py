@@ -359,7 +359,7 @@ def test_records_carry_isolation_and_flags(tiny_pair, tmp_path, monkeypatch):
     assert record["metric.pass@1"] in (0.0, 1.0) and record["metric.suspicious"] in (0.0, 1.0)
     assert {k for k in record if k.startswith("metric.flag_")} == {
         "metric.flag_dunder", "metric.flag_patch", "metric.flag_introspect", "metric.flag_nonplain",
-        "metric.flag_opened_files"}
+        "metric.flag_opened_files", "metric.flag_denied"}
     assert sys.modules.get("harness.sandbox") is not None
 
 
@@ -398,6 +398,7 @@ def test_denied_extensions_cannot_be_loaded_under_another_name(outside, mode, re
     denied, escaped = _attempts(result)
     assert result.passed, result.stderr[-2000:]
     assert escaped == [] and len(denied) == ALIASES.count("attempt("), result.stdout
+    assert any("_posixsubprocess" in d for d in result.denied) and any("_xxsubinterpreters" in d for d in result.denied)
     assert not (outside / "shell-ran").exists()
 
 
@@ -568,6 +569,7 @@ def test_the_answer_key_the_harness_and_results_are_out_of_reach(outside, tmp_pa
     assert "found []" in result.stdout and "precious" not in result.stdout
     if guard:  # the hook told the checker, whatever the kernel then did
         assert answer_key in result.files and any("records.jsonl" in f for f in result.files)
+        assert set(result.denied) <= {"reading another process's /proc entry"}  # the rest is the kernel's to refuse
 
 
 @pytest.mark.parametrize("mode", KERNEL_MODES)

@@ -15,7 +15,7 @@ CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
 ROUGE = {"rouge1", "rouge2", "rougeL", "rougeLsum"}
 METRICS = {"squad": {"exact_match", "f1"}, "spider": {"execution_accuracy", "flag_query_killed"}, "cnndm": ROUGE,
            "xsum": ROUGE, "humaneval": {"pass@1", "suspicious", "flag_dunder", "flag_patch", "flag_introspect",
-                                       "flag_nonplain", "flag_opened_files"},
+                                       "flag_nonplain", "flag_opened_files", "flag_denied"},
            "gsm8k": {"accuracy"}, "alpaca": ROUGE,
            "mt_bench": set(), "chatgpt_prompts": set(), "spec_bench": set()}  # these: target perplexity only
 

@@ -36,20 +36,21 @@ class PythonLimits:
 class RunResult:
     """What a sandboxed run produced. ``passed``: for :func:`check_candidate` the checker's verdict;
     for :func:`run_python` that the program ran to its end (its own claim). ``flags`` name results
-    that were not plain data (``sent as int``: a subclass converted; ``not plain data``). ``files``:
-    paths it opened or listed with no reason to (outside its folder, the standard library and
-    ``/dev/{null,zero,urandom}``), reported by the audit hook whether or not the kernel let it."""
+    that were not plain data (``sent as int``: a subclass converted; ``not plain data``). Reported by
+    the audit hook, whether or not the kernel then let it: ``files``, paths it opened or listed with
+    no reason to (outside its folder, the standard library and ``/dev/{null,zero,urandom}``);
+    ``denied``, what the hook refused (``import of _posixsubprocess``, ``socket.__new__``...)."""
 
     __slots__ = ("passed", "returncode", "timed_out", "stdout", "stderr", "isolation", "layers", "reason", "flags",
-                 "files")
+                 "files", "denied")
 
     def __init__(self, passed: bool, returncode: int | None, timed_out: bool, stdout: str, stderr: str,
                  isolation: str = "", layers: tuple[str, ...] = (), reason: str = "", flags: tuple[str, ...] = (),
-                 files: tuple[str, ...] = ()):
+                 files: tuple[str, ...] = (), denied: tuple[str, ...] = ()):
         self.passed, self.returncode, self.timed_out = passed, returncode, timed_out
         self.stdout, self.stderr = stdout, stderr
         self.isolation, self.layers, self.reason = isolation, tuple(layers), reason
-        self.flags, self.files = tuple(flags), tuple(files)
+        self.flags, self.files, self.denied = tuple(flags), tuple(files), tuple(denied)
 
     def __repr__(self):
         return "RunResult(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if k not in ("stdout", "stderr")) + ")"
@@ -102,7 +103,8 @@ def _supervised(source: str, limits: PythonLimits, audit_guard: bool, isolation:
         return RunResult(False, None, False, "", tail, level, layers,
                          f"no verdict from the checker (exit code {proc.returncode})")
     return RunResult(bool(verdict["passed"]), verdict["returncode"], bool(verdict["timed_out"]), verdict["stdout"],
-                     verdict["stderr"], level, layers, verdict["reason"], verdict["flags"], verdict["files"])
+                     verdict["stderr"], level, layers, verdict["reason"], verdict["flags"], verdict["files"],
+                     verdict["denied"])
 
 
 def _verdict(stdout: bytes, nonce: str) -> dict | None:

@@ -14,7 +14,7 @@ from . import kernel, wire
 
 MAX_REPLY_BYTES = 8 << 20  # one result from the program, JSON-encoded
 MAX_OUTPUT_BYTES = 1 << 20  # the program's stdout and stderr kept, each
-MAX_FILES = 32  # paths of files it had no reason to open, kept
+MAX_REPORTS = 32  # of each kind the audit hook reports (files it had no reason to open; refusals), kept
 _HERE = Path(__file__).resolve().parent
 
 
@@ -55,7 +55,7 @@ class Program:
         os.close(resp_w)
         self.buffer = bytearray()
         self.notes: set[str] = set()
-        self.files: list[str] = []
+        self.reports: dict[str, list[str]] = {"file": [], "denied": []}
         self.over_quota = False
 
     def feed(self, source: str) -> None:
@@ -66,17 +66,18 @@ class Program:
             pass
 
     def receive(self):
-        """The program's next message (a JSON list), or ``None`` at end of file. ``file`` reports
-        (see :mod:`.guard`) are recorded on the way."""
+        """The program's next message (a JSON list), or ``None`` at end of file. The audit hook's
+        reports (``file``, ``denied``: see :mod:`.guard`) are recorded on the way."""
         while True:
             message = self._next_line()
-            if message is None or message[0] != "file":
+            if message is None or message[0] not in self.reports:
                 return message
-            if len(message) == 2 and type(message[1]) is str and len(self.files) < MAX_FILES:
+            kept = self.reports[message[0]]
+            if len(message) == 2 and type(message[1]) is str and len(kept) < MAX_REPORTS:
                 try:
-                    self.files.append(bytes.fromhex(message[1]).decode("utf-8", "replace")[:500])
+                    kept.append(bytes.fromhex(message[1]).decode("utf-8", "replace")[:500])
                 except ValueError:
-                    self.files.append("(unreadable path)")
+                    kept.append("(unreadable)")
 
     def _next_line(self):
         while b"\n" not in self.buffer:

@@ -108,6 +108,7 @@ def main() -> None:
         reason = stderr.strip()[-500:] or "sandbox setup failed"
     verdict = {"nonce": job["nonce"], "passed": passed, "timed_out": timed_out, "reason": reason,
                "returncode": returncode, "stdout": stdout, "stderr": stderr,
-               "flags": sorted(program.notes) if program else [], "files": program.files if program else []}
+               "flags": sorted(program.notes) if program else [],
+               "files": program.reports["file"] if program else [], "denied": program.reports["denied"] if program else []}
     os.write(verdict_fd, b"\n" + wire.dumps(verdict))
 

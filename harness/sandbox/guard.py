@@ -10,9 +10,10 @@ early, with a readable reason, and reports files the program had no reason to op
   crafted code objects and bytecode, ``/proc/<other pid>``, terminals and devices, directories
   outside its folder (no ``dir_fd`` escapes), and writes, renames, links, deletions and mode
   changes outside its folder (``dir_fd`` resolved; no symbolic links at all);
-- reported (``["file", hex(path)]`` on the reply channel, at most 32 paths): every file or folder
-  it opens or lists outside its folder, the standard library and the three devices — a completion
-  looking for an answer key, say. Reported *before* the kernel refuses it, so attempts count.
+- reported on the reply channel (at most 64 messages): ``["file", hex(path)]`` for every file or
+  folder it opens or lists outside its folder, the standard library and the three devices — a
+  completion looking for an answer key, say — reported *before* the kernel refuses it, so attempts
+  count; ``["denied", hex(what)]`` for each refusal above.
 
 Standard library only, and run from its source in the program's interpreter. The hook is this
 module's ``_guard`` code bound to its settings as default arguments (see :func:`install`), so that
@@ -37,7 +38,7 @@ DENIED_EVENTS = frozenset({
 DENIED_PREFIXES = ("socket.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "pty.", "ctypes.",
                    "syslog.", "_posixsubprocess.", "winreg.", "msvcrt.")
 LISTING_EVENTS = ("os.listdir", "os.scandir")
-MAX_REPORTS = 32
+MAX_REPORTS = 64
 
 
 def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _denied_modules=frozenset(),
@@ -125,25 +126,30 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
         lexical = norm(path, base)
         return within(base) and within(lexical) and within(resolve(lexical))
 
-    def report(real):  # a file it had no reason to open: told to the checker, once per path
-        if within(real) or real in _dev_ok or _len(_reported) >= _max_reports or real in _reported:
+    def tell(kind, what):  # to the checker, once per text: kind b"file" or b"denied"
+        if _len(_reported) >= _max_reports or what in _reported:
+            return
+        _reported.append(what)
+        try:
+            _oswrite(_report_fd, _bjoin(b"", [b'["', kind, b'","', what.encode("utf-8", "surrogateescape").hex().encode(),
+                                               b'"]\n']))
+        except _oserror:
+            pass
+
+    def report(real):  # a file it had no reason to open
+        if within(real) or real in _dev_ok:
             return
         needed = False
         for folder in _readable:
             needed = needed or within(real, folder)
         for folder in _hidden:
             needed = needed and not within(real, folder)
-        if needed:
-            return
-        _reported.append(real)
-        try:
-            _oswrite(_report_fd, _bjoin(b"", [b'["file","', real.encode("utf-8", "surrogateescape").hex().encode(),
-                                               b'"]\n']))
-        except _oserror:
-            pass
+        if not needed:
+            tell(b"file", real)
 
-    def deny(what):
-        raise _perm("sandbox: " + what + " is not allowed")
+    def deny(what, error=_perm):
+        tell(b"denied", what)
+        raise error("sandbox: " + what + " is not allowed")
 
     if event == "open":
         path, mode, flags = args
@@ -206,16 +212,16 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
     if event == "import":
         name = text(args[0])
         if name in _denied_modules:
-            raise _imp_error("sandbox: import of " + name + " is not allowed")
+            deny("import of " + name, _imp_error)
         parts = name.split(".")
         for part in parts:
             if part in _denied_modules:
-                raise _imp_error("sandbox: import of " + name + " is not allowed")
+                deny("import of " + name, _imp_error)
         if _len(args) > 1 and args[1] is not None:  # a C extension being loaded from this file
             folder, _, file = resolve(norm(text(args[1]))).rpartition("/")
             stem = file.split(".")[0]
             if folder not in _dynload or stem not in _extensions or stem != parts[-1]:
-                raise _imp_error("sandbox: C extension " + name + " from " + folder + "/" + file + " is not allowed")
+                deny("C extension " + name + " from " + folder + "/" + file, _imp_error)
         return
     if event == "object.__setattr__" or event == "object.__delattr__":  # "= None" is a deletion
         if (_len(args) > 1 and args[1] in ("__code__", "__defaults__", "__kwdefaults__")

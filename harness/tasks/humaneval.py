@@ -19,8 +19,9 @@ could fool the reference harness, which runs tests and completion in one interpr
 returned an object that is not plain data (``flag_nonplain``: a subclass sent as its base type, or
 no value at all), or opened or listed files it had no reason to (``flag_opened_files``: anything
 outside its own folder, the standard library and ``/dev/{null,zero,urandom}`` — a completion
-looking for the answer key; the sandbox did not let it read them) — where our pass@1 and the
-reference's may differ. Every record also carries ``meta.isolation`` ("namespaces" | "fallback" |
+looking for the answer key; the sandbox did not let it read them), or tried something the
+sandbox's audit hook refused (``flag_denied``: a socket, a process, a denied module under any
+name...) — where our pass@1 and the reference's may differ, or the completion is hostile. Every record also carries ``meta.isolation`` ("namespaces" | "fallback" |
 "weak") and ``meta.sandbox_layers``; below ``min_isolation`` the task refuses to run.
 """
 from __future__ import annotations
@@ -72,6 +73,6 @@ class HumanEval(TemplateTask):
                                  limits=PythonLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb))
         flags = suspicious_constructs(problem["prompt"], output, problem["entry_point"])
         flags["nonplain"] = list(result.flags)
-        flags["opened_files"] = list(result.files)
-        metrics = {f"flag_{kind}": float(bool(flags[kind])) for kind in (*KINDS, "nonplain", "opened_files")}
+        flags["opened_files"], flags["denied"] = list(result.files), list(result.denied)
+        metrics = {f"flag_{kind}": float(bool(flags[kind])) for kind in (*KINDS, "nonplain", "opened_files", "denied")}
         return {"pass@1": float(result.passed), "suspicious": float(any(metrics.values())), **metrics}
