@@ -18,7 +18,9 @@ program's interpreter, so it holds whatever Python — or native code — then r
 - an unprivileged uid with no capabilities and ``no_new_privs`` (:mod:`.kernel.uid`), so that
   resource limits bind, process limit included (:mod:`.kernel.rlimits`);
 - seccomp, deny by default (:mod:`.kernel.seccomp`), and Landlock where the kernel has it
-  (:mod:`.kernel.landlock`).
+  (:mod:`.kernel.landlock`);
+- a trusted keeper process between checker and program (:mod:`.kernel.keeper`): the program dies
+  with the checker.
 
 Where namespaces are unavailable the fallback keeps seccomp, Landlock (spelling out the same view
 file by file), the uid and the limits; without those layers it is ``weak``. Below ``namespaces``
@@ -36,6 +38,7 @@ import importlib
 # package in fresh interpreters, where every millisecond of start-up counts per program
 _EXPORTS = {
     "SANDBOX_TAG": "api", "PythonLimits": "api", "RunResult": "api", "check_candidate": "api", "run_python": "api",
+    "CandidateError": "channel",
     "ABSENT_ENV": "levels", "FORCE_ENV": "levels", "ISOLATIONS": "levels", "cannot_enforce": "levels",
     "isolation_in_force": "levels", "isolation_layers": "levels", "landlock_abi": "levels",
     "namespaces_available": "levels", "require_isolation": "levels", "seccomp_available": "levels",
