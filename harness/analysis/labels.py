@@ -22,6 +22,8 @@ SYMBOLS = {"gamma": "γ", "num_drafts": "m", "width": "W", "draft_width": "W_S",
            "min_width": "W_min", "tau": "τ", "k_config": "k", "fallback_threshold": "τ1",
            "rollback_threshold": "τ2", "posterior_threshold": "ε", "posterior_alpha": "δ",
            "decision_threshold": "θ", "selection_fit_prompts": "fit"}
+#: a method's own name for a parameter where the glossary's symbol would mislead (MTAD's draft beams)
+METHOD_SYMBOLS = {("mtad", "draft_width"): "beams"}
 #: parameters shown by their value alone (``sd online``, ``sd ols``), and always where not their default
 VALUE_ONLY = {"gamma_policy": "fixed", "draft_selection": "none"}
 COMPARISON = ["pair", "dataset", "gpu", "regime"]
@@ -51,7 +53,8 @@ def param_text(row: pd.Series, key: str) -> str:
         return ""
     if key in VALUE_ONLY or key == "memory_constrained":
         return _fmt(key, v) if str(v) not in ("None", "none", "null") else ""
-    return f"{SYMBOLS.get(key, key)}={_fmt(key, v)}"
+    symbol = METHOD_SYMBOLS.get((str(row.get("method_name")), key), SYMBOLS.get(key, key))
+    return f"{symbol}={_fmt(key, v)}"
 
 
 def varying(cells: pd.DataFrame) -> list[str]:

@@ -56,12 +56,15 @@ def select_constrained(dsbd: pd.DataFrame, quality: str, higher: bool, spd: pd.D
         return dsbd, ""
     per = dsbd.groupby("label").agg(q=(quality, "mean"), tps=("tokens_per_s", "mean"))
     floor = SPEED_FLOOR * spd["tokens_per_s"].mean() if not spd.empty else -math.inf
-    pool = per[per["tps"] >= floor] if (per["tps"] >= floor).any() else per
+    fast = int((per["tps"] >= floor).sum())
+    pool = per[per["tps"] >= floor] if fast else per
     pool = pool.assign(qs=pool["q"] * (1 if higher else -1)).sort_values(["qs", "tps"], ascending=False)
-    name = "best quality" if higher else "lowest"
-    rule = (f"DSBD row: of {len(per)} memory-constrained setting(s), the {name} {quality.removeprefix('metric.')} among "
-            f"those at least {SPEED_FLOOR:.0%} as fast as SpecDecode in tokens/s (ties: the faster); none that fast: "
-            f"the best of all — the seeds do not say which setting they report (§4.3). Chosen: {pool.index[0]}.")
+    name = ("highest " if higher else "lowest ") + ("perplexity" if quality == PPL else quality.removeprefix("metric."))
+    branch = (f"{fast} of them are" if fast else "none is" if not spd.empty else "no SpecDecode cell: all count") + \
+        (" that fast" if not spd.empty else "")
+    rule = (f"DSBD row: of {len(per)} memory-constrained setting(s), the {name} among those at least {SPEED_FLOOR:.0%} "
+            f"as fast as SpecDecode in tokens/s, else of all (ties: the faster) — the seeds do not say which setting "
+            f"they report (§4.3). Here {branch}. Chosen: {pool.index[0]}.")
     return dsbd[dsbd["label"] == pool.index[0]], rule
 
 
