@@ -1,6 +1,6 @@
-"""The judges: any OpenAI-compatible ``/chat/completions`` endpoint over HTTP (standard library ``urllib``:
-no new dependency), and a local HF causal LM (:mod:`harness.judge.local`). Both answer
-``complete(messages) -> str`` or raise :class:`JudgeFailure` with the reason.
+"""The HTTP judge: any OpenAI-compatible ``/chat/completions`` endpoint (standard library ``urllib``: no new
+dependency). Like the local judge (:mod:`harness.judge.local`) it answers ``complete(messages) -> str`` or
+raises :class:`JudgeFailure` with the reason (:func:`harness.judge.grade.make_judge` picks one).
 
 HTTP: requests are spaced by a rate limiter shared by every thread (``requests_per_minute``); a 408, 409,
 429 or 5xx response, a timeout or a dropped connection is retried up to ``max_retries`` times with
@@ -142,16 +142,3 @@ class OpenAIJudge:
             raise JudgeFailure(f"malformed response from {self.url}: message content is {type(content).__name__}")
         return content
 
-
-def make_judge(cfg: JudgeConfig):
-    """The judge a config names (loads a local model for ``hf``); :class:`JudgeFailure` when it cannot be had."""
-    if cfg.backend == "openai":
-        return OpenAIJudge(cfg)
-    if cfg.backend == "hf":
-        from harness.judge.local import LocalJudge
-
-        try:
-            return LocalJudge(cfg)
-        except Exception as e:  # noqa: BLE001 — an unloadable judge fails its judgments, never the cell
-            raise JudgeFailure(f"the local judge {cfg.model} could not be loaded: {type(e).__name__}: {e}") from e
-    raise JudgeFailure(f"no judge for backend {cfg.backend!r}")

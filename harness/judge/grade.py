@@ -21,13 +21,27 @@ from dataclasses import dataclass
 
 from harness.judge import prompts as P
 from harness.judge.cache import JudgmentCache, judgment_key
-from harness.judge.client import JudgeFailure, make_judge
+from harness.judge.client import JudgeFailure, OpenAIJudge
 from harness.judge.config import JudgeConfig
 from harness.judge.verdict import game_score, parse_rating, parse_winner
 
 log = logging.getLogger("harness")
 NAN = math.nan
 SCORE, WIN_RATE = "mt_bench_score", "mt_bench_win_rate"
+
+
+def make_judge(cfg: JudgeConfig):
+    """The judge a config names (loads a local model for ``hf``); :class:`JudgeFailure` when it cannot be had."""
+    if cfg.backend == "openai":
+        return OpenAIJudge(cfg)
+    if cfg.backend == "hf":
+        from harness.judge.local import LocalJudge
+
+        try:
+            return LocalJudge(cfg)
+        except Exception as e:  # noqa: BLE001 — an unloadable judge fails its judgments, never the cell
+            raise JudgeFailure(f"the local judge {cfg.model} could not be loaded: {type(e).__name__}: {e}") from e
+    raise JudgeFailure(f"no judge for backend {cfg.backend!r}")
 
 
 @dataclass
@@ -53,7 +67,11 @@ def answer_text(task, record: dict) -> str | None:
 
 
 def _conversation(task, record: dict, answers: dict) -> tuple[str, int, list[str], list, str]:
-    qid, turn = str(record.get("meta.question_id")), int(record.get("meta.turn") or 1)
+    """(question id, turn, the questions up to this turn, the cell's answers to them, category). Records written
+    before MT-Bench had two turns name their question by ``example_id`` only (turn 1)."""
+    qid = record.get("meta.question_id")
+    qid = str(qid) if qid is not None else str(record.get("example_id")).split("-t")[0]
+    turn = int(record.get("meta.turn") or 1)
     row = task.questions().get(qid) or {}
     ids = [qid] + [f"{qid}-t{k}" for k in range(2, turn + 1)]
     return qid, turn, list(row.get("turns") or [])[:turn], [answers.get(i) for i in ids], str(row.get("category", ""))

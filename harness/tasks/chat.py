@@ -47,7 +47,8 @@ class MTBench(TemplateTask):
     ``<question_id>-t<k>`` (turn 1 keeps the question id); ``meta`` holds ``category``, ``question_id`` and
     ``turn``. The plain prompt of turn k continues turn k-1's with ``followup_template`` (Vicuna v1.1, as
     FastChat: ``... ASSISTANT: <answer></s>USER: <question> ASSISTANT:``); with a chat template the earlier
-    answers are assistant messages."""
+    answers are assistant messages. Before those answers exist (validation, ``Decoder.prepare``'s prompt
+    features) a later turn stands as its own question alone."""
 
     kind = "mt_bench"
     primary_metric: ClassVar[str | None] = "mt_bench_score"  # the judge's 1-10 rating (harness.judge)
