@@ -212,6 +212,9 @@ def test_config_problems_name_the_key():
     assert "MISSING_VAR_X" in message and "not set" in message
     [(key, message)] = judge_problems(_cfg(api_key_env=KEY), environ={KEY: "x"})  # the key given by mistake
     assert key == "judge.api_key_env" and KEY not in message and "NAME" in message
+    for url in (f"https://u:{KEY}@api.example.com/v1", f"https://api.example.com/v1?key={KEY}"):
+        [(key, message)] = judge_problems(_cfg(base_url=url), environ=env)  # credentials in the URL
+        assert key == "judge.base_url" and KEY not in message and "credentials" in message
 
 
 def test_a_judge_on_a_task_that_is_not_judged():

@@ -120,7 +120,10 @@ def _number_problems(c: JudgeConfig) -> list[tuple[str, str]]:
 def _openai_problems(c: JudgeConfig, environ: Mapping[str, str]) -> list[tuple[str, str]]:
     out = []
     url = urlparse(c.base_url or "")
-    if url.scheme not in ("http", "https") or not url.hostname:
+    if url.username or url.password or url.query:  # never echo it: it holds credentials
+        out.append(("judge.base_url", "must not hold credentials (user:password@ or a ?query): results and caches "
+                                      "name the endpoint; put the key in the variable named by judge.api_key_env"))
+    elif url.scheme not in ("http", "https") or not url.hostname:
         out.append(("judge.base_url", f"must be an http(s) URL such as https://api.openai.com/v1 or "
                                       f"http://127.0.0.1:8000/v1, got {c.base_url!r}"))
     if c.api_key_env is not None:
