@@ -38,6 +38,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
                          "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
     "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
               "from the stored config: the cell measures the same",
+    "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
+             "records and summary are the same whatever the judge",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)

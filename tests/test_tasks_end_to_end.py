@@ -37,7 +37,7 @@ def test_task_runs_end_to_end_on_the_tiny_pair(tiny_pair, tmp_path, dataset):
     outcome = run_cell(cfg, tmp_path)
     assert outcome.status == "done", outcome.error
     records = read_records(outcome.cell_dir)
-    assert len(records) == 2
+    assert len(records) == 2 * dataset_cfg.get("turns", 1)  # mt_bench: both turns of 2 questions
     for record in records:
         assert {k[len("metric."):] for k in record if k.startswith("metric.")} == METRICS[dataset]
         assert 0 < record["new_tokens"] <= 6
