@@ -112,8 +112,14 @@ def plan_main(argv: list[str]) -> int:
         p.add_argument("--count", action="store_true", help="print only the number of units (array size)")
         p.add_argument("--todo", action="store_true",
                        help="print only the units with a cell still to run, comma-separated (an sbatch --array list)")
+        p.add_argument("--write", metavar="PLAN.json", default=None,
+                       help="also write every unit's composed configs to this file, for `harness task --plan`")
     args = _args(argv, "harness plan", extra)
     jobs = compose_jobs(args.overrides, args.config_dir)
+    if args.write:
+        from harness.planfile import write_plan
+
+        write_plan(args.write, units(jobs), args.overrides, args.config_dir)
     if args.count:
         print(len(units(jobs)))
         return 0
@@ -142,13 +148,20 @@ def task_main(argv: list[str]) -> int:
     """Run one unit of the plan; exit 1 if a cell failed, 0 otherwise (done, skipped, busy, n/a)."""
     def extra(p):
         p.add_argument("index", type=int, help="the unit to run (e.g. $SLURM_ARRAY_TASK_ID)")
+        p.add_argument("--plan", metavar="PLAN.json", default=None,
+                       help="read the unit from this plan file (`harness plan --write`) instead of composing the sweep")
     args = _args(argv, "harness task", extra)
-    plan = units(compose_jobs(args.overrides, args.config_dir))
-    if not 0 <= args.index < len(plan):
-        print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units (0..{len(plan) - 1})",
-              file=sys.stderr)
-        return 2
-    unit = plan[args.index]
+    if args.plan:
+        from harness.planfile import task_unit
+
+        unit = task_unit(args.plan, args.index, args.overrides)
+    else:
+        plan = units(compose_jobs(args.overrides, args.config_dir))
+        if not 0 <= args.index < len(plan):
+            print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units "
+                  f"(0..{len(plan) - 1})", file=sys.stderr)
+            return 2
+        unit = plan[args.index]
     from harness.errors import ConfigError
     from harness.validation import exit_on_problems, validate_cells
 
