@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str, str]] = {
 _FAILED: list[str] = []
 _NOT_APPLICABLE: list[str] = []  # single runs only: in a sweep, a method/decoding pair that does not apply is skipped
 _QUEUED: list[dict] = []  # runner.interleave under the basic launcher: jobs' configs, run as comparisons after the sweep
+_CELLS: list = []  # outcomes of this process's cells (a local sweep's results.json)
+_SWEEP: dict = {}  # the multirun's argv and Hydra sweep folder
 
 
 def _hydra_app():
@@ -59,6 +61,8 @@ def _hydra_app():
         container = OmegaConf.to_container(cfg, resolve=True)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
+        if multirun and not _SWEEP:
+            _SWEEP.update(argv=sys.argv[1:], sweep_dir=str(hc.sweep.dir), launcher=str(hc.launcher.get("_target_", "")))
         if multirun and (container.get("runner") or {}).get("interleave") and \
                 "BasicLauncher" in str(hc.launcher.get("_target_", "")):
             _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
@@ -79,10 +83,29 @@ def _config_error(e) -> None:
 
 def _report(outcome, multirun: bool = True) -> None:
     print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
+    _CELLS.append(outcome)
     if outcome.status == "failed":
         _FAILED.append(outcome.cell_id)
     elif outcome.status == "n/a" and not multirun:
         _NOT_APPLICABLE.append(outcome.error or outcome.cell_id)
+
+
+def _write_results_json() -> None:
+    """One ``results.json`` per local sweep (:func:`harness.provenance.write_results_json`): in the sweep's
+    Hydra folder (kept) and as ``<results_dir>/results.json`` (the latest sweep into that folder)."""
+    import shutil
+
+    from harness.provenance import write_results_json
+
+    by_dir: dict = {}
+    for o in _CELLS:
+        if o.status != "n/a":
+            by_dir.setdefault(o.cell_dir.parent.parent, []).append(o.cell_id)
+    for results_dir, ids in by_dir.items():
+        path = write_results_json(results_dir, ids, dict(_SWEEP))
+        sweep_dir = Path(_SWEEP.get("sweep_dir", ""))
+        if _SWEEP.get("sweep_dir") and sweep_dir.is_dir():
+            shutil.copyfile(path, sweep_dir / path.name)
 
 
 def _run_queued() -> None:
@@ -195,6 +218,8 @@ def main() -> None:
         raise
     if _QUEUED:
         _run_queued()
+    if _SWEEP and _CELLS:
+        _write_results_json()
     if _FAILED:
         print(f"harness: {len(_FAILED)} cell(s) failed; see error.json in their cell folders: {', '.join(_FAILED)}",
               file=sys.stderr)

@@ -67,8 +67,27 @@ def plan_unit(path: str | Path, index: int) -> list[dict]:
 
 
 def task_unit(path: str | Path, index: int, overrides: list[str]) -> list[dict]:
-    """``harness task --plan PATH INDEX``: the unit, refusing overrides (the plan holds composed configs)."""
-    if overrides:
-        raise ConfigError(f"harness task --plan takes no overrides (the plan holds every cell's composed config); "
-                          f"got {' '.join(overrides)}. Write a new plan with `harness plan --write {path} ...`")
-    return plan_unit(path, index)
+    """``harness task --plan PATH INDEX [key=value ...]``: the unit's cell configs. Overrides may set only
+    result-neutral keys (:data:`harness.identity.RESULT_NEUTRAL_KEYS`: ``results_dir=`` for node-local
+    scratch, ``force=``, ...); anything else would change the cells the plan names, so it is refused."""
+    import copy
+
+    import yaml
+
+    from harness.identity import RESULT_NEUTRAL_KEYS
+
+    unit = copy.deepcopy(plan_unit(path, index))
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or key not in RESULT_NEUTRAL_KEYS:
+            raise ConfigError(f"harness task --plan: '{override}' would change the cells the plan names; with --plan "
+                              f"only these keys may be set: {', '.join(RESULT_NEUTRAL_KEYS)}. Write a new plan with "
+                              f"`harness plan --write {path} ...`")
+        parsed = yaml.safe_load(value) if value else None
+        for cfg in unit:
+            *parents, last = key.split(".")
+            node = cfg
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[last] = parsed
+    return unit
