@@ -162,6 +162,21 @@ def is_config_error(e: BaseException | None) -> bool:
                           OmegaConfBaseException))
 
 
+def _unparsable(argv: list[str]) -> list[str]:
+    """The command-line overrides Hydra's grammar rejects (its own message does not name them)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser, bad = OverridesParser.create(), []
+    for arg in argv:
+        if "=" in arg and not arg.startswith("-"):
+            try:
+                parser.parse_overrides([arg])
+            except OverrideParseException:
+                bad.append(arg)
+    return bad
+
+
 def _version() -> str:
     from harness import __version__
 
@@ -214,6 +229,8 @@ def main() -> None:
         _hydra_app()()
     except SystemExit as e:  # Hydra reports its own errors and exits 1; a configuration error exits 2
         if e.code == 1 and is_config_error(e.__context__):
+            for bad in _unparsable(argv):
+                print(f"harness: error: cannot parse the override '{bad}' (Hydra's override grammar)", file=sys.stderr)
             sys.exit(EXIT_CONFIG)
         raise
     if _QUEUED:

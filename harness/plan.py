@@ -124,7 +124,10 @@ def plan_main(argv: list[str]) -> int:
         print(len(units(jobs)))
         return 0
     rows = plan_rows(jobs)
-    if args.todo:
+    if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
+        from harness.validation import exit_on_problems, validate_cells
+
+        exit_on_problems(validate_cells([(c["method"]["name"], c) for c in jobs], single=False), len(jobs))
         todo = sorted({r["unit"] for r in rows if r["status"] not in ("done", "n/a", "invalid", "running")})
         print(",".join(map(str, todo)))
         return 0
