@@ -72,8 +72,15 @@ def _hydra_app():
         except ConfigError as e:  # found only at run time (e.g. a finished cell changed meanwhile): stop, no record
             _config_error(e)
         _report(outcome, multirun)
+        if outcome.status == "failed" and multirun and "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
+            # a job of another launcher (submitit) fails with its cell, so that `harness -m` exits 1 there too
+            raise CellFailed(f"cell {outcome.cell_id} failed: {outcome.error}")
 
     return app
+
+
+class CellFailed(RuntimeError):
+    """A cell failed at run time (its error.json says why): the job's outcome under a remote launcher."""
 
 
 def _config_error(e) -> None:

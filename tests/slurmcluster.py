@@ -115,7 +115,8 @@ ClusterName=harness
 SlurmctldHost={host}(127.0.0.1)
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge.socket
+AuthInfo=socket={root}/munge.socket,cred_expire=20
+# cred_expire: a requeued job waits cred_expire + 1 s before it starts again (default 120)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort={ctld_port}

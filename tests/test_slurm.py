@@ -137,19 +137,25 @@ def test_timed_out_submitit_job_is_requeued_up_to_max_num_timeout(cluster, tmp_p
     proc = subprocess.run([sys.executable, "-m", "harness", "-m", "hydra/launcher=slurm_requeue",
                            "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
                            "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=null",
-                           "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=50",
+                           "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=40",
                            "hydra.launcher.max_num_timeout=2", "method=ar_sampling", "dataset.num_prompts=null",
                            "dataset=alpaca", "max_new_tokens=128", *SMALL[2:], f"results_dir={results}"],
                           cwd=tmp_path, env=_env(cluster), capture_output=True, text=True, timeout=1500)
     cluster.log.append(f"$ harness -m ... timeout_min=1 max_num_timeout=2\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    assert proc.returncode != 0  # the cell never finishes in time: after the last allowed requeue the job ends
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the cell never finishes in time: its job fails, and the sweep
+    (job,) = [p.name for p in results.rglob(".submitit/*") if p.is_dir()]
+    state = cluster.job_state(job)
     cell = next(results.glob("cells/*"))
+    error = json.loads((cell / store.ERROR).read_text())
     segments = json.loads((cell / "segments.json").read_text())
     written = _lines(cell / store.PARTIAL)
-    print(f"segments (one per run of the job): {[s['from_index'] for s in segments]}; prompts written: {written}")
-    assert len(segments) == 3  # the first run and max_num_timeout = 2 requeues
+    print(f"submitit job {job}: {state.get('JobState')}, Restarts={state.get('Restarts')}; run segments start at "
+          f"prompts {[s['from_index'] for s in segments]}; {written} prompts written; error.json: {error['error']}")
+    assert state["Restarts"] == "2"  # requeued after each of the first max_num_timeout = 2 timeouts, then not
+    assert "timed-out too many times" in error["error"]
+    assert len(segments) == 3  # the first run and two resumes, each at the next prompt (from_index = rows written)
     starts = [s["from_index"] for s in segments]
-    assert starts == sorted(starts) and starts[-1] <= written
+    assert starts == sorted(starts) and 0 < starts[-1] <= written
     indexes = [json.loads(line)["index"] for line in (cell / store.PARTIAL).read_text().splitlines() if line.strip()]
     assert indexes == list(range(len(indexes)))  # each prompt written once across the requeues
 
