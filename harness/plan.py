@@ -6,8 +6,9 @@ weights, and prints one row per cell: its unit, cell id, status (done | running 
 corrupt | pending | n/a) and prompts already written. A *unit* is what one task runs: one cell, or
 with ``runner.interleave=true`` one interleaved comparison (the cells that differ only in ``method``).
 
-``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan (``scripts/sbatch_array.sh`` passes
-``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
+``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan; ``harness plan --write PLAN.json`` stores the
+composed plan once and ``harness task --plan PLAN.json INDEX`` reads its unit from it without composing the sweep
+again (:mod:`harness.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
 several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
 second merger never sees a torn or half-merged cell).
 """

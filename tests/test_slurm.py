@@ -137,11 +137,11 @@ def test_timed_out_submitit_job_is_requeued_up_to_max_num_timeout(cluster, tmp_p
     proc = subprocess.run([sys.executable, "-m", "harness", "-m", "hydra/launcher=slurm_requeue",
                            "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_node=null",
                            "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=null",
-                           "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=40",
+                           "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=60",
                            "hydra.launcher.max_num_timeout=2", "method=ar_sampling", "dataset.num_prompts=null",
                            "dataset=alpaca", "max_new_tokens=128", *SMALL[2:], f"results_dir={results}"],
                           cwd=tmp_path, env=_env(cluster), capture_output=True, text=True, timeout=1500)
-    cluster.log.append(f"$ harness -m ... timeout_min=1 max_num_timeout=2\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    cluster.log.append(f"$ harness -m ... timeout_min=2 max_num_timeout=2\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     assert proc.returncode == 1, proc.stderr[-3000:]  # the cell never finishes in time: its job fails, and the sweep
     (job,) = [p.name for p in results.rglob(".submitit/*") if p.is_dir()]
     state = cluster.job_state(job)
