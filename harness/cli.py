@@ -205,13 +205,24 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def job_dirname(override_dirname: str, limit: int = 200) -> str:
+    """``${harness_dirname:...}`` (``hydra.sweep.subdir``): Hydra's override_dirname with ``/`` replaced, so an
+    override holding a path (``dataset.hf_dataset=/data/x.json``) makes one folder, not a tree of them; a name
+    longer than ``limit`` bytes (file systems allow 255) keeps its start and ends with a hash of the whole."""
+    import hashlib
+
+    name = str(override_dirname).replace("/", "_") or "default"
+    if len(name.encode()) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return name.encode()[: limit - 16].decode(errors="ignore") + "..." + digest
+
+
 def register_resolvers() -> None:
-    """``${harness_dirname:...}`` (``hydra.sweep.subdir``): Hydra's override_dirname with ``/`` replaced, so
-    an override holding a path (``dataset.path=/data/x.json``) makes one folder, not a tree of them."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("harness_dirname"):
-        OmegaConf.register_new_resolver("harness_dirname", lambda s: str(s).replace("/", "_") or "default")
+        OmegaConf.register_new_resolver("harness_dirname", job_dirname)
 
 
 register_resolvers()

@@ -80,6 +80,15 @@ def test_absolute_results_dir_makes_one_hydra_folder_per_job(tmp_path):
     assert json.loads((sweep / "results.json").read_text())["cells"] == doc["cells"]
 
 
+def test_job_folder_names_fit_a_file_system():
+    from harness.cli import job_dirname
+
+    assert job_dirname("a=1,results_dir=/x/y") == "a=1,results_dir=_x_y"
+    long = ",".join(f"method.key{i}=/some/long/path/{i}" for i in range(20))
+    name = job_dirname(long)
+    assert len(name.encode()) <= 200 and name != job_dirname(long + "x") and "/" not in name
+
+
 def test_task_reads_its_unit_from_a_plan_file(tmp_path):
     plan = tmp_path / "plan.json"
     results = tmp_path / "r"
