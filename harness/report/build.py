@@ -44,7 +44,8 @@ def _compute(a: Analysis) -> None:
 
 SECTIONS = (("Speed-ups against the baseline (paired)", sections.sec_speed), ("Energy", sections.sec_energy),
             ("Quality and Pareto fronts", sections.sec_quality), ("The papers' tables", papers.sec_papers),
-            ("Iso-quality comparisons", diagnostics.sec_iso), ("Theory checks", diagnostics.sec_theory),
+            ("Iso-quality comparisons", diagnostics.sec_iso), ("Latency percentiles", diagnostics.sec_latency),
+            ("Theory checks", diagnostics.sec_theory),
             ("Acceptance diagnostics", diagnostics.sec_acceptance))
 
 
@@ -109,14 +110,20 @@ def build_report(results_dir: str | Path, out_dir: str | Path, plots_dir: str | 
             "ratios": a.ratios, "excluded": res.excluded_counts(), "analysis": a}
 
 
+def _as_json(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    for c in frame.columns:
+        if frame[c].dtype == object:
+            frame[c] = frame[c].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=str))
+    return frame
+
+
 def write_parquet(df: pd.DataFrame, path: Path) -> Path:
-    """Parquet, with columns pyarrow cannot type (mixed objects, dicts) written as JSON text."""
+    """Parquet, with columns pyarrow cannot type (mixed objects, dicts) written as JSON text; and the same
+    table as CSV beside it (``<name>.csv``: lists and dicts as JSON text) for spreadsheets and other tools."""
     try:
         df.to_parquet(path, index=False)
     except Exception:  # noqa: BLE001 — pyarrow's errors for mixed object columns vary by type
-        df = df.copy()
-        for c in df.columns:
-            if df[c].dtype == object:
-                df[c] = df[c].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=str))
-        df.to_parquet(path, index=False)
+        _as_json(df).to_parquet(path, index=False)
+    _as_json(df).to_csv(Path(path).with_suffix(".csv"), index=False)
     return path

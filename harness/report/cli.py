@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -128,14 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         print(res.problems[["cell_id", "problem", "kind", "error"]].to_string(index=False))
         return 1
     out = build_report(results, out_dir, args.plots, baselines, iso, args.bootstrap, args.tables, results=res)
-    _print_summary(out, results)
+    _print_summary(out, results, argv)
     return 0
 
 
-def _print_summary(out: dict, results: Path) -> None:
+def _print_summary(out: dict, results: Path, argv: list[str] | None) -> None:
+    from harness.provenance import write_results_json
+
     cells = out["cells"]
     write_parquet(cells, results / "cells.parquet")
     write_parquet(out["records"], results / "records.parquet")
+    write_results_json(results, list(cells["cell_id"]), {"argv": ["harness-report", *(argv or sys.argv[1:])]})
     print(console_table(out["summary"], out["ratios"]).to_string(index=False))
     print(f"\n{len(cells)} cells, {len(out['records'])} records -> {results / 'cells.parquet'}, "
           f"{results / 'records.parquet'}")

@@ -42,6 +42,20 @@ def sec_iso(doc: Doc, a: Analysis) -> None:
     doc.table(table, "Iso-quality ratios" + (f" — {said}" if said else ""))
 
 
+def sec_latency(doc: Doc, a: Analysis) -> None:
+    from harness.analysis.latency import latency_table
+
+    lat = latency_table(a.records)
+    a.tables["latency"] = lat
+    doc.p("Per cell over its prompts, in ms: TTFT = the prompt-encoding (prefill) calls, TPOT = decode time ÷ "
+          "(new tokens − 1), end-to-end = the generation's wall time (harness/analysis/latency.py).")
+    cells = a.summary.set_index("cell_id") if "cell_id" in a.summary else pd.DataFrame()
+    shown = lat.assign(method=lat["cell_id"].map(cells.get("label", pd.Series(dtype=str))).fillna(lat["cell_id"]),
+                       decoding=lat["cell_id"].map(cells.get("regime", pd.Series(dtype=str))))
+    cols = ["method", "decoding", "n_prompts", *[c for c in lat.columns if c.endswith(("_p50", "_p90", "_p99"))]]
+    doc.table(*compact(shown[cols].round(2), keep=("method", "decoding")))
+
+
 def sec_theory(doc: Doc, a: Analysis) -> None:
     sd = theory.sd_checks(a.records, a.cells, a.ratios)
     ds = theory.dsbd_checks(a.records, a.cells)
