@@ -114,8 +114,8 @@ def acceptance(head, pair, contexts, vocab: int, depth: int) -> dict:
 
 def main(argv=None) -> int:
     ap = parser(__doc__, "eagle")
-    ap.add_argument("--steps", type=int, default=900)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-contexts", type=int, default=200)

@@ -155,6 +155,34 @@ def test_acceptance_head_loader_reads_the_hub_mixin_layout(tmp_path):
                                head.half().float().accept_probability(x))
 
 
+def test_hub_ids_are_fetched_with_hf_hub_download(tmp_path, monkeypatch):
+    """A hub id goes through huggingface_hub (faked here: no network): the first weight file the repository
+    has is used (the reference's medusa_lm_head.pt when there is no .safetensors)."""
+    import huggingface_hub
+    from huggingface_hub.utils import EntryNotFoundError
+
+    repo = _write(tmp_path / "repo", {"medusa_num_layers": 1}, _medusa_state(2, 8, 11), "medusa_lm_head.pt")
+    asked = []
+
+    def fake_download(repo_id, filename, **kwargs):
+        asked.append((repo_id, filename))
+        if not (repo / filename).is_file():
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        return str(repo / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    heads = load_medusa("FasterDecoding/medusa-test")
+    assert heads.config.num_heads == 2
+    assert asked == [("FasterDecoding/medusa-test", "config.json"),
+                     ("FasterDecoding/medusa-test", "medusa_lm_head.safetensors"),
+                     ("FasterDecoding/medusa-test", "medusa_lm_head.pt")]
+    with pytest.raises(HarnessError, match="no EAGLE head: its config.json lacks hidden_size"):
+        load_eagle("FasterDecoding/medusa-test")  # a Medusa checkpoint is refused before any weights are built
+    (repo / "config.json").write_text(json.dumps(_eagle_config()))
+    with pytest.raises(HarnessError, match="has none of model.safetensors, pytorch_model.bin"):
+        load_eagle("FasterDecoding/medusa-test")
+
+
 def test_head_references_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="unknown embedded head 'tiny/nope'.*tiny/medusa"):
         load_medusa("tiny/nope")

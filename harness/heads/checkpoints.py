@@ -49,18 +49,23 @@ def checkpoint_file(ref: str, names: tuple[str, ...]) -> Path:
 
 def _hub_file(repo_id: str, names: tuple[str, ...]) -> Path:
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import EntryNotFoundError, HFValidationError
+    from huggingface_hub.utils import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
 
-    missing = []
+    missing, unreachable = [], []
     for name in names:
         try:
             return Path(hf_hub_download(repo_id, name))
+        except LocalEntryNotFoundError:  # offline (or the hub unreachable) and not in the local cache
+            unreachable.append(name)
         except EntryNotFoundError:
             missing.append(name)
         except HFValidationError as e:
             raise ConfigError(f"'{repo_id}' is no local directory and no valid hub id: {e}") from e
-        except OSError as e:  # offline, unknown repository, no access
+        except OSError as e:  # unknown repository, no access, network errors
             raise HarnessError(f"could not fetch '{name}' of head checkpoint '{repo_id}': {e}") from e
+    if unreachable:
+        raise HarnessError(f"head checkpoint '{repo_id}': {', '.join(unreachable)} not in the local hub cache and "
+                           "the hub cannot be reached (offline?)")
     raise HarnessError(f"hub repository '{repo_id}' has none of {', '.join(missing)}")
 
 

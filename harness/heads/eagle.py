@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.heads.checkpoints import check_keys, read_config, read_weights, write_checkpoint
 from harness.primitives.kv_cache import cache_length, truncate
 
@@ -99,11 +99,22 @@ def load_eagle(ref: str, dtype: torch.dtype = torch.float32, device: str | torch
     from transformers import LlamaConfig
 
     cfg = read_config(ref)
-    bias = bool(cfg.get("bias", True))
-    config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "bias"})
-    head = EagleHead(config, bias=bias)
+    lacking = [k for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")
+               if k not in cfg]
+    if lacking:
+        raise HarnessError(f"'{ref}' is no EAGLE head: its config.json lacks {', '.join(lacking)}")
     state = read_weights(ref, WEIGHTS_NAMES)
-    check_keys(ref, state, set(head.state_dict()), set(head.state_dict()), ignored=("embed_tokens.",))
+    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    fc = state.get("fc.weight")
+    found = {int(k.split(".")[1]) for k in state if k.startswith("layers.")}
+    if fc is None or tuple(fc.shape) != (hidden, 2 * hidden) or found != set(range(layers)):
+        raise HarnessError(f"head checkpoint '{ref}' is not an EAGLE head of its config (hidden_size {hidden}, "
+                           f"{layers} layer(s)): fc.weight {None if fc is None else tuple(fc.shape)}, "
+                           f"layers {sorted(found)}")
+    bias = bool(cfg.get("bias", True))
+    head = EagleHead(LlamaConfig(**{k: v for k, v in cfg.items() if k != "bias"}), bias=bias)
+    expected = set(head.state_dict())
+    check_keys(ref, state, expected, expected, ignored=("embed_tokens.",))
     head.load_state_dict({k: v for k, v in state.items() if not k.startswith("embed_tokens.")}, strict=True)
     return head.to(device=device, dtype=dtype).eval()
 
