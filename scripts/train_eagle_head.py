@@ -16,7 +16,7 @@ target's own token) of an EAGLE-2 tree (default top_k/depth/total_tokens), of an
 at every depth), and — beside them, on the same contexts — of a greedy chain of the tiny draft model
 (vanilla speculative decoding, the same depth).
 
-    python scripts/train_eagle_head.py                        # ~20 min on 1 shared CPU thread
+    python scripts/train_eagle_head.py                        # ~35 min wall on 2 busy shared CPUs
     python scripts/train_eagle_head.py --smoke --out /tmp/e   # a few steps, for the tests
 """
 from __future__ import annotations

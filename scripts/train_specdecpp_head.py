@@ -19,7 +19,7 @@ beside them the free baseline q(Y) and the oracle min(1, p/q); and the stop rule
 for thresholds h, the mean candidate length γ it picks (reference timing and bounds [2, 8]) and the
 tokens accepted per round.
 
-    python scripts/train_specdecpp_head.py                         # ~10 min on 1 shared CPU thread
+    python scripts/train_specdecpp_head.py                         # ~40 min wall on 2 busy shared CPUs
     python scripts/train_specdecpp_head.py --smoke --out /tmp/s    # tiny, for the tests
 """
 from __future__ import annotations
