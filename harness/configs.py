@@ -64,5 +64,8 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    from harness.judge.config import register_judge_configs
+
+    register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from harness.models import load_pair  # noqa: E402
+from harness.primitives.forward import cache_kwarg  # noqa: E402
 from harness.primitives.kv_cache import new_cache  # noqa: E402
 from train_decision_models import sample_contexts, split_training_chapters  # noqa: E402
 from train_tiny_pair import batches, lr_at  # noqa: E402
@@ -94,12 +95,12 @@ def greedy_rollouts(target, contexts: list[list[int]], steps: int) -> dict:
     the last context token and at every generated token but the last, and the tokens it chose.
 
     ``features[c, s]`` is the state the target's LM head turned into ``tokens[c, s]``."""
-    feats, toks = [], []
+    feats, toks, key = [], [], cache_kwarg(target.model)
     for ids in contexts:
         cache = new_cache(target)
         x, fs, ts = torch.tensor([ids]), [], []
         for _ in range(steps):
-            h = target.model(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+            h = target.model(input_ids=x, **{key: cache}, use_cache=True).last_hidden_state[:, -1]
             x = target.lm_head(h).argmax(-1, keepdim=True)
             fs.append(h[0])
             ts.append(x[0, 0])

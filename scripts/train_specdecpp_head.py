@@ -35,6 +35,7 @@ from head_training import CORPUS, finish, out_dir, parser, setup
 from harness.decoding import PRESETS
 from harness.heads.specdecpp import AcceptanceHead, rejection_probability
 from harness.primitives.decision_model import DEFAULT_TOP_K, roc_auc
+from harness.primitives.forward import cache_kwarg
 from harness.primitives.kv_cache import new_cache
 from harness.primitives.sampling import make_generator, sample
 from harness.primitives.warping import Warp
@@ -49,7 +50,7 @@ def reference_rows(pair, ctx: list[int], length: int, warp: Warp, gen) -> dict:
     target, draft, vocab = pair.target, pair.draft, pair.vocab_size
     cache, x, p_steps, xs = new_cache(target), torch.tensor([ctx]), [], []
     for _ in range(length):  # the target samples X from T∘p, one token at a time
-        logits = target(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits = target(input_ids=x, **{cache_kwarg(target): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         p = warp.probs(logits[:, :vocab])
         x = sample(p, gen)
         p_steps.append(p[0])
