@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError, HarnessError
+from harness.resources import package_dir
 
-HEADS_DIR = Path(__file__).resolve().parents[1] / "assets" / "heads"
+HEADS_DIR = package_dir() / "assets" / "heads"
 # the embedded heads: every folder of assets/heads with a config.json, as tiny/<folder>
 EMBEDDED_HEADS = tuple(f"tiny/{d.name}" for d in sorted(HEADS_DIR.iterdir()) if (d / "config.json").is_file()) \
     if HEADS_DIR.is_dir() else ()
