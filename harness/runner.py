@@ -444,7 +444,7 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
         if c.outcome is not None:
             continue
         try:
-            _finish_cell(c, pair, max_new, energy_info, gpu_state, interleaved, group)
+            _finish_cell(c, pair, max_new, energy_info, gpu_state, interleaved, group, task)
         except Exception as e:  # noqa: BLE001
             c.fail(e)
 
@@ -481,7 +481,7 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, m
 
 
 def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu_state, interleaved: bool,
-                 group: list[str]) -> None:
+                 group: list[str], task=None) -> None:
     records_path = c.writer.commit()
     records = c.writer.records
     count, digest = store.records_digest(records_path)
@@ -498,7 +498,11 @@ def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu
                     "energy_meter": energy_info, "gpu_state": gpu_state,
                     "interleaved": interleaved, "interleave_group": group if interleaved else [],
                     "segments": segments, "resumed": len(segments) > 1,
-                    "records_count": count, "records_sha256": digest})
+                    "records_count": count, "records_sha256": digest,
+                    # the report's quality axis and lossless marking (INTERFACES.md items 1 and 4)
+                    "primary_metric": getattr(task, "primary_metric", None),
+                    "primary_metric_higher_is_better": bool(getattr(task, "higher_is_better", True)),
+                    "lossless": getattr(c.decoder, "lossless", None)})
     store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
     (c.cell_dir / SEGMENTS).unlink(missing_ok=True)
     c.release()

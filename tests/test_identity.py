@@ -54,7 +54,7 @@ def _set(cfg: dict, dotted: str, value) -> dict:
 
 
 def _neutral(key: str) -> bool:
-    """A result-neutral key, or a key inside a result-neutral group (``judge``)."""
+    """A result-neutral key, or a key inside a result-neutral group or node (``judge``, ``report``)."""
     return any(key == k or key.startswith(k + ".") for k in RESULT_NEUTRAL_KEYS)
 
 
@@ -77,10 +77,11 @@ def test_every_key_changes_the_id_or_is_result_neutral(overrides):
 def test_the_allow_list_is_small_and_every_entry_exists():
     cfg = composed()
     leaves = flatten(cfg)
-    assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave", "judge"}
+    assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave", "report",
+                                        "judge"}
     assert all(k in leaves or any(leaf.startswith(k + ".") for leaf in leaves) for k in RESULT_NEUTRAL_KEYS)
-    # the judge group (issue 25.3) left every cell id as it was before the group existed
-    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k != "judge"})
+    # the judge group (issue 25.3) and the report node (issue 22.3) left every cell id as it was before them
+    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k not in ("judge", "report")})
     assert cell_id(composed("judge=openai", "judge.model=x")) == cell_id(cfg)
     assert all(why for why in RESULT_NEUTRAL_KEYS.values())
 

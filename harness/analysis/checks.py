@@ -93,7 +93,7 @@ def measurement_flags(cells: pd.DataFrame, records: pd.DataFrame, problems: pd.D
                 add("warning", "high run-to-run variance", cid, f"energy trials disagree by {s:.0%} on average")
     if len(cells) and "seed" in cells:
         for _, g in cells.groupby(["pair", "dataset", "gpu", "method"], dropna=False):
-            tps = pd.to_numeric(g.get("tokens_per_s"), errors="coerce").dropna()
+            tps = pd.to_numeric(g["tokens_per_s"], errors="coerce").dropna() if "tokens_per_s" in g else g.iloc[0:0]
             if len(tps) >= 2 and tps.std() / tps.mean() > HIGH_CV:
                 for cid in g["cell_id"]:
                     add("warning", "high run-to-run variance", cid,

@@ -93,8 +93,10 @@ class Task:
     """
 
     kind: ClassVar[str] = ""
-    primary_metric: ClassVar[str | None] = None  # the task's main quality metric (``metric.<name>``), if any
-    higher_is_better: ClassVar[bool] = True  # direction of ``primary_metric``
+    #: the metric (a key of :meth:`score`) the report uses as the task's quality axis; None = the task has
+    #: no reference metric and quality is the output's perplexity under the target (lower is better)
+    primary_metric: ClassVar[str | None] = None
+    higher_is_better: ClassVar[bool] = True  # the primary metric's direction
     name: str = ""
     num_prompts: int | None = None
     sample_seed: int | None = None

@@ -124,6 +124,7 @@ class SpecBench(MTBench):
 @dataclass
 class Alpaca(TemplateTask):
     kind = "alpaca"
+    primary_metric = "rougeL"
     path: str = "alpaca/question.jsonl"
     template: str = ALPACA_TEMPLATE
     user_template: str = "{prompt}"

