@@ -18,6 +18,8 @@ from hydra.core.config_store import ConfigStore
 
 from harness.decoders.base import Decoder, registry
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
+from harness.energy.config import register_energy_schema
+from harness.energy.hardware import register_gpu_schema
 from harness.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
@@ -64,5 +66,7 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults naive/off extend
+    register_gpu_schema(cs)  # gpu/auto: GpuProfile, the schema of every conf/gpu preset
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -13,7 +13,8 @@ import pytest
 
 from harness.energy import make_energy_meter
 from harness.energy.phases import largest_gap
-from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML, llm_like_load, prefill_then_decode, square_wave
+from harness.energy.simloads import llm_like_load, prefill_then_decode, square_wave
+from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 
 QUICK = {"idle_baseline_s": 0.5, "infer_update_period_s": 0.5}
 
@@ -277,10 +278,8 @@ def test_measurement_is_one_object():
     record = m.as_record(lambda joules: 10)
     assert record["energy.tokens"] == 10 * m.repetitions
     assert record["energy.j_per_token"] == pytest.approx(m.reading.total_energy_j / (10 * m.repetitions))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results, reading = m  # the former tuple, deprecated
-    assert results is m.results and reading is m.reading and caught
+    with pytest.raises(TypeError):  # the former (results, reading) tuple is gone (issue 21.8)
+        results, reading = m
     meter.close()
 
 

@@ -16,7 +16,8 @@ import pytest
 from harness.energy import make_energy_meter
 from harness.energy.attribution import attribute
 from harness.energy.host import HostEnergy
-from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML, llm_like_load
+from harness.energy.simloads import llm_like_load
+from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 from harness.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +165,7 @@ def test_attribution_reports_what_it_cannot_split():
 # ---- item 7: harness-gpu-check on a CPU --------------------------------------------------------------
 
 def test_gpu_check_on_a_cpu_runs_the_steps_on_tiny_shapes_and_says_what_it_could_not_measure(tmp_path):
-    from harness.energy.gpu_check import main
+    from harness.tools.gpu_check import main
 
     assert main(["--quick", "--out", str(tmp_path), "--max-k", "4"]) == 0
     result = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -180,7 +181,7 @@ def test_gpu_check_on_a_cpu_runs_the_steps_on_tiny_shapes_and_says_what_it_could
 
 def test_gpu_check_is_a_console_script():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'harness-gpu-check = "harness.energy.gpu_check:main"' in text
+    assert 'harness-gpu-check = "harness.tools.gpu_check:main"' in text
 
 
 # ---- item 8: host energy from RAPL --------------------------------------------------------------------

@@ -192,7 +192,7 @@ def cost_curves(pairs: dict, ks: list[int], device, reps: int, log) -> dict:
 def energy_steps(device_index: int, seconds: float, log) -> dict:
     """Steps 1-4 on a real GPU."""
     from harness.energy import make_energy_meter
-    from harness.energy.probe import probe
+    from harness.tools.probe import probe
 
     report = probe(poll_seconds=1.0, idle_seconds=2.0)
     out = {"probe": report}
@@ -273,7 +273,8 @@ def simulated_self_check() -> dict:
     """The energy steps against a simulated H100 in virtual time: checks this installation's code,
     measures no hardware."""
     from harness.energy import make_energy_meter
-    from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML, llm_like_load
+    from harness.energy.simloads import llm_like_load
+    from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 
     clock = SimClock(100.0)
     gpu = SimGPU(clock)
