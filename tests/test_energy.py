@@ -13,14 +13,12 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from harness.energy import polled
-from harness.energy import EnergyConfig, EnergyReading, GpuEnergyMeter, NullMeter, make_energy_meter, summarize_records
+from harness.energy import EnergyReading, GpuEnergyMeter, NullMeter, make_energy_meter, polled, summarize_records
 from harness.energy.sampler import RealClock, Sampler
 from harness.energy.simloads import llm_like_load
 from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 from harness.energy.sources import Channel, open_sources
 from harness.energy.windows import counter_energy, sample_sum_energy, trapezoid_energy, with_hold_points
-from harness.errors import ConfigError
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "harness", "conf")
 NAIVE = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "energy", "naive.yaml")))
@@ -312,37 +310,6 @@ def test_gpu_profile_figures_apply_only_to_matching_gpus():
     assert "does not fit" in meter.describe()["energy_profile_note"]
     assert meter.primary.semantics.window_s == 1.0  # the H100 figures were not applied to an L40S
     meter.close()
-
-
-def _composed(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
-    from harness.resources import conf_dir
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
-
-
-def test_configs_load_and_bad_options_list_valid_choices():
-    for name in ("protocol", "naive", "off"):
-        energy = _composed(f"energy={name}", "gpu=cpu")["energy"]
-        assert EnergyConfig.from_any(energy).name == name
-    # one source of defaults (issue 21.4): the composed default preset is the dataclass's defaults
-    assert EnergyConfig.from_any({**_composed()["energy"], "gpu": None}) == EnergyConfig.from_any(None)
-    assert not os.path.exists(os.path.join(CONF, "energy", "protocol.yaml"))
-    with pytest.raises(ConfigError, match="Valid options:.*min_window_s"):
-        EnergyConfig.from_any({"min_windw_s": 5})
-    with pytest.raises(ConfigError, match="counter, power"):
-        EnergyConfig.from_any({"source": "rapl"})
-    for path in sorted(os.listdir(os.path.join(CONF, "gpu"))):
-        name = path.removesuffix(".yaml")
-        profile = _composed(f"gpu={name}")["gpu"]
-        assert {"name", "power_reading", "power_update_s", "power_window_s", "notes"} <= set(profile)
-        # one source of GPU facts: a preset names the GPU, the figures are harness/energy/hardware.py's
-        raw = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "gpu", path)))
-        assert "power_update_s" not in raw and "power_window_s" not in raw, path
 
 
 def test_summary_of_records():

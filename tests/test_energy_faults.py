@@ -279,3 +279,28 @@ def test_the_cross_check_says_a_scale_disagreement_could_be_either():
     for reading, _, _ in rows[1:]:
         assert reading.cross_check_flag and reading.cross_check_suspect == "either"
         assert "at idle too" in reading.cross_check_evidence
+
+
+# ---- 10. cost: predictable, and cheap for short generations -----------------------------------------------
+
+@pytest.mark.parametrize("source, seconds", [("counter", 0.3), ("counter", 2.0), ("power", 0.3)])
+def test_the_planned_overhead_predicts_the_cost_and_short_generations_stay_cheap(source, seconds):
+    """Sub-second generations cost ×5.6-22 the cell's time with a counter (×48-154 polled-only), and the
+    protocol flipped at 1 s of generation. The overhead `harness plan` states predicts what a cell
+    costs, and a counter measures a 0.3 s generation once."""
+    from harness.energy.cost import expected_overhead
+
+    cfg = {"source": source, "infer_update_period_s": 1.0, "idle_baseline_s": 1.0, "host": False}
+    clock = SimClock(50.0)
+    gpu = SimGPU(clock, hysteresis_w=30.0, hysteresis_s=1.0)
+    meter = make_energy_meter(cfg, [0], nvml=SimulatedNVML([gpu], clock), clock=clock)
+    prompts, runs = 6, []
+    for _ in range(prompts):
+        runs.append(meter.measure("p", lambda: gpu.run([(seconds, 300.0)])).repetitions)
+    spent = clock.now() - 50.0 - prompts * seconds  # beyond one generation per prompt
+    meter.close()
+    predicted = expected_overhead({"energy": cfg, "gpu": {"name": "sim", "power_reading": "simulated",
+                                                          "simulated": {"counter_update_s": 0.1}}})
+    assert predicted.seconds(prompts, seconds) == pytest.approx(spent, rel=0.35)
+    if source == "counter":
+        assert max(runs) == 1

@@ -196,7 +196,8 @@ def _expected_bound(state, trial: Trial, kept: list[tuple[float, float]]) -> flo
     inside = [(t, v) for t, v in zip(snapshot.times, snapshot.values) if lead is not None and t > kept[0][0] + 0.5 * p_eff]
     if lead is not None and inside and inside[-1][0] > lead.t:
         mean_w = max((inside[-1][1] - lead.value) / (inside[-1][0] - lead.t), idle)
-    unc = state.idle.edge_uncertainty(kept[0][0], kept[-1][1])
+    # the edges' idle is measured on the adjacent counter intervals (± ~2-3 %) unless the counter is coarse
+    unc = state.idle.edge_uncertainty(kept[0][0], kept[-1][1]) if state.coarse() else 0.03 * idle
     q = state.sensors[state.primary.name].resolution_j
     quant = 0.78 * (q if math.isfinite(q) else 1e-3) * state.devices
     # no idle known yet: the edges will be interpolated (± half an update at the mean power each)

@@ -66,7 +66,7 @@ def make_energy_meter(cfg=None, cuda_devices: list[int] | None = None, *, nvml=N
 
 def _simulated_meter(config: EnergyConfig, profile: dict, cuda_devices: list[int], clock, synchronize,
                      host) -> GpuEnergyMeter:
-    from harness.energy.simulated import SimulatedWorkloadGPUs
+    from harness.energy.simworkload import SimulatedWorkloadGPUs
 
     spec = profile.get("simulated")
     if not spec:

@@ -1,33 +1,25 @@
 """A simulated NVML over a known power waveform, for tests, studies and CPU-only runs.
 
-:class:`SimGPU` holds the true power: piecewise-constant levels (idle, or the pieces of a
-workload) plus a small sinusoidal ripple and an optional idle drift (a linear ramp and a sine:
-"idle wandering between 60 and 90 W"), power drawn by other processes, and P-state hysteresis
-(the GPU staying ``hysteresis_w`` above its idle floor for ``hysteresis_s`` after work), so its
-exact integral is known at any time. Its readings follow GUIDE §2 (Yang, Adamek & Armour 2023):
-the power fields report the average of the last ``power_window_s`` (25 ms on A100/H100; 1 s for
-``nvmlDeviceGetPowerUsage`` on Ampere+ when ``usage_window_s=1``), refreshed every
-``power_update_s`` (possibly inexact, e.g. 100.3 ms, and jittered per refresh); the energy
-counter (mJ) is refreshed at its own period, resolution and lag, and may wrap (``counter_bits``)
-or be reset. It reports the state NVML gives: clocks (high while busy), a temperature following
-the power of the last ``thermal_tau_s``, power limit, throttle reasons (while busy), persistence
-mode and the processes on the GPU.
-
-:class:`SimulatedNVML` exposes all that under pynvml's names (raising pynvml's own ``NVMLError``),
-so :mod:`harness.energy.sources` runs unchanged on it; it can also fail: from a time on
-(``fail_at``: a lost GPU), in bursts (``glitch``) or at random on a fraction of calls
-(``error_rate``). :class:`SimClock` is virtual time: ``sleep`` advances it and fires the
-sampler's polls, so a minute of measurement takes milliseconds. With a real clock
-(``energy.source=simulated``) the simulated GPU draws its active power while the meter's
-workload runs, so the whole runner path can be exercised on a CPU and checked against the exact
-integral. Load shapes for studies are in :mod:`harness.energy.simloads`.
+:class:`SimGPU` holds the true power — piecewise-constant levels (idle, or a workload's pieces), a
+ripple, an idle drift or wander, other processes' power, P-state hysteresis (``hysteresis_w`` above
+the floor for ``hysteresis_s`` after work) — so its exact integral is known at any time. Its
+readings follow GUIDE §2 (Yang, Adamek & Armour 2023): power fields average the last
+``power_window_s`` (25 ms on A100/H100; 1 s for ``nvmlDeviceGetPowerUsage`` on Ampere+ with
+``usage_window_s=1``), refreshed every ``power_update_s`` (possibly inexact, and jittered); the
+energy counter (mJ) has its own period, resolution, lag and jitter, and may wrap or be reset. It
+reports clocks, temperature, power limit, throttle reasons (while busy), persistence mode and the
+processes on the GPU. :class:`SimulatedNVML` exposes all that under pynvml's names and errors, so
+:mod:`harness.energy.sources` runs unchanged on it; it fails on demand: from a time on
+(``fail_at``: a lost GPU), in bursts (``glitch``) or on a fraction of calls (``error_rate``).
+:class:`SimClock` is virtual time (a minute of measurement takes milliseconds). Load shapes:
+:mod:`harness.energy.simloads`; a GPU drawing power while the meter's workload runs
+(``energy.source=simulated``): :mod:`harness.energy.simworkload`.
 
 This module imports nothing from the harness, so a study can load it next to an older meter.
 """
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 import random
 import threading
@@ -156,8 +148,7 @@ class SimGPU:
         i = max(bisect.bisect_right(self.breaks, t) - 1, 0)
         return self.cumulative[i] + self.levels[i] * (t - self.breaks[i])
 
-    def _drift_energy(self, t: float) -> float:
-        """∫ from t0 to t of the idle drift (ramp + sine) and the ripple, exactly."""
+    def _drift_energy(self, t: float) -> float:  # ∫ from t0 to t of the idle drift (ramp + sine) and ripple
         x = t - self.t0
         e = self.idle_ramp_w_per_s * x * x / 2
         if self.idle_wave_w:
@@ -281,8 +272,7 @@ class SimulatedNVML:
         self.failure: tuple[float, int] | None = None
         self.bursts: list[tuple[float, float, int]] = []
         self.rate, self.rate_code, self.rng = 0.0, pynvml.NVML_ERROR_UNKNOWN, random.Random(0)
-        self.calls = self.errors = 0
-        self.init_count = self.shutdown_count = 0
+        self.calls = self.errors = self.init_count = self.shutdown_count = 0
 
     def __getattr__(self, name: str):
         if name.startswith("NVML_") or name.startswith("nvmlClocks"):
@@ -357,8 +347,7 @@ class SimulatedNVML:
     def nvmlDeviceGetPowerManagementLimit(self, handle) -> int:
         return round(1000 * self._gpu(handle).power_limit_w)
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle) -> int:
-        return round(1000 * self._gpu(handle).power_limit_w)
+    nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetPowerManagementLimit
 
     def nvmlDeviceGetPowerUsage(self, handle) -> int:
         gpu = self._gpu(handle)
@@ -409,50 +398,3 @@ class SimulatedNVML:
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
         self._gpu(handle)
         return []
-
-
-# ---- a simulated GPU selected from configuration (energy.source=simulated) -----------------------
-
-ARCHITECTURE_CODES = {"pascal": pynvml.NVML_DEVICE_ARCH_PASCAL, "volta": pynvml.NVML_DEVICE_ARCH_VOLTA,
-                      "turing": pynvml.NVML_DEVICE_ARCH_TURING, "ampere": pynvml.NVML_DEVICE_ARCH_AMPERE,
-                      "ada": pynvml.NVML_DEVICE_ARCH_ADA, "hopper": pynvml.NVML_DEVICE_ARCH_HOPPER}
-SIM_GPU_KEYS = ("name", "idle_w", "ripple_w", "power_update_s", "power_window_s", "usage_window_s", "counter_update_s",
-                "counter_resolution_j", "counter_lag_s", "has_counter", "has_instant", "power_limit_w",
-                "idle_ramp_w_per_s", "idle_wave_w", "idle_wave_period_s", "hysteresis_w", "hysteresis_s")
-WORKLOAD_KEYS = ("active_w", "prefill_w", "prefill_s")
-
-
-class SimulatedWorkloadGPUs:
-    """Simulated GPUs whose power follows the meter's workload: ``activity()`` wraps each run of
-    the workload (the decoder's generation), during which every GPU draws ``prefill_w`` for the
-    first ``prefill_s`` then ``active_w``; idle otherwise. Built from a ``gpu`` profile's
-    ``simulated`` section."""
-
-    def __init__(self, spec: dict, clock):
-        spec = dict(spec)
-        unknown = sorted(set(spec) - set(SIM_GPU_KEYS) - set(WORKLOAD_KEYS) - {"gpus", "architecture"})
-        if unknown:
-            raise ValueError(f"unknown gpu.simulated option(s) {unknown}; valid: "
-                             f"{', '.join(sorted(SIM_GPU_KEYS + WORKLOAD_KEYS + ('gpus', 'architecture')))}")
-        self.active_w = float(spec.get("active_w", 300.0))
-        self.prefill_w = float(spec.get("prefill_w", self.active_w))
-        self.prefill_s = float(spec.get("prefill_s", 0.0))
-        arch = spec.get("architecture", "hopper")
-        kwargs = {k: spec[k] for k in SIM_GPU_KEYS if spec.get(k) is not None}
-        kwargs.setdefault("name", "Simulated GPU")
-        kwargs["architecture"] = ARCHITECTURE_CODES.get(arch, pynvml.NVML_DEVICE_ARCH_HOPPER)
-        rng = random.Random(0)
-        self.gpus = [SimGPU(clock, uuid=f"GPU-simulated-{i}", power_phase_s=rng.uniform(0, 0.1),
-                            counter_phase_s=rng.uniform(0, 0.1), **kwargs) for i in range(int(spec.get("gpus", 1)))]
-        self.nvml = SimulatedNVML(self.gpus, clock)
-
-    @contextlib.contextmanager
-    def activity(self):
-        pieces = [(self.prefill_s, self.prefill_w)] if self.prefill_s > 0 else []
-        for gpu in self.gpus:
-            gpu.schedule(pieces, then=self.active_w)
-        try:
-            yield
-        finally:
-            for gpu in self.gpus:
-                gpu.hold(gpu.idle_w)
