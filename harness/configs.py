@@ -68,5 +68,8 @@ def register_configs() -> None:
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults naive/off extend
     register_gpu_schema(cs)  # gpu/auto: GpuProfile, the schema of every conf/gpu preset
+    from harness.judge.config import register_judge_configs
+
+    register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

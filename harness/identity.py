@@ -36,6 +36,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
                          "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+    "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
+             "records and summary are the same whatever the judge",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)

@@ -282,6 +282,9 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
     show["J/token"] = [ci(x, "j_per_token") for _, x in s.iterrows()]
     show["interleaved"] = ["yes" if bool(v) else "no" for v in s.get("interleaved", pd.Series(False, index=s.index))]
     doc.table(show)
+    for q in ("metric.mt_bench_score", "metric.mt_bench_win_rate"):  # the LLM judge's grades (harness.judge)
+        if q in qcols:
+            _judge_by_category(doc, a, q)
     doc.fig("tokens_per_s", plots.forest(s, "tokens_per_s", "tokens/s (total new tokens ÷ total wall time; whiskers: "
                                                             "95 % CI over prompts)"),
             "Throughput per cell (not paired: compare with the speed-ups above)")
@@ -302,6 +305,22 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
                         "(Pareto) set; bars: 95 % CIs (± s.d. across seeds when there are several)")
                 front = g[g["on_front"]].sort_values(cost)
                 doc.p(f"Pareto set ({dataset}: {q} vs {cost}): " + ", ".join(front["label"].astype(str)))
+
+
+def _judge_by_category(doc: Doc, a: Analysis, q: str) -> None:
+    """The judge's grade per cell and MT-Bench category, mean [95 % CI] over the category's prompts (turns)."""
+    t = quality.by_category(a.records, a.cells, q)
+    if t.empty:
+        return
+    a.tables[q.removeprefix("metric.") + "_by_category"] = t
+    t = t.assign(value=[ci(r, q) for _, r in t.iterrows()])
+    wide = t.pivot_table(index="label", columns="category", values="value", aggfunc="first")
+    wide = wide[["overall", *sorted(c for c in wide.columns if c != "overall")]].reset_index()
+    what = "MT-Bench score (judge's 1-10 rating, both turns; higher is better)" if q.endswith("score") else \
+        "MT-Bench win rate against the reference method (win 1, tie 0.5, loss 0; higher is better)"
+    doc.p(f"{what} per category: mean [95 % CI] over the category's prompts; the judge's failures (NaN, with the "
+          "reason in the records' judge.* fields) are left out.")
+    doc.table(wide)
 
 
 def _by_method(s: pd.DataFrame) -> pd.DataFrame:

@@ -356,7 +356,18 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: bool
                 c.fail(e)
     for c in cells:
         c.release()
+    _judge(cells)
     return [c.outcome for c in cells]
+
+
+def _judge(cells: list[_Cell]) -> None:
+    """Grade the finished cells with the configured LLM judge (:mod:`harness.judge`): after every cell of the
+    comparison has generated, outside every timed and energy window; judgments go to their own files."""
+    done = [(c.cfg, c.cell_dir) for c in cells if c.outcome is not None and c.outcome.status in ("done", "skipped")]
+    if any((cfg.get("judge") or {}).get("backend", "none") != "none" for cfg, _ in done):
+        from harness.judge import judge_cells
+
+        judge_cells(done)
 
 
 def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
@@ -442,6 +453,10 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, m
     depend on nothing earlier in the cell, so a resumed cell writes what an uninterrupted one would."""
     tok = pair.tokenizer
     ids, original = c.fitted[i]
+    if ex.history:  # a later turn of a conversation: its prompt holds this cell's own earlier answers
+        ex = task.with_history(ex, c.writer.records)
+        ids, original = context.fit_prompt(task.prompt_ids(ex, tok), n_positions, max_new,
+                                           context.lookahead(c.plan.params))
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, max_new, seed=prompt_seed(seed, i),

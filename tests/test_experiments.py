@@ -24,7 +24,7 @@ from harness.decoders.sd import SDParams
 from harness.runner import plan_cell
 from harness.sweeper import config_sweep_overrides, sweep_overrides
 
-ROOT = CONF_DIR.parent
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (CONF_DIR is harness/conf inside the package)
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 GROUPS = ("pair", "dataset", "method", "decoding", "gpu", "energy")
 HAS_GAMMA_POLICY = "gamma_policy" in {f.name for f in dataclasses.fields(SDParams)}

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness import store
 from harness.analysis.tables import cell_params, cell_row, normalize_record, numeric, short_labels
+from harness.judge.results import read_judgments
 
 PROBLEM_COLUMNS = ["cell_id", "problem", "kind", "error", "at"]
 
@@ -64,7 +65,8 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     if not raw:
         raise ValueError("records.jsonl has no records")
     params = cell_params(summary)
-    records = [normalize_record(r, row, params) for r in raw]
+    judged = read_judgments(cell_dir, summary.get("records_sha256"))  # LLM-judge grades (harness.judge), by index
+    records = [normalize_record({**r, **judged.get(r.get("index"), {})}, row, params) for r in raw]
     if "prompts" in row and row["prompts"] is not None and int(row["prompts"]) != len(records):
         raise ValueError(f"summary says {row['prompts']} prompts but records.jsonl has {len(records)}")
     return row, records

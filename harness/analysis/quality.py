@@ -93,3 +93,26 @@ def _energy_reason(r: pd.DataFrame, cell: pd.Series) -> str:
         if reasons:
             return "; ".join(reasons)
     return "no energy reading"
+
+
+def by_category(records: pd.DataFrame, cells: pd.DataFrame, column: str, **boot) -> pd.DataFrame:
+    """One row per cell × category (``overall``, then each ``meta.category``): the mean of ``column`` over the
+    prompts that have a value, its percentile bootstrap CI and count ``n`` — e.g. the MT-Bench score per
+    category (``metric.mt_bench_score``; prompts are resampled within each category)."""
+    from harness.analysis.tables import categories
+
+    rows = []
+    if column not in records.columns:
+        return pd.DataFrame(rows)
+    cats = categories(records)
+    for _, cell in cells.iterrows():
+        mask = records["cell_id"] == cell["cell_id"]
+        values = pd.to_numeric(records.loc[mask, column], errors="coerce")
+        if not values.notna().any():
+            continue
+        groups = [("overall", values)] + [(c, values[cats[mask] == c]) for c in sorted(set(cats[mask])) if c]
+        for category, v in groups:
+            point, lo, hi, n = _mean_ci(v.to_numpy(float), **boot)
+            rows.append({**{k: cell.get(k) for k in ("cell_id", "label", "pair", "dataset", "gpu", "seed")},
+                         "category": category, column: point, column + "_lo": lo, column + "_hi": hi, "n": n})
+    return pd.DataFrame(rows)
