@@ -67,7 +67,7 @@ def register_configs() -> None:
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults naive/off extend
-    register_gpu_schema(cs)  # gpu/auto: GpuProfile, the schema of every conf/gpu preset
+    register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
 
     register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)

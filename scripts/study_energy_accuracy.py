@@ -15,7 +15,8 @@ refresh / wrap / reset, refresh jitter, throttling and other processes mid-cell,
 sum on T4-like sensors, 10 Hz loads (the cross-check).
 
 Columns: gross and net |error| (mean / worst) over prompts with a number, ``bound ok`` = share of
-those prompts whose |error| ≤ the stated 95 % bound (``net ok`` likewise), NaN prompts (and how
+those prompts whose |error| ≤ the stated 95 % bound (``net ok`` likewise; prompts the meter flagged
+as throttled or shared with another process left out), NaN prompts (and how
 many of them a failure actually touched), runs per prompt, cost (× the cell without a meter), and
 for flag scenarios how many truly affected prompts were flagged / how many flags were false.
 
@@ -244,7 +245,9 @@ def _row(gpu, results, reading, flagged: bool, touched: bool) -> dict:
 
 
 def _share(rows, key_err: str, key_bound: str) -> float:
-    usable = [r for r in rows if math.isfinite(r[key_err]) and math.isfinite(r[key_bound])]
+    """Share of the prompts with a number whose |error| is within their bound — leaving out the prompts
+    the meter flagged (throttled, another process on the GPU: their energy is not the workload's alone)."""
+    usable = [r for r in rows if math.isfinite(r[key_err]) and math.isfinite(r[key_bound]) and not r["flag"]]
     return sum(abs(r[key_err]) <= r[key_bound] for r in usable) / len(usable) if usable else math.nan
 
 

@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.energy import EnergyConfig
+from harness.energy.hardware import GpuProfile
 from harness.energy.meter import EnergyMeter
 from harness.errors import ConfigError
 from test_layout import import_graph
@@ -32,6 +33,8 @@ def test_configs_load_and_bad_options_list_valid_choices():
     for name in ("protocol", "naive", "off"):
         energy = _composed(f"energy={name}", "gpu=cpu")["energy"]
         assert EnergyConfig.from_any(energy).name == name
+    # energy=off stays the small node it was (its cells keep their ids); naive extends the defaults
+    assert set(_composed("energy=off")["energy"]) == {"name", "source", "gpu"}
     # one source of defaults (issue 21.4): the composed default preset is the dataclass's defaults
     assert EnergyConfig.from_any({**_composed()["energy"], "gpu": None}) == EnergyConfig.from_any(None)
     assert not os.path.exists(os.path.join(CONF, "energy", "protocol.yaml"))
@@ -45,7 +48,8 @@ def test_configs_load_and_bad_options_list_valid_choices():
         assert {"name", "power_reading", "power_update_s", "power_window_s", "notes"} <= set(profile)
         # one source of GPU facts: a preset names the GPU, the figures are harness/energy/hardware.py's
         raw = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "gpu", path)))
-        assert "power_update_s" not in raw and "power_window_s" not in raw, path
+        assert raw["power_update_s"] is None and raw["power_window_s"] is None, path
+        OmegaConf.merge(OmegaConf.structured(GpuProfile), raw)  # conforms to the schema (types, no unknown key)
 
 
 def test_the_energy_package_imports_nothing_above_it():

@@ -7,10 +7,12 @@ delays. The update period is also inferred on the machine by fast polling; the a
 cannot be, so it comes from :data:`ARCHITECTURE_FACTS`, from a ``gpu`` profile's override, or
 from ``harness-gpu-check`` (which measures it). ``None`` means not known: nothing is made up.
 
-:class:`GpuProfile` is the ``gpu`` config group's schema (Hydra structured config, registered as
-``gpu/auto``); ``harness/conf/gpu/*.yaml`` are presets naming GPUs (``match``, ``architecture``)
-and, for simulated GPUs, the simulator's settings. A preset repeats no figure of this module:
-``power_update_s`` / ``power_window_s`` there override the architecture's facts (null: use them).
+:class:`GpuProfile` is the ``gpu`` config group's schema (a Hydra structured config, stored as
+``schema/gpu``; every preset conforms: tests/test_energy_config.py); ``harness/conf/gpu/*.yaml``
+are presets naming GPUs (``match``, ``architecture``) and, for simulated GPUs, the simulator's
+settings. A preset repeats no figure of this module: ``power_update_s`` / ``power_window_s`` there
+override the architecture's facts (null: use them). The presets are not composed onto the schema,
+so a preset's content — and the ids of the cells measured under it — stays what it says.
 """
 from __future__ import annotations
 
@@ -100,5 +102,6 @@ class GpuProfile:
 
 
 def register_gpu_schema(cs) -> None:
-    """``gpu/auto`` in Hydra's ConfigStore: the schema every ``conf/gpu`` preset extends."""
-    cs.store(group="gpu", name="auto", node=GpuProfile)
+    """``schema/gpu`` in Hydra's ConfigStore: the schema of every ``conf/gpu`` preset (for a typed cell
+    config to compose)."""
+    cs.store(group="schema", name="gpu", node=GpuProfile)
