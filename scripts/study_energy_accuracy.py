@@ -76,7 +76,8 @@ class Scenario:
     infer: bool = True
     stall_hz: float | None = None
     drift: bool = False              # the load rides on the (wandering) idle
-    runtime_cv: float = 0.0          # each run's length × U(1 - x, 1 + x)
+    runtime_cv: float = 0.0          # each run's length × U(1 - x, 1 + x), or with runtime_drift_s:
+    runtime_drift_s: float = 0.0     # × (1 + x sin(2π t / this)): runs slow down and speed up over time (clocks)
     glitches: tuple[int, float, int] | None = None   # (bursts per cell, seconds each, NVML error code)
     error_rate: tuple[float, int] | None = None      # (fraction of calls, NVML error code)
     flag: str | None = None          # "throttle" | "foreign": state only during some prompts
@@ -94,6 +95,7 @@ SCENARIOS = [
     Scenario("In use 0.05 %", "1 glitch", (1, 4), error_rate=(0.0005, E.NVML_ERROR_IN_USE)),
     Scenario("run time ±30 %, 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3),
     Scenario("run time ±30 %, 2 s", "2 run time", (2, 2), runtime_cv=0.3),
+    Scenario("run time drifting ±30 % (8 s), 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3, runtime_drift_s=8.0),
     Scenario("P-state hysteresis +40 W 1.5 s", "3 idle", (1, 4), gpu={"hysteresis_w": 40.0, "hysteresis_s": 1.5}),
     Scenario("idle wandering 60-90 W, 11 s", "3 idle", (1, 4), drift=True,
              gpu={"idle_w": 75.0, "idle_wave_w": 15.0, "idle_wave_period_s": 11.0}),
@@ -209,6 +211,8 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
             drift = gpu.idle_power(start) - gpu.idle_w if scenario.drift else 0.0
             cv = scenario.runtime_cv
             factor = cell.runtime_rng.uniform(1 - cv, 1 + cv) if cv else 1.0
+            if scenario.runtime_drift_s:
+                factor = 1 + cv * math.sin(2 * math.pi * start / scenario.runtime_drift_s)
             pieces = loads.stretched(shape, factor) if scenario.runtime_cv else shape
             if flagged and scenario.flag == "throttle":
                 gpu.throttle_reasons_active = NVML.nvmlClocksThrottleReasonSwPowerCap

@@ -147,12 +147,22 @@ class IdleTracker:
         return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
 
     # ---- for net energy: the settled floor ----------------------------------------------------
+    def _settled_spread(self, t: float) -> float:
+        """Range (W, devices summed) of the last three settled measurements up to ``t`` + 60 s: how
+        far the floor itself moves (a wandering idle), against which an offset must stand out."""
+        totals = [sum(w) for s, w in zip(self.settled.times, self.settled.watts) if s <= t + 60.0][-3:]
+        return max(totals) - min(totals) if len(totals) >= 2 else 0.0
+
     def _offset(self, t: float) -> list[float] | None:
+        """The hysteresis offset per device: the median of the last three, shrunk by how much the
+        settled floor itself moved (an idle that wanders as much as the offset leaves it unidentified)."""
         offsets = self.offsets
         if not offsets:
             return None
         recent = [o for s, o in offsets if s <= t + 60.0][-3:] or [offsets[0][1]]
-        return [statistics.median(o[d] for o in recent) for d in range(self.devices)]
+        median = [statistics.median(o[d] for o in recent) for d in range(self.devices)]
+        shrink = self._settled_spread(t) / self.devices
+        return [math.copysign(max(abs(o) - shrink, 0.0), o) for o in median]
 
     def net_at(self, t: float) -> list[float]:
         offset = self._offset(t)
@@ -182,6 +192,7 @@ class IdleTracker:
         rough = tracked.roughness(a, b)
         spread = 2 * rough if math.isfinite(rough) else max(_range(self.settled), _range(self.post), 0.02 * level)
         offsets = [sum(o) for s, o in self.offsets if s <= (a + b) / 2 + 60.0][-3:]
+        spread = math.hypot(spread, self._settled_spread((a + b) / 2))
         if len(self.post) and self.settle_s > 0:
             if len(offsets) >= 2:
                 spread = math.hypot(spread, max(offsets) - min(offsets))
