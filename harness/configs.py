@@ -66,7 +66,7 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
-    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults naive/off extend
+    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
     register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
 

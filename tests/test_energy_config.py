@@ -18,7 +18,8 @@ from test_layout import import_graph
 CONF = os.path.join(os.path.dirname(__file__), "..", "harness", "conf")
 
 
-def _composed(*overrides: str) -> dict:
+def _composed(*override_sets: list[str]) -> list[dict]:
+    """The composed config for each list of overrides (one Hydra initialisation for all)."""
     from hydra import compose, initialize_config_dir
 
     from harness.configs import register_configs
@@ -26,29 +27,29 @@ def _composed(*overrides: str) -> dict:
 
     register_configs()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
+        return [OmegaConf.to_container(compose(config_name="config", overrides=list(o)), resolve=True)
+                for o in override_sets]
 
 
 def test_configs_load_and_bad_options_list_valid_choices():
-    for name in ("protocol", "naive", "off"):
-        energy = _composed(f"energy={name}", "gpu=cpu")["energy"]
-        assert EnergyConfig.from_any(energy).name == name
+    presets = sorted(p.removesuffix(".yaml") for p in os.listdir(os.path.join(CONF, "gpu")))
+    protocol, naive, off, *profiles = _composed([], ["energy=naive"], ["energy=off"], *[[f"gpu={p}"] for p in presets])
+    for name, cfg in (("protocol", protocol), ("naive", naive), ("off", off)):
+        assert EnergyConfig.from_any(cfg["energy"]).name == name
     # energy=off stays the small node it was (its cells keep their ids); naive extends the defaults
-    assert set(_composed("energy=off")["energy"]) == {"name", "source", "gpu"}
+    assert set(off["energy"]) == {"name", "source", "gpu"}
     # one source of defaults (issue 21.4): the composed default preset is the dataclass's defaults
-    assert EnergyConfig.from_any({**_composed()["energy"], "gpu": None}) == EnergyConfig.from_any(None)
+    assert EnergyConfig.from_any({**protocol["energy"], "gpu": None}) == EnergyConfig.from_any(None)
     assert not os.path.exists(os.path.join(CONF, "energy", "protocol.yaml"))
     with pytest.raises(ConfigError, match="Valid options:.*min_window_s"):
         EnergyConfig.from_any({"min_windw_s": 5})
     with pytest.raises(ConfigError, match="counter, power"):
         EnergyConfig.from_any({"source": "rapl"})
-    for path in sorted(os.listdir(os.path.join(CONF, "gpu"))):
-        name = path.removesuffix(".yaml")
-        profile = _composed(f"gpu={name}")["gpu"]
-        assert {"name", "power_reading", "power_update_s", "power_window_s", "notes"} <= set(profile)
+    for name, composed in zip(presets, profiles):
+        assert {"name", "power_reading", "power_update_s", "power_window_s", "notes"} <= set(composed["gpu"])
         # one source of GPU facts: a preset names the GPU, the figures are harness/energy/hardware.py's
-        raw = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "gpu", path)))
-        assert raw["power_update_s"] is None and raw["power_window_s"] is None, path
+        raw = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "gpu", f"{name}.yaml")))
+        assert raw["power_update_s"] is None and raw["power_window_s"] is None, name
         OmegaConf.merge(OmegaConf.structured(GpuProfile), raw)  # conforms to the schema (types, no unknown key)
 
 
