@@ -8,7 +8,7 @@ TORCH_PIP_ARGS ?=
 SWEEP ?= method=ar,beam,sd,specinfer,spectr,mcsd,hf_assisted,dsbd,mtad,bild,typical decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
 
-.PHONY: setup sweep report test test-slow clean-results
+.PHONY: setup setup-slurm sweep report test test-slow clean-results
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 	fi
 	$(PY) -m pip install -e ".[dev]"
 	@touch $@
+
+# Debian's slurm-wlm + munge for the real-SLURM tests (tests/test_slurm.py; they skip with the reason without them)
+setup-slurm:
+	bash scripts/install_slurm.sh
 
 sweep: setup
 	$(VENV)/bin/harness -m $(SWEEP)

@@ -17,6 +17,7 @@ import html
 import io
 import math
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -270,6 +271,19 @@ def sec_energy(doc: Doc, a: Analysis) -> None:
             "J/token per cell")
 
 
+def sec_latency(doc: Doc, a: Analysis) -> None:
+    from harness.analysis.latency import latency_table
+
+    lat = latency_table(a.records)
+    a.tables["latency"] = lat
+    doc.p("Per cell over its prompts, in ms: TTFT = the prompt-encoding (prefill) calls, TPOT = decode time ÷ "
+          "(new tokens − 1), end-to-end = the generation's wall time (harness/analysis/latency.py).")
+    labels = a.summary.set_index("cell_id")["label"] if "label" in a.summary else pd.Series(dtype=str)
+    shown = lat.assign(method=lat["cell_id"].map(labels).fillna(lat["cell_id"]))
+    doc.table(shown[["method", "n_prompts", *[c for c in lat.columns if c.endswith(("_p50", "_p90", "_p99"))]]]
+              .round(2))
+
+
 def sec_quality(doc: Doc, a: Analysis) -> None:
     from harness.analysis import plots
 
@@ -499,6 +513,7 @@ def build_report(results_dir: str | Path, out_dir: str | Path, plots_dir: str | 
         for title, fn in (("Speed-ups against AR (paired)", sec_speed), ("Energy", sec_energy),
                           ("Quality and Pareto fronts", sec_quality),
                           ("Iso-quality comparisons", lambda d, x: sec_iso(d, x, iso_pairs)),
+                          ("Latency percentiles", sec_latency),
                           ("Theory checks", sec_theory), ("Acceptance diagnostics", sec_acceptance),
                           ("Paper-style tables", sec_paper)):
             doc.h(2, title)
@@ -546,17 +561,22 @@ def build_report(results_dir: str | Path, out_dir: str | Path, plots_dir: str | 
 
 
 def write_parquet(df: pd.DataFrame, path: Path) -> Path:
-    """Parquet, with columns pyarrow cannot type (mixed objects, dicts) written as JSON text."""
+    """Parquet, with columns pyarrow cannot type (mixed objects, dicts) written as JSON text; and the same
+    table as CSV beside it (``<name>.csv``: lists and dicts as JSON text) for spreadsheets and other tools."""
+    import json
+
+    def as_json(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.copy()
+        for c in frame.columns:
+            if frame[c].dtype == object:
+                frame[c] = frame[c].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=str))
+        return frame
+
     try:
         df.to_parquet(path, index=False)
     except Exception:  # noqa: BLE001 — pyarrow's errors for mixed object columns vary by type
-        import json
-
-        df = df.copy()
-        for c in df.columns:
-            if df[c].dtype == object:
-                df[c] = df[c].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=str))
-        df.to_parquet(path, index=False)
+        as_json(df).to_parquet(path, index=False)
+    as_json(df).to_csv(Path(path).with_suffix(".csv"), index=False)
     return path
 
 
@@ -634,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     write_parquet(cells, results / "cells.parquet")
     write_parquet(out["records"], results / "records.parquet")
+    from harness.provenance import write_results_json
+
+    write_results_json(results, list(cells["cell_id"]), {"argv": ["harness-report", *(argv or sys.argv[1:])]})
     print(console_table(out["summary"], out["ratios"]).to_string(index=False))
     print(f"\n{len(cells)} cells, {len(out['records'])} records -> {results / 'cells.parquet'}, "
           f"{results / 'records.parquet'}")

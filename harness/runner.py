@@ -119,19 +119,21 @@ def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
     return _PAIR_CACHE[key]
 
 
-def environment_info(device: torch.device) -> dict:
-    import hydra
-    import transformers
+def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
+    """The summary's ``env``: versions, machine, CPU model, device, git sha and (with ``pair``) the checkpoint
+    revisions that were loaded (:mod:`harness.provenance`)."""
+    from harness import provenance
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "hydra": hydra.__version__,
+    info = {**provenance.environment(), "torch": torch.__version__,
             "host": platform.node(), "platform": platform.platform(), "device_type": device.type,
             "torch_threads": torch.get_num_threads(), "git_sha": git_sha()}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     else:
-        info["device_name"] = platform.processor() or platform.machine()
+        info["device_name"] = info["cpu_model"] or platform.processor() or platform.machine()
+    if pair is not None:
+        info["checkpoints"] = provenance.pair_revisions(pair)
     return info
 
 
@@ -491,7 +493,7 @@ def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu
                     "finished_at": now(), "method_name": method_name, "decoding": c.decoder.decoding,
                     "decoder": type(c.decoder).__name__, "params": params, "facts": c.decoder.facts(),
                     "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
-                    "max_new_tokens": max_new, "config": c.cfg, "env": environment_info(pair.device),
+                    "max_new_tokens": max_new, "config": c.cfg, "env": environment_info(pair.device, pair),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                     "energy_meter": energy_info, "gpu_state": gpu_state,
                     "interleaved": interleaved, "interleave_group": group if interleaved else [],
