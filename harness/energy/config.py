@@ -18,7 +18,8 @@ SOURCES = ("auto", "counter", "power", "power-usage", "smi", "simulated", "none"
 INTEGRATIONS = ("trapezoid", "sum")
 
 
-def _opt(default, text: str):
+def option(default, text: str):
+    """A dataclass field with its ``help`` (a mutable default copied per instance)."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": text})
     return field(default=default, metadata={"help": text})
@@ -28,61 +29,61 @@ def _opt(default, text: str):
 class EnergyConfig:
     """One energy configuration (every field's ``help`` says what it does)."""
 
-    name: str = _opt("protocol", "preset name: protocol (default) | naive | off")
-    source: str = _opt("auto", "auto (NVML energy counter, else NVML power, else nvidia-smi) | counter | power | "
+    name: str = option("protocol", "preset name: protocol (default) | naive | off")
+    source: str = option("auto", "auto (NVML energy counter, else NVML power, else nvidia-smi) | counter | power | "
                                "power-usage | smi | simulated | none")
-    sample_hz: float = _opt(50.0, "polling rate of the sampler thread (power, counter, GPU state)")
-    integration: str = _opt("trapezoid", "free windows and the cross-check: trapezoid (over power readings) | "
+    sample_hz: float = option(50.0, "polling rate of the sampler thread (power, counter, GPU state)")
+    integration: str = option("trapezoid", "free windows and the cross-check: trapezoid (over power readings) | "
                                          "sum (the seeds' method)")
-    skip_unchanged: bool = _opt(True, "keep a reading only when it changed: one sample per sensor update")
-    align_timestamps: bool = _opt(True, "place a reading mid-way between the polls around its refresh, and "
+    skip_unchanged: bool = option(True, "keep a reading only when it changed: one sample per sensor update")
+    align_timestamps: bool = option(True, "place a reading mid-way between the polls around its refresh, and "
                                         "mid-way in its averaging window")
-    protocol: bool = _opt(True, "false = one plain window per workload (no alignment, no repetition)")
-    target_bound: float = _opt(0.005, "counter: a run whose expected error bound exceeds this is repeated "
+    protocol: bool = option(True, "false = one plain window per workload (no alignment, no repetition)")
+    target_bound: float = option(0.005, "counter: a run whose expected error bound exceeds this is repeated "
                                       "back to back until it does not (or min_window_s / min_repetitions)")
-    min_window_s: float = _opt(5.0, "repeated measurements: repeat the workload until the measured runs last "
+    min_window_s: float = option(5.0, "repeated measurements: repeat the workload until the measured runs last "
                                     "this long ...")
-    min_repetitions: int = _opt(32, "... or number this many, whichever comes first; energy is divided by the "
+    min_repetitions: int = option(32, "... or number this many, whichever comes first; energy is divided by the "
                                     "runs")
-    trials: int = _opt(1, "repeated measurements: trials, each a full window, random delays between (part-time "
+    trials: int = option(1, "repeated measurements: trials, each a full window, random delays between (part-time "
                           "power: max(this, phase_shifts))")
-    trial_delay_s: list[float] = _opt([0.1, 0.5], "random delay before each trial (seconds, uniform in "
+    trial_delay_s: list[float] = option([0.1, 0.5], "random delay before each trial (seconds, uniform in "
                                                   "[low, high])")
-    phase_shifts: int = _opt(8, "part-time power readings: max(trials, this) trials, opened at evenly spaced "
+    phase_shifts: int = option(8, "part-time power readings: max(trials, this) trials, opened at evenly spaced "
                                 "phases of the update period (Yang: 8)")
-    phase_poll_s: float = _opt(0.001, "poll period used to see sensor refreshes (phase aiming, counter edges)")
-    discard_rise_s: float = _opt(0.0, "runs starting this soon after a trial opens are not measured (0: edges "
+    phase_poll_s: float = option(0.001, "poll period used to see sensor refreshes (phase aiming, counter edges)")
+    discard_rise_s: float = option(0.0, "runs starting this soon after a trial opens are not measured (0: edges "
                                       "are corrected instead)")
-    idle_baseline_s: float = _opt(1.0, "idle power measured this long when the meter starts (after idle_settle_s)")
-    idle_every_s: Optional[float] = _opt(2.0, "measure idle right after a prompt (one update) when the last such "
+    idle_baseline_s: float = option(1.0, "idle power measured this long when the meter starts (after idle_settle_s)")
+    idle_every_s: Optional[float] = option(2.0, "measure idle right after a prompt (one update) when the last such "
                                               "measurement is older than this; null = never")
-    idle_settle_s: float = _opt(2.0, "idle counts as settled this long after work (P-state hysteresis keeps a "
+    idle_settle_s: float = option(2.0, "idle counts as settled this long after work (P-state hysteresis keeps a "
                                      "GPU above its idle floor for a while); net energy subtracts settled idle. "
                                      "0 = idle right after work (not settled)")
-    idle_settled_every_s: float = _opt(60.0, "re-measure settled idle (a wait of idle_settle_s after a prompt) "
+    idle_settled_every_s: float = option(60.0, "re-measure settled idle (a wait of idle_settle_s after a prompt) "
                                              "this often; after the first prompt always")
-    infer_update_period_s: float = _opt(1.0, "poll each source every 1 ms this long at start-up to infer its "
+    infer_update_period_s: float = option(1.0, "poll each source every 1 ms this long at start-up to infer its "
                                              "update period, counter resolution and refresh jitter (longer, up "
                                              "to 5x, for a slow sensor); 0 = off")
-    cross_check_tolerance: float = _opt(0.05, "counter vs polled energy: flag a disagreement above this (and "
+    cross_check_tolerance: float = option(0.05, "counter vs polled energy: flag a disagreement above this (and "
                                               "above the polled bound)")
-    max_gap_s: float = _opt(5.0, "a source failing without a break this long is given up for the cell (a lost "
+    max_gap_s: float = option(5.0, "a source failing without a break this long is given up for the cell (a lost "
                                  "GPU at once); shorter failures are gaps that cost only the windows they touch")
-    glitch_retries: int = _opt(2, "polled trials a failed poll left a sensor refresh unseen in are rerun this "
+    glitch_retries: int = option(2, "polled trials a failed poll left a sensor refresh unseen in are rerun this "
                                   "many times before the prompt's energy is NaN")
-    state_every_s: float = _opt(0.1, "during the cell, read throttle reasons this often (the GPU's processes "
+    state_every_s: float = option(0.1, "during the cell, read throttle reasons this often (the GPU's processes "
                                      "every 10th time) to flag the prompts they touch")
-    cooldown_s: float = _opt(0.0, "before a cell, wait at most this long for temperature and idle power to "
+    cooldown_s: float = option(0.0, "before a cell, wait at most this long for temperature and idle power to "
                                   "settle; 0 = off")
-    cooldown_window_s: float = _opt(5.0, "... settled = over this long, temperature within "
+    cooldown_window_s: float = option(5.0, "... settled = over this long, temperature within "
                                          "cooldown_temperature_c ...")
-    cooldown_temperature_c: float = _opt(1.0, "... degrees ...")
-    cooldown_power: float = _opt(0.02, "... and power within this fraction")
-    host: bool = _opt(True, "also record host CPU package / DRAM energy from RAPL (Linux powercap)")
-    powercap_root: str = _opt("/sys/class/powercap", "where RAPL zones are read")
-    keep_samples_s: float = _opt(10.0, "the sampler keeps this much history; windows keep cumulative values")
-    seed: int = _opt(0, "random trial delays and phases")
-    gpu: Any = _opt("${oc.select:gpu,null}", "the hardware profile (gpu group) in use")
+    cooldown_temperature_c: float = option(1.0, "... degrees ...")
+    cooldown_power: float = option(0.02, "... and power within this fraction")
+    host: bool = option(True, "also record host CPU package / DRAM energy from RAPL (Linux powercap)")
+    powercap_root: str = option("/sys/class/powercap", "where RAPL zones are read")
+    keep_samples_s: float = option(10.0, "the sampler keeps this much history; windows keep cumulative values")
+    seed: int = option(0, "random trial delays and phases")
+    gpu: Any = option("${oc.select:gpu,null}", "the hardware profile (gpu group) in use")
 
     def __post_init__(self):
         self.trial_delay_s = _delay(self.trial_delay_s)

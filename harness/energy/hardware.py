@@ -16,8 +16,10 @@ so a preset's content — and the ids of the cells measured under it — stays w
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
+
+from harness.energy.config import option
 
 
 @dataclass(frozen=True)
@@ -76,29 +78,22 @@ def apply_profile(semantics: PowerSemantics, profile: dict | None) -> PowerSeman
                           f"gpu profile '{profile.get('name', '?')}': {profile.get('notes', '')}".strip())
 
 
-def _help(text: str, **kw) -> Any:
-    return field(metadata={"help": text}, **kw)
-
-
 @dataclass
 class GpuProfile:
     """The ``gpu`` config group: which GPU a cell runs on and what its power readings mean."""
 
-    name: str = _help("profile name; 'auto' = detect (the cell's gpu label is then this machine's)", default="auto")
-    power_reading: str = _help("auto | nvml | simulated | none (no power source: energy NaN with the reason)",
-                               default="auto")
-    architecture: Optional[str] = _help("pascal | volta | turing | ampere | ada | hopper | blackwell; null = "
-                                        "detected through NVML", default=None)
-    match: list[str] = _help("device-name fragments this profile applies to (others: detected figures)",
-                             default_factory=list)
-    power_update_s: Optional[float] = _help("override the power reading's update period (null: inferred, else "
-                                            "the architecture's documented figure)", default=None)
-    power_window_s: Optional[float] = _help("override the power reading's averaging window (null: the "
-                                            "architecture's documented figure; harness-gpu-check measures it)",
-                                            default=None)
-    notes: str = _help("where the figures come from", default="detected at run time")
-    simulated: Optional[dict[str, Any]] = _help("a simulated GPU (energy.source=simulated): the simulator's settings",
-                                                default=None)
+    name: str = option("auto", "profile name; 'auto' = detect (the cell's gpu label is then this machine's)")
+    power_reading: str = option("auto", "auto | nvml | simulated | none (no power source: energy NaN with the reason)")
+    architecture: Optional[str] = option(None, "pascal | volta | turing | ampere | ada | hopper | blackwell; null = "
+                                               "detected through NVML")
+    match: list[str] = option([], "device-name fragments this profile applies to (others: detected figures)")
+    power_update_s: Optional[float] = option(None, "override the power reading's update period (null: inferred, else "
+                                                   "the architecture's documented figure)")
+    power_window_s: Optional[float] = option(None, "override the power reading's averaging window (null: the "
+                                                   "architecture's documented figure; harness-gpu-check measures it)")
+    notes: str = option("detected at run time", "where the figures come from")
+    simulated: Optional[dict[str, Any]] = option(None, "a simulated GPU (energy.source=simulated): the simulator's "
+                                                       "settings")
 
 
 def register_gpu_schema(cs) -> None:
