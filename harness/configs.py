@@ -18,6 +18,8 @@ from hydra.core.config_store import ConfigStore
 
 from harness.decoders.base import Decoder, registry
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
+from harness.energy.config import register_energy_schema
+from harness.energy.hardware import register_gpu_schema
 from harness.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
@@ -64,6 +66,8 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
+    register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
 
     register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)

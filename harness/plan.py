@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from harness import store
+from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
 from harness.runner import cell_status, interleave_key, plan_cell, prepare_cell, run_cells
 
@@ -94,7 +95,7 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
                 st = {"status": "n/a" if isinstance(e, NotApplicable) else "invalid", "prompts_written": 0,
                       "detail": str(e)[:160]}
             rows.append({"unit": u, "cell_id": cid, "interleaved": len(unit) > 1, **st,
-                         "cell_dir": str(cell_dir)})
+                         "cell_dir": str(cell_dir), "energy_overhead": overhead_line(cfg)})
     return rows
 
 
@@ -139,8 +140,8 @@ def plan_main(argv: list[str]) -> int:
     from tabulate import tabulate
 
     print(tabulate([[r["unit"], r["cell_id"], r["status"], r["prompts_written"], "yes" if r["interleaved"] else "",
-                     r["detail"]] for r in rows],
-                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail"]))
+                     r["detail"], r["energy_overhead"]] for r in rows],
+                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail", "energy overhead"]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
