@@ -22,6 +22,8 @@ from hydra.core.config_store import ConfigStore
 from harness.adaptive.policies import POLICIES
 from harness.decoders.base import Decoder, registry
 from harness.decoding import GROUP_PRESETS, WARP_KEYS, Decoding
+from harness.energy.config import register_energy_schema
+from harness.energy.hardware import register_gpu_schema
 from harness.selection import SELECTIONS
 from harness.sweeper import register_sweeper
 
@@ -72,5 +74,10 @@ def register_configs() -> None:
     for name, cls in SELECTIONS.items():
         cs.store(group=SELECTION_GROUP, name=name,
                  node=params_schema(cls, name, f"Selection_{name}", "the draft selection (adaptive §5)"))
+    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
+    register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
+    from harness.judge.config import register_judge_configs
+
+    register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -6,8 +6,9 @@ weights, and prints one row per cell: its unit, cell id, status (done | running 
 corrupt | pending | n/a) and prompts already written. A *unit* is what one task runs: one cell, or
 with ``runner.interleave=true`` one interleaved comparison (the cells that differ only in ``method``).
 
-``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan (``scripts/sbatch_array.sh`` passes
-``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
+``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan; ``harness plan --write PLAN.json`` stores the
+composed plan once and ``harness task --plan PLAN.json INDEX`` reads its unit from it without composing the sweep
+again (:mod:`harness.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
 several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
 second merger never sees a torn or half-merged cell).
 """
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from harness import store
+from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
 from harness.runner import cell_status, interleave_key, plan_cell, prepare_cell, run_cells
 
@@ -93,7 +95,7 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
                 st = {"status": "n/a" if isinstance(e, NotApplicable) else "invalid", "prompts_written": 0,
                       "detail": str(e)[:160]}
             rows.append({"unit": u, "cell_id": cid, "interleaved": len(unit) > 1, **st,
-                         "cell_dir": str(cell_dir)})
+                         "cell_dir": str(cell_dir), "energy_overhead": overhead_line(cfg)})
     return rows
 
 
@@ -112,13 +114,22 @@ def plan_main(argv: list[str]) -> int:
         p.add_argument("--count", action="store_true", help="print only the number of units (array size)")
         p.add_argument("--todo", action="store_true",
                        help="print only the units with a cell still to run, comma-separated (an sbatch --array list)")
+        p.add_argument("--write", metavar="PLAN.json", default=None,
+                       help="also write every unit's composed configs to this file, for `harness task --plan`")
     args = _args(argv, "harness plan", extra)
     jobs = compose_jobs(args.overrides, args.config_dir)
+    if args.write:
+        from harness.planfile import write_plan
+
+        write_plan(args.write, units(jobs), args.overrides, args.config_dir)
     if args.count:
         print(len(units(jobs)))
         return 0
     rows = plan_rows(jobs)
-    if args.todo:
+    if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
+        from harness.validation import exit_on_problems, validate_cells
+
+        exit_on_problems(validate_cells([(c["method"]["name"], c) for c in jobs], single=False), len(jobs))
         todo = sorted({r["unit"] for r in rows if r["status"] not in ("done", "n/a", "invalid", "running")})
         print(",".join(map(str, todo)))
         return 0
@@ -129,8 +140,8 @@ def plan_main(argv: list[str]) -> int:
     from tabulate import tabulate
 
     print(tabulate([[r["unit"], r["cell_id"], r["status"], r["prompts_written"], "yes" if r["interleaved"] else "",
-                     r["detail"]] for r in rows],
-                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail"]))
+                     r["detail"], r["energy_overhead"]] for r in rows],
+                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail", "energy overhead"]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -142,13 +153,20 @@ def task_main(argv: list[str]) -> int:
     """Run one unit of the plan; exit 1 if a cell failed, 0 otherwise (done, skipped, busy, n/a)."""
     def extra(p):
         p.add_argument("index", type=int, help="the unit to run (e.g. $SLURM_ARRAY_TASK_ID)")
+        p.add_argument("--plan", metavar="PLAN.json", default=None,
+                       help="read the unit from this plan file (`harness plan --write`) instead of composing the sweep")
     args = _args(argv, "harness task", extra)
-    plan = units(compose_jobs(args.overrides, args.config_dir))
-    if not 0 <= args.index < len(plan):
-        print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units (0..{len(plan) - 1})",
-              file=sys.stderr)
-        return 2
-    unit = plan[args.index]
+    if args.plan:
+        from harness.planfile import task_unit
+
+        unit = task_unit(args.plan, args.index, args.overrides)
+    else:
+        plan = units(compose_jobs(args.overrides, args.config_dir))
+        if not 0 <= args.index < len(plan):
+            print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units "
+                  f"(0..{len(plan) - 1})", file=sys.stderr)
+            return 2
+        unit = plan[args.index]
     from harness.errors import ConfigError
     from harness.validation import exit_on_problems, validate_cells
 

@@ -114,19 +114,21 @@ def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
     return _PAIR_CACHE[key]
 
 
-def environment_info(device: torch.device) -> dict:
-    import hydra
-    import transformers
+def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
+    """The summary's ``env``: versions, machine, CPU model, device, git sha and (with ``pair``) the checkpoint
+    revisions that were loaded (:mod:`harness.provenance`)."""
+    from harness import provenance
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "hydra": hydra.__version__,
+    info = {**provenance.environment(), "torch": torch.__version__,
             "host": platform.node(), "platform": platform.platform(), "device_type": device.type,
             "torch_threads": torch.get_num_threads(), "git_sha": git_sha()}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     else:
-        info["device_name"] = platform.processor() or platform.machine()
+        info["device_name"] = info["cpu_model"] or platform.processor() or platform.machine()
+    if pair is not None:
+        info["checkpoints"] = provenance.pair_revisions(pair)
     return info
 
 
@@ -351,7 +353,18 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: bool
                 c.fail(e)
     for c in cells:
         c.release()
+    _judge(cells)
     return [c.outcome for c in cells]
+
+
+def _judge(cells: list[_Cell]) -> None:
+    """Grade the finished cells with the configured LLM judge (:mod:`harness.judge`): after every cell of the
+    comparison has generated, outside every timed and energy window; judgments go to their own files."""
+    done = [(c.cfg, c.cell_dir) for c in cells if c.outcome is not None and c.outcome.status in ("done", "skipped")]
+    if any((cfg.get("judge") or {}).get("backend", "none") != "none" for cfg, _ in done):
+        from harness.judge import judge_cells
+
+        judge_cells(done)
 
 
 def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
@@ -423,7 +436,7 @@ def _run(cells: list[_Cell], interleaved: bool, group: list[str]) -> None:
         if c.outcome is not None:
             continue
         try:
-            _finish_cell(c, pair, max_new, energy_info, gpu_state, interleaved, group)
+            _finish_cell(c, pair, max_new, energy_info, gpu_state, interleaved, group, task)
         except Exception as e:  # noqa: BLE001
             c.fail(e)
 
@@ -434,6 +447,9 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, m
     depend on nothing earlier in the cell, so a resumed cell writes what an uninterrupted one would."""
     tok = pair.tokenizer
     ids, original = c.fitted[i]
+    if ex.history:  # a later turn of a conversation: its prompt holds this cell's own earlier answers
+        ex = task.with_history(ex, c.writer.records)
+        ids, original = context.fit_prompt(task.prompt_ids(ex, tok), n_positions, max_new, c.plan.method.lookahead)
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, max_new, seed=prompt_seed(seed, i),
@@ -456,7 +472,7 @@ def _one_prompt(c: _Cell, pair: ModelPair, task, meter, ex, i: int, seed: int, m
 
 
 def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu_state, interleaved: bool,
-                 group: list[str]) -> None:
+                 group: list[str], task=None) -> None:
     records_path = c.writer.commit()
     records = c.writer.records
     count, digest = store.records_digest(records_path)
@@ -467,13 +483,17 @@ def _finish_cell(c: _Cell, pair: ModelPair, max_new: int, energy_info: dict, gpu
     summary.update({"cell_id": c.cid, "status": "done", "started_at": (segments[0]["at"] if segments else c.started),
                     "finished_at": now(), "method_name": method_name, "decoding": c.decoder.decoding,
                     "decoder": type(c.decoder).__name__, "params": params, "facts": c.decoder.facts(),
-                    "lossless": c.decoder.is_lossless(),
-                    "max_new_tokens": max_new, "config": c.cfg, "env": environment_info(pair.device),
+                    "max_new_tokens": max_new, "config": c.cfg, "env": environment_info(pair.device, pair),
                     "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                     "energy_meter": energy_info, "gpu_state": gpu_state,
                     "interleaved": interleaved, "interleave_group": group if interleaved else [],
                     "segments": segments, "resumed": len(segments) > 1,
-                    "records_count": count, "records_sha256": digest})
+                    "records_count": count, "records_sha256": digest,
+                    # the report's quality axis and lossless marking (INTERFACES.md items 1 and 4): lossless for this
+                    # decoder's parameters and decoding (Decoder.is_lossless; Decoder.lossless: for every setting)
+                    "primary_metric": getattr(task, "primary_metric", None),
+                    "primary_metric_higher_is_better": bool(getattr(task, "higher_is_better", True)),
+                    "lossless": c.decoder.is_lossless()})
     store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
     (c.cell_dir / SEGMENTS).unlink(missing_ok=True)
     c.release()

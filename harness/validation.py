@@ -275,6 +275,12 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
                     add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after "
                                    f"tokenization (ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
 
+    if cfg.get("judge") is not None:  # the LLM judge (harness.judge): endpoint, key variable, model, options
+        from harness.judge import judge_problems
+
+        for key, message in judge_problems(cfg["judge"], task, single=single):
+            add(key, message)
+
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
