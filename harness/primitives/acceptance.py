@@ -14,7 +14,8 @@ Two families, each with ONE signature:
 * selection rules — :data:`SelectionRule` ``(p (V,), q (V,) | None, candidates (k,), generator) ->
   (index of the accepted candidate or None, distribution of the correction token)``: one node of a
   token tree. :func:`multi_step_select` (SpecInfer), :func:`multi_step_select_without_replacement`
-  (MCSD Alg. 2), :func:`k_sequential_select` (Spectr's K-SEQ) and :func:`greedy_select`.
+  (MCSD Alg. 2), :func:`k_sequential_select` (Spectr's K-SEQ), :func:`point_mass_select` (deterministic
+  candidates: lookups, trained heads) and :func:`greedy_select`.
 
 Under greedy decoding every speculative decoder accepts with :func:`greedy_chain` / :func:`greedy_select`
 (the target's argmax), so its output is the target's greedy output. A new lossless tree method is one
@@ -206,6 +207,26 @@ def k_sequential_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
     beta = m.sum()
     scale = (1 - (1 - beta) ** k) / beta if beta > 0 else torch.tensor(float(k))
     return None, residual(p, m * scale)
+
+
+def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
+                      generator) -> tuple[int | None, torch.Tensor]:
+    """Deterministic candidates (a lookup, a trained head's top tokens: their draft distribution is a point mass
+    on each): candidate x is accepted with probability p̃(x); on rejection p̃ ← norm(max(0, p̃ − δ_x)), x
+    removed. Multi-step speculative sampling with q_i = δ_{x_i}, so exact for any candidates (EAGLE's
+    ``evaluate_posterior``). ``q`` is unused."""
+    toks = tokens.tolist()
+    u = torch.rand(len(toks), generator=generator, device=p.device).tolist()
+    for i, x in enumerate(toks):
+        if u[i] < float(p[x]):
+            return i, p
+        p = p.clone()
+        p[x] = 0.0
+        total = p.sum()
+        if total <= 0:
+            break
+        p = p / total
+    return None, p
 
 
 def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,

@@ -41,13 +41,15 @@ def draw(dist: torch.Tensor, warp: Warp, generator) -> int:
 
 
 class Speculation:
-    """One speculative generation: target and draft (:class:`~harness.primitives.forward.CountedModel`),
-    their caches with the prompt pending, the warp, the random stream, and ``state``, whatever per-generation
-    state the decoder keeps (e.g. a target-initialised tree's next-token distribution)."""
+    """One speculative generation: target and draft (:class:`~harness.primitives.forward.CountedModel`; no
+    draft for a draft-free method), their caches with the prompt pending, the warp, the random stream,
+    ``tokens`` (the prompt and every token committed so far), and ``state``, whatever per-generation state the
+    decoder keeps (e.g. a target-initialised tree's next-token distribution)."""
 
     def __init__(self, target, draft, prompt_ids: torch.Tensor, warp: Warp, generator, sync_timing: bool = False):
         self.target, self.draft, self.warp, self.generator = target, draft, warp, generator
         self.caches = SpeculativeCaches(target, draft, prompt_ids, sync_timing)
+        self.tokens: list[int] = prompt_ids[0].tolist()
         self.state = None
         self.accept: Acceptance | None = None  # the rounds' acceptance, set by the decoder
 
@@ -161,6 +163,7 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
     draft_s, verify_s = caches.clock.take()
     dtree = proposal.dtree
     committed = proposal.tree.tokens[path].tolist() + ([] if token is None else [token])
+    spec.tokens += committed
     return Round(tuple(committed), gamma=dtree.gamma, accepted=len(path) - (1 if dtree.n_roots else 0),
                  draft_nodes=dtree.draft_nodes, draft_time_s=draft_s, verify_time_s=verify_s)
 

@@ -82,7 +82,7 @@ class SpeculativeCaches:
         if prompt_ids.numel() == 0:
             raise ValueError("speculative decoding needs a prompt of at least one token")
         self.target_cache = new_cache(target.model)
-        self.draft_cache = new_cache(draft.model)
+        self.draft_cache = new_cache(draft.model) if draft is not None else None  # None: a draft-free method
         self.target_pending = prompt_ids
         self.draft_pending = prompt_ids
         self.clock = StepClock(prompt_ids.device, sync_timing)
@@ -118,8 +118,10 @@ class DraftTree:
     n_roots: int = 0
     joint_logq: torch.Tensor | None = None
 
-    def q_after(self, node: int) -> torch.Tensor:
-        return self.root_q if node < 0 else self.node_q[node]
+    def q_after(self, node: int) -> torch.Tensor | None:
+        """T∘q after ``node`` (−1: the committed sequence); None where the drafts were not drawn from a
+        distribution (deterministic candidates: a point mass on each)."""
+        return self.root_q if node < 0 or self.node_q is None else self.node_q[node]
 
     @property
     def gamma(self) -> int:
@@ -159,6 +161,8 @@ def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree,
     its pending tokens stay pending, followed by the path's tokens and the new token.
     ``new_token`` None: the round commits the path only (mcsd §3.1).
     """
+    if caches.draft_cache is None:  # a draft-free method: no draft cache to keep
+        return
     device = caches.draft_pending.device
     tail = [] if new_token is None else [new_token]
     if cache_length(caches.draft_cache) < draft_prefix:

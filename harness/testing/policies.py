@@ -123,12 +123,12 @@ def peek_rounds(decoder, policy: PeekingPolicy) -> None:
         spec = start(prompt_ids, generator)
 
         def dry_run(gamma: int) -> int:
-            caches, state = spec.caches, spec.generator.get_state()
+            caches, state, tokens = spec.caches, spec.generator.get_state(), list(spec.tokens)
             spec.caches = copy.deepcopy(caches)
             try:
                 return decoder.round(spec, gamma).accepted
             finally:
-                spec.caches = caches
+                spec.caches, spec.tokens = caches, tokens
                 spec.generator.set_state(state)
         policy.dry_run = dry_run
         return spec

@@ -1,21 +1,27 @@
 """The speculative template: a new method is one small class plus its rule, and gets the rest for free.
 
+Two examples written here, in the decoders' own form (registered decoders are one file each, as ``sd.py``):
+
 The example is a real method, not in the paper set: speculative decoding whose draft stops a round early
 when it is unsure (its next token's probability max T∘q < τ), as HF's ``assistant_confidence_threshold``
 and, with a trained predictor, SpecDec++ do. It is lossless because the stop decision depends only on what
 has been drawn (the round's depth is a stopping time), which the exactness test below checks; the γ policy,
-greedy decoding, statistics and the registry-free build all come from the template.
+greedy decoding, statistics and the registry-free build all come from the template. The second is a draft-free
+method (no draft model): prompt-lookup-style candidates, accepted by the point-mass rule (deterministic
+candidates) — the shape of issue 25's prompt lookup, lookahead, Medusa and EAGLE.
 """
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from harness.adaptive.policies import policy_params
 from harness.decoders.base import param
 from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
 from harness.methods import build_decoder
-from harness.primitives.acceptance import speculative_sampling
-from harness.primitives.spec_loop import ChainAcceptance
+from harness.primitives.acceptance import point_mass_select, speculative_sampling
+from harness.primitives.spec_loop import ChainAcceptance, TreeWalk
+from harness.primitives.spec_state import DraftTree
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, near_pair, total_variation, tv_bound
 
@@ -89,3 +95,40 @@ def test_the_example_is_small():
 
     lines = sum(len(inspect.getsource(obj).splitlines()) for obj in (ConfidentParams, Unsure, ConfidentSD))
     assert lines <= 40, lines
+
+
+# ------------------------------------------------------------------ a draft-free method: 18 lines
+class Lookup(SpeculativeDecoder[ConfidentParams]):
+    """Prompt-lookup-style drafting (no draft model): after the last occurrence of the current last token in
+    the prompt and the output, propose the γ tokens that followed it; deterministic candidates, so the
+    point-mass rule accepts them exactly."""
+
+    method = "lookup_example"
+    uses_draft = False
+    supports_draft_selection = False
+    lossless = True
+    accept = TreeWalk(point_mass_select)
+
+    def propose(self, spec, depth):
+        seq = spec.tokens
+        starts = [i + 1 for i in range(len(seq) - 1) if seq[i] == seq[-1]]
+        tokens = seq[starts[-1]:starts[-1] + depth] if starts and depth else []
+        return DraftTree.chain(torch.tensor(tokens, dtype=torch.long), num_fed=0)
+# ------------------------------------------------------------------
+
+
+def test_a_draft_free_method_is_one_small_class_and_exact(pair):
+    dec = Lookup(pair, _params(gamma=3))
+    exact = exact_sequence_distribution(pair.target, PROMPT, LENGTH, WARP)
+    samples, accepted = [], 0
+    for s in range(N):
+        gen = dec.generate(PROMPT, LENGTH, seed=s)
+        samples.append(tuple(gen.output_ids))
+        accepted += gen.stats.accepted_tokens
+        assert gen.stats.draft_calls == 0 and gen.stats.target_calls == gen.stats.rounds
+    assert total_variation(samples, exact) < tv_bound(exact, N)
+    assert chi_square_pvalue(samples, exact) > 1e-4
+    assert accepted > N // 4  # lookups were proposed and accepted
+    greedy = Lookup(pair, ConfidentParams(temperature=0.0, top_k=0, top_p=1.0))
+    assert greedy.generate([1, 2, 3, 1, 2], 12).output_ids == build_decoder("ar_greedy", pair).generate(
+        [1, 2, 3, 1, 2], 12).output_ids

@@ -145,6 +145,21 @@ def test_multi_step_without_replacement_follows_p(k):
     _check(out, p)
 
 
+@pytest.mark.parametrize("cands", [[4], [1, 3], [3, 3, 0], [2]])
+def test_point_mass_select_follows_p_for_any_deterministic_candidates(cands):
+    """Candidates fixed in advance (a lookup, a head's top tokens), duplicates and zero-probability ones too."""
+    from harness.primitives.acceptance import point_mass_select
+
+    p, _ = _dists()
+    g = make_generator(40 + len(cands), "cpu")
+    tokens = torch.tensor(cands)
+    out = []
+    for _ in range(N):
+        idx, dist = point_mass_select(p, None, tokens, g)
+        out.append(cands[idx] if idx is not None else int(sample(dist, g)[0]))
+    _check(out, p)
+
+
 @pytest.mark.parametrize("k", [2, 3])
 def test_k_sequential_follows_p(k):
     p, q = _dists()
