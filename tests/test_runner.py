@@ -32,7 +32,8 @@ def test_cell_writes_records_and_summary_then_skips(tmp_path):
     assert summary["tokens_per_s"] == pytest.approx(summary["new_tokens"] / summary["wall_time_s"])
     for key in ("torch", "transformers", "git_sha", "device_type"):
         assert key in summary["env"]
-    assert summary["decoder_params"] == {"method": "ar_greedy"} and summary["config"]["seed"] == 0
+    assert summary["params"] == {} and summary["method_name"] == "ar_greedy" and summary["config"]["seed"] == 0
+    assert summary["lossless"] is True
     assert not (out.cell_dir / store.PARTIAL).exists()
     again = run_cell(CELL, tmp_path)
     assert again.status == "skipped" and again.cell_id == out.cell_id
@@ -49,11 +50,11 @@ def test_cell_id_depends_on_everything_that_defines_the_cell():
 
 def test_failing_cell_is_recorded_and_does_not_raise(tmp_path, monkeypatch):
     """A runtime failure (here: the model crashes) is recorded in error.json and does not raise."""
-    import harness.runner as runner
+    from harness.methods import MethodSpec
 
-    def crash(method, pair, **params):
+    def crash(spec, pair, **kwargs):
         raise RuntimeError("the model crashed")
-    monkeypatch.setattr(runner, "build_decoder", crash)
+    monkeypatch.setattr(MethodSpec, "build", crash)
     out = run_cell(CELL, tmp_path)
     assert out.status == "failed" and "the model crashed" in out.error
     err = json.loads((out.cell_dir / store.ERROR).read_text())
@@ -143,18 +144,18 @@ def test_report_writes_parquet_and_plot(tmp_path):
 def test_out_of_memory_in_one_cell_is_recorded_and_the_next_cell_runs(tmp_path, monkeypatch):
     import torch
 
-    import harness.runner as runner
+    from harness.methods import MethodSpec
 
-    real_build = runner.build_decoder
+    real_build = MethodSpec.build
 
-    def build(method, pair, **params):
-        if method == "beam_search":
+    def build(spec, pair, **kwargs):
+        if spec.method == "beam_search":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_build(method, pair, **params)
-    monkeypatch.setattr(runner, "build_decoder", build)
+        return real_build(spec, pair, **kwargs)
+    monkeypatch.setattr(MethodSpec, "build", build)
     oom = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)
     assert oom.status == "failed" and json.loads((oom.cell_dir / store.ERROR).read_text())["kind"] == "oom"
     assert run_cell(CELL, tmp_path).status == "done"
-    monkeypatch.setattr(runner, "build_decoder", real_build)
+    monkeypatch.setattr(MethodSpec, "build", real_build)
     retry = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)  # a rerun retries it
     assert retry.status == "done" and not (retry.cell_dir / store.ERROR).exists()
