@@ -9,6 +9,11 @@ its default schedule are recorded (they changed between versions; GUIDE §3).
 Forward calls are counted with forward hooks; rounds are reported from the streamer (one ``put``
 per round): γ_r is the number of draft forwards in that round (one drafted token each), the
 committed tokens are the ones put. Draft/verify times are not measured (NaN).
+
+With ``prompt_lookup_num_tokens`` set, the candidates come from HF's prompt lookup instead
+(``generate(prompt_lookup_num_tokens=..., max_matching_ngram_size=...)``, no assistant model, no draft
+loaded): the reference of our ``pld``. γ_r is then the candidates the target verified (its forward's
+length less the committed tokens it was fed).
 """
 from __future__ import annotations
 
@@ -34,10 +39,13 @@ class HFAssistedParams(SamplingParams):
     gamma: int = param(4, "num_assistant_tokens: draft tokens per round (the initial value for heuristic schedules)")
     schedule: str = param("constant", f"num_assistant_tokens_schedule: {', '.join(SCHEDULES)}")
     confidence_threshold: float = param(0.0, "assistant_confidence_threshold; 0 = off (HF 5.x default: 0.4)")
+    prompt_lookup_num_tokens: int | None = param(None, "HF's prompt lookup instead of the draft: most candidate "
+                                                       "tokens per round; null = off (the assistant model)")
+    max_matching_ngram_size: int | None = param(None, "prompt lookup's largest n-gram; null = HF's default (2)")
 
     @property
     def lookahead(self) -> int:
-        return self.gamma + 1
+        return (self.gamma if self.prompt_lookup_num_tokens is None else self.prompt_lookup_num_tokens) + 1
 
     def __post_init__(self):
         super().__post_init__()
@@ -46,6 +54,11 @@ class HFAssistedParams(SamplingParams):
             raise ConfigError(f"unknown schedule '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
         if not 0.0 <= self.confidence_threshold < 1.0:
             raise ConfigError(f"confidence_threshold must be in [0, 1), got {self.confidence_threshold}")
+        for key in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):
+            if getattr(self, key) is not None:
+                self.check_at_least(1, key)
+        if self.max_matching_ngram_size is not None and self.prompt_lookup_num_tokens is None:
+            raise ConfigError("max_matching_ngram_size applies to prompt lookup only: set prompt_lookup_num_tokens")
 
 
 def hf_default_schedule() -> dict:
@@ -106,8 +119,13 @@ class _StopAfterRound(StoppingCriteria):
 @register
 class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
-    uses_draft = True
+    uses_draft = True  # the assistant; not loaded with prompt lookup (prompt_lookup_num_tokens)
     lossless = True
+
+    def __init__(self, pair, params: HFAssistedParams | None = None, **kwargs):
+        params = params if params is not None else self.Params()
+        self.uses_draft = params.prompt_lookup_num_tokens is None
+        super().__init__(pair, params, **kwargs)
 
     def _generate_kwargs(self, max_new_tokens: int) -> dict:
         p = self.params
@@ -120,20 +138,47 @@ class HFAssisted(Decoder[HFAssistedParams]):
             kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         else:
             kwargs.update(do_sample=True, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+        if p.prompt_lookup_num_tokens is not None:
+            kwargs.update(prompt_lookup_num_tokens=p.prompt_lookup_num_tokens,
+                          max_matching_ngram_size=p.max_matching_ngram_size or 2)
+        else:
+            kwargs["assistant_model"] = self.draft.model
         return kwargs
 
-    def _decode(self, request: DecodeRequest) -> Decoded:
-        p, prompt_ids, generator = self.params, request.prompt_ids, request.generator
-        target, draft = self.target.model, self.draft.model
-        counts = {"target": [0], "draft": [0]}
-        hooks = [m.register_forward_hook(lambda *_, c=counts[name]: c.__setitem__(0, c[0] + 1))
-                 for name, m in (("target", target), ("draft", draft))]
-        recorder = _RoundRecorder(counts["draft"], request.stop)
-        cfg = draft.generation_config
+    def _counting_hooks(self, prompt_len: int) -> tuple[list, dict[str, list[int]]]:
+        """Forward hooks counting target and draft calls, and (prompt lookup) the candidates each target
+        forward verified (``proposed``: its length less the committed tokens fed, the prompt at first, then 1)."""
+        counts = {"target": [0], "draft": [0], "proposed": [0]}
+
+        def on_target(module, args, kwargs, output):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is not None:
+                counts["proposed"][0] += ids.size(1) - (prompt_len if counts["target"][0] == 0 else 1)
+            counts["target"][0] += 1
+
+        hooks = [self.target.model.register_forward_hook(on_target, with_kwargs=True)]
+        if self.draft is not None:
+            hooks.append(self.draft.model.register_forward_hook(
+                lambda *_, c=counts["draft"]: c.__setitem__(0, c[0] + 1)))
+        return hooks, counts
+
+    def _set_schedule(self) -> dict:
+        """Pin the assistant's candidate schedule for one call; returns the values to restore."""
+        if self.draft is None:
+            return {}
+        p, cfg = self.params, self.draft.model.generation_config
         saved = {k: getattr(cfg, k, None) for k in SCHEDULE_KEYS}
         cfg.num_assistant_tokens = p.gamma
         cfg.num_assistant_tokens_schedule = p.schedule
         cfg.assistant_confidence_threshold = p.confidence_threshold
+        return saved
+
+    def _decode(self, request: DecodeRequest) -> Decoded:
+        prompt_ids, generator = request.prompt_ids, request.generator
+        hooks, counts = self._counting_hooks(prompt_ids.size(1))
+        lookup = self.draft is None
+        recorder = _RoundRecorder(counts["proposed" if lookup else "draft"], request.stop)
+        saved = self._set_schedule()
         if generator is not None:  # HF samples from the global RNG: seed it from ours
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
         verbosity = hf_logging.get_verbosity()
@@ -141,17 +186,19 @@ class HFAssisted(Decoder[HFAssistedParams]):
             hf_logging.set_verbosity_error()
         try:
             with torch.inference_mode():
-                out = target.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), assistant_model=draft,
-                                      streamer=recorder, stopping_criteria=StoppingCriteriaList([_StopAfterRound(recorder)]),
-                                      **self._generate_kwargs(request.max_new_tokens))
+                out = self.target.model.generate(
+                    prompt_ids, attention_mask=torch.ones_like(prompt_ids), streamer=recorder,
+                    stopping_criteria=StoppingCriteriaList([_StopAfterRound(recorder)]),
+                    **self._generate_kwargs(request.max_new_tokens))
         finally:
             hf_logging.set_verbosity(verbosity)
             for h in hooks:
                 h.remove()
             for k, v in saved.items():
-                setattr(cfg, k, v)
+                setattr(self.draft.model.generation_config, k, v)
         self.target.calls += counts["target"][0]
-        self.draft.calls += counts["draft"][0]
+        if self.draft is not None:
+            self.draft.calls += counts["draft"][0]
         return Decoded(out[0, prompt_ids.size(1):].tolist(), rounds=recorder.rounds)
 
     def facts(self) -> dict:

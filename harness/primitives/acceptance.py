@@ -9,8 +9,8 @@ Two families, each with ONE signature:
   ``logits`` are the target's raw logits after 0..n drafts, ``dtree`` the
   :class:`~harness.primitives.spec_state.DraftTree` (its draft distributions). Lossless:
   :func:`speculative_sampling` (Leviathan et al. 2023 Alg. 1, dsbd §2.2) and :func:`greedy_chain`;
-  lossy baselines: :func:`mtad_rule` (mtad §3.2, Alg. 1), :func:`bild_rule` (BiLD's rollback) and
-  :func:`typical_rule` (Medusa's typical acceptance).
+  :func:`point_mass_chain` (deterministic drafts: a lookup); lossy baselines: :func:`mtad_rule` (mtad §3.2,
+  Alg. 1), :func:`bild_rule` (BiLD's rollback) and :func:`typical_rule` (Medusa's typical acceptance).
 * selection rules — :data:`SelectionRule` ``(p (V,), q (V,) | None, candidates (k,), generator) ->
   (index of the accepted candidate or None, distribution of the correction token)``: one node of a
   token tree. :func:`multi_step_select` (SpecInfer), :func:`multi_step_select_without_replacement`
@@ -227,6 +227,19 @@ def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Ten
             break
         p = p / total
     return None, p
+
+
+def point_mass_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=None,
+                     generator=None) -> tuple[int, torch.Tensor]:
+    """A chain of deterministic drafts (a lookup) as a chain rule: :func:`point_mass_select` at each position,
+    one candidate each (draft x_t accepted with probability p̃(x_t); the first rejected one is replaced by a
+    token from norm(p̃ − p̃(x_t)·δ_{x_t}), i.e. p̃ without x_t; all accepted: the bonus from p̃ after them)."""
+    p = warp.probs(logits)
+    for t in range(tokens.numel()):
+        idx, dist = point_mass_select(p[t], None, tokens[t:t + 1], generator)
+        if idx is None:
+            return t, dist
+    return tokens.numel(), p[tokens.numel()]
 
 
 def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
