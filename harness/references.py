@@ -1,5 +1,6 @@
 """The papers the harness implements, in one table: docstrings, configs and the report cite them by
-short name (``dsbd``, ``mtad``, ``mcsd``, ``adaptive``, ``energy``), never as "seed 00x".
+short name (``dsbd``, ``mtad``, ``mcsd``, ``adaptive``, ``energy``; the methods researchers compare against:
+``pld``, ``lookahead``), never as "seed 00x".
 
 ``seed`` in this project is the RNG seed only. The short names map to the papers that the project was
 built from (shipped as text beside it); ``CITATION.cff`` lists the same entries.
@@ -21,9 +22,9 @@ class Reference:
 
     def cite(self) -> str:
         """``Qin et al. 2025 (arXiv:2409.16560)``: the short citation used in captions and docstrings."""
-        first = self.authors.split(",")[0].split()[-1]
+        first = self.authors.split(",")[0].split()[-1] + (" et al." if "," in self.authors else "")
         ident = f"arXiv:{self.arxiv}" if self.arxiv else self.url
-        return f"{first} et al. {self.year} ({ident})"
+        return f"{first} {self.year} ({ident})"
 
 
 REFERENCES: dict[str, Reference] = {r.key: r for r in (
@@ -42,6 +43,11 @@ REFERENCES: dict[str, Reference] = {r.key: r for r in (
     Reference("energy", "Accurate and Convenient Energy Measurements for GPUs: A Detailed Study of NVIDIA GPU's "
               "Built-In Power Sensor", "Zeyu Yang, Karel Adamek, Wesley Armour", 2023, "arXiv preprint (SC 2024)",
               "2312.02741", "https://arxiv.org/abs/2312.02741"),
+    Reference("pld", "Prompt Lookup Decoding", "Apoorv Saxena", 2023, "GitHub repository (software)", None,
+              "https://github.com/apoorvumang/prompt-lookup-decoding"),
+    Reference("lookahead", "Break the Sequential Dependency of LLM Inference Using Lookahead Decoding",
+              "Yichao Fu, Peter Bailis, Ion Stoica, Hao Zhang", 2024, "ICML 2024 (PMLR 235)",
+              "2402.02057", "https://arxiv.org/abs/2402.02057"),
 )}
 
 #: The shipped paper texts (``../shared/seeds/NNN_*.txt``) by short name, for readers of old notes.
