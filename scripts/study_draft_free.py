@@ -128,9 +128,9 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         rows = run_set(decoders, prompts, args.max_new_tokens)
         report["sets"][name] = {"prompts": len(prompts), "elapsed_s": time.perf_counter() - start, **summarise(rows)}
-    print(render(report))
-    if args.out:
+    if args.out:  # the JSON first: a long run's numbers survive a broken terminal
         Path(args.out).write_text(json.dumps(report, indent=2))
+    print(render(report))
     return 0
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.decoders.base import param, register
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
+from harness.decoders.speculative import DraftFreeDecoder, SpeculativeParams
 from harness.primitives.acceptance import SelectionRule, greedy_select, point_mass_select
 from harness.primitives.drafting import Proposal
 from harness.primitives.spec_loop import TreeWalk, Verified
@@ -129,11 +129,8 @@ class LookaheadAcceptance:
 
 
 @register
-class LookaheadDecoding(SpeculativeDecoder[LookaheadParams]):
+class LookaheadDecoding(DraftFreeDecoder[LookaheadParams]):
     method = "lookahead"
-    uses_draft = False
-    uses_gamma_policy = False
-    supports_draft_selection = False
     lossless = True
     in_default_sweep = False  # W·(N−1) + G·(N−1) tokens per forward: slow on the 2-CPU default sweep
 

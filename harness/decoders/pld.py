@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.decoders.base import param, register
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
+from harness.decoders.speculative import DraftFreeDecoder, SpeculativeParams
 from harness.primitives.acceptance import point_mass_chain
 from harness.primitives.spec_loop import ChainAcceptance
 from harness.primitives.spec_state import DraftTree
@@ -73,11 +73,8 @@ class NgramIndex:
 
 
 @register
-class PromptLookupDecoding(SpeculativeDecoder[PLDParams]):
+class PromptLookupDecoding(DraftFreeDecoder[PLDParams]):
     method = "pld"
-    uses_draft = False
-    uses_gamma_policy = False
-    supports_draft_selection = False
     lossless = True
     accept = ChainAcceptance(point_mass_chain)
 

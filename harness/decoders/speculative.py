@@ -133,3 +133,13 @@ class SpeculativeDecoder(Decoder[P]):
         policy = ({"name": self.policy_params.name, **self.policy_params.as_dict()} if self.policy_params is not None
                   else {"name": getattr(self.gamma_policy, "name", type(self.gamma_policy).__name__)})
         return {**self.params.as_dict(), **flat_policy_params(policy, None)}
+
+
+class DraftFreeDecoder(SpeculativeDecoder[P]):
+    """A speculative decoder without a draft model, whose candidates come from the text or the target itself
+    (prompt lookup, lookahead): no draft loaded or cached, no draft selection, and no γ policy (a longer lookup
+    costs no drafting to adapt; the round's depth is the method's cap, ``params.gamma``)."""
+
+    uses_draft = False
+    uses_gamma_policy = False
+    supports_draft_selection = False

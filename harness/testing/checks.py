@@ -1,4 +1,5 @@
-"""Checks shared by the decoder tests: a KV cache after rollback equals a from-scratch forward."""
+"""Checks shared by the decoder tests: a KV cache after rollback equals a from-scratch forward; sampled outputs
+follow an exact distribution."""
 from __future__ import annotations
 
 import copy
@@ -24,3 +25,19 @@ def assert_cache_matches_scratch(model, cache, pending: torch.Tensor, committed:
     ours = model(pending, probe)[0]
     ref = model.model(input_ids=torch.tensor([committed])).logits[0, -pending.size(1):].float()
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+def assert_samples_exact(decoder, exact: dict, prompt: list[int], length: int, n: int) -> list:
+    """Draw ``n`` generations (seeds 0..n−1) of ``length`` tokens and assert their distribution is ``exact``
+    (TV below the bound, chi-square p > 1e-4); returns the generations' statistics for further checks."""
+    from harness.testing.distributions import chi_square_pvalue, total_variation, tv_bound
+
+    samples, stats = [], []
+    for s in range(n):
+        gen = decoder.generate(prompt, length, seed=s)
+        samples.append(tuple(gen.output_ids))
+        stats.append(gen.stats)
+    tv, bound = total_variation(samples, exact), tv_bound(exact, n)
+    assert tv < bound, (tv, bound)
+    assert chi_square_pvalue(samples, exact) > 1e-4
+    return stats

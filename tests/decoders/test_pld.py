@@ -18,7 +18,8 @@ from harness.errors import ConfigError
 from harness.methods import build_decoder
 from harness.models import TINY_PAIR_DIR
 from harness.primitives.warping import Warp
-from harness.testing import chi_square_pvalue, exact_sequence_distribution, near_pair, total_variation, tv_bound
+from harness.testing import exact_sequence_distribution, near_pair
+from harness.testing.checks import assert_samples_exact
 
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 WARP_PARAMS = {"temperature": 0.9, "top_k": 3, "top_p": 0.95}
@@ -48,17 +49,9 @@ def test_lookup_is_hf_prompt_lookup(max_n, num, eos):
 
 def _assert_exact(pair, prompt, length, params, n, eos=None):
     exact = exact_sequence_distribution(pair.target, prompt, length, WARP, eos_token_id=eos)
-    dec = build_decoder("pld", pair, **params, **WARP_PARAMS)
-    samples, accepted = [], 0
-    for s in range(n):
-        gen = dec.generate(prompt, length, seed=s)
-        samples.append(tuple(gen.output_ids))
-        accepted += gen.stats.accepted_tokens
-        assert gen.stats.draft_calls == 0 and gen.stats.target_calls == gen.stats.rounds
-    tv, bound = total_variation(samples, exact), tv_bound(exact, n)
-    assert tv < bound, (tv, bound)
-    assert chi_square_pvalue(samples, exact) > 1e-4
-    assert accepted > n // 4  # lookups were proposed and accepted
+    stats = assert_samples_exact(build_decoder("pld", pair, **params, **WARP_PARAMS), exact, prompt, length, n)
+    assert all(st.draft_calls == 0 and st.target_calls == st.rounds for st in stats)
+    assert sum(st.accepted_tokens for st in stats) > n // 4  # lookups were proposed and accepted
 
 
 def test_pld_follows_the_exact_target_distribution():
