@@ -110,3 +110,13 @@ def test_pld_needs_no_draft_and_has_no_gamma_policy():
     assert dec.draft is None and dec.generate([1, 2, 1, 2], 6).output_ids
     with pytest.raises(Exception, match="gamma_policy"):
         build_decoder("pld", near_pair(), gamma_policy="fsm")
+
+
+def test_hf_assisted_cells_keep_their_ids_with_prompt_lookup_off():
+    from harness.identity import identity_config
+
+    old = {"method": {"name": "hf_assisted", "gamma": 4, "schedule": "constant", "confidence_threshold": 0.0}}
+    new = {"method": {**old["method"], "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}}
+    assert identity_config(new) == identity_config(old)
+    lookup = {"method": {**new["method"], "prompt_lookup_num_tokens": 10}}
+    assert identity_config(lookup) != identity_config(old)
