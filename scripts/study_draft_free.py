@@ -12,7 +12,10 @@ the tiny model's 1,024 positions) and ``code_edit`` (``harness/data/code_edit``:
 instruction, the code in the prompt).
 
     nice python scripts/study_draft_free.py [--sets cnndm,code_edit] [--prompts 20] [--max-new-tokens 96]
-        [--arms pld,hf_pld,ar,lookahead] [--num-tokens 10] [--ngram 2] [--out FILE]
+        [--arms pld,hf_pld,ar,lookahead,lookahead_cpu] [--num-tokens 10] [--ngram 2] [--out FILE]
+
+Arms: ``pld`` and ``hf_pld`` (HF's prompt lookup through ``hf_assisted``) at ``--num-tokens``/``--ngram``, ``ar``
+(AR greedy), ``lookahead`` (the paper's W = 15, N = 5, G = 15) and ``lookahead_cpu`` (W = 5, N = 3, G = 5).
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from harness.resources import data_dir  # noqa: E402
 def arms(args) -> dict[str, tuple[str, dict]]:
     lookup = {"prompt_lookup_num_tokens": args.num_tokens, "max_matching_ngram_size": args.ngram}
     known = {"pld": ("pld", lookup), "hf_pld": ("hf_assisted", lookup), "ar": ("ar_greedy", {}),
-             "lookahead": ("lookahead", {})}
+             "lookahead": ("lookahead", {}),  # the paper's W = 15, N = 5, G = 15
+             "lookahead_cpu": ("lookahead", {"window": 5, "ngram": 3, "guess": 5})}
     return {name: known[name] for name in args.arms.split(",")}
 
 
@@ -82,8 +86,8 @@ def summarise(rows: dict) -> dict:
     out = {"arms": {}}
     for k, r in rows.items():
         out["arms"][k] = {"tok_s": sum(r["tokens"]) / sum(r["seconds"]), "mat": sum(r["tokens"]) / sum(r["forwards"])}
-    pairs = [(a, b) for a, b in (("pld", "hf_pld"), ("pld", "ar"), ("hf_pld", "ar"), ("lookahead", "ar"))
-             if a in rows and b in rows]
+    pairs = [(a, b) for a, b in (("pld", "hf_pld"), ("pld", "ar"), ("hf_pld", "ar"), ("lookahead", "ar"),
+                                 ("lookahead_cpu", "ar")) if a in rows and b in rows]
     out["ratios"] = {f"{a}/{b}": ratio(rows, a, b) for a, b in pairs}
     return out
 
