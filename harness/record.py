@@ -34,6 +34,51 @@ def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], ge
             "output_text": output_text, "prompt": prompt_text}
 
 
+#: Range checks applied whenever a record is read back (:func:`record_problems`): counts are integers >= 0,
+#: amounts are >= 0 and rates lie in [0, 1] (null/NaN = not measured, always allowed).
+RECORD_COUNTS = ("index", "prompt_tokens", "prompt_tokens_original", "new_tokens", "target_calls", "draft_calls",
+                 "rounds", "draft_positions", "draft_nodes", "accepted_tokens", "rejected_rounds", "energy.tokens",
+                 "energy.samples")
+RECORD_AMOUNTS = ("wall_time_s", "draft_time_s", "verify_time_s", "prefill_time_s", "tokens_per_s",
+                  "block_efficiency", "peak_gpu_mem_bytes", "energy.energy_j", "energy.total_energy_j",
+                  "energy.duration_s")
+RECORD_RATES = ("acceptance_rate", "node_acceptance_rate", "energy.coverage")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _unmeasured(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def record_problems(rec: Mapping[str, Any], max_new_tokens: int | None = None) -> list[str]:
+    """What is out of range in one record (empty when nothing is): counts that are not integers >= 0, negative
+    amounts, rates outside [0, 1], a perplexity below 1, more new tokens than ``max_new_tokens``, more rejected
+    rounds than rounds, per-round lists whose length is not ``rounds``."""
+    bad = []
+    for keys, ok, valid in ((RECORD_COUNTS, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                             "an integer >= 0"),
+                            (RECORD_AMOUNTS, lambda v: _number(v) and v >= 0, "a number >= 0"),
+                            (RECORD_RATES, lambda v: _number(v) and 0 <= v <= 1, "in [0, 1]"),
+                            (("output_ppl",), lambda v: _number(v) and v >= 1 - 1e-9, "a perplexity >= 1")):
+        bad += [f"{k}={rec[k]!r} (valid: {valid})" for k in keys if k in rec and not _unmeasured(rec[k])
+                and not ok(rec[k])]
+    if bad:
+        return bad
+    if max_new_tokens is not None and rec.get("new_tokens", 0) > max_new_tokens:
+        bad.append(f"new_tokens={rec['new_tokens']} exceeds max_new_tokens={max_new_tokens}")
+    if rec.get("rejected_rounds", 0) > rec.get("rounds", math.inf):
+        bad.append(f"rejected_rounds={rec['rejected_rounds']} exceeds rounds={rec['rounds']}")
+    for key in ("accept_lengths", "round_gammas"):
+        values = rec.get(key)
+        if values is not None and (not isinstance(values, list) or not all(_number(x) and x >= 0 for x in values)
+                                   or ("rounds" in rec and len(values) != rec["rounds"])):
+            bad.append(f"{key} must list one count >= 0 per round ({rec.get('rounds')} rounds)")
+    return bad
+
+
 BREAKDOWN_ENERGY = ("prefill_j", "decode_j", "draft_j", "verify_j", "rest_j")
 
 

@@ -17,6 +17,7 @@ import html
 import io
 import math
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -585,11 +586,18 @@ def main(argv: list[str] | None = None) -> int:
         fmt, directory = args.export
         if fmt != "specbench":
             ap.error(f"--export FORMAT must be 'specbench', got '{fmt}'")
+        if Path(directory).exists() and not Path(directory).is_dir():
+            ap.error(f"--export specbench DIR: '{directory}' is an existing file, not a folder (exit 2, nothing written)")
         res = read_results(args.results)
         if res.cells.empty:
             print(f"harness-report: no finished cells under {args.results}/cells — run `harness` first")
             return 1
-        paths = specbench.export(res.records, res.cells, directory)
+        try:
+            paths = specbench.export(res.records, res.cells, directory)
+        except OSError as e:  # a full disk, a read-only folder, a path through a file
+            print(f"harness-report: cannot write the Spec-Bench files to '{directory}': {e.strerror or e} "
+                  f"({e.filename or directory})", file=sys.stderr)
+            return 1
         print(f"{len(paths)} Spec-Bench answer files -> {directory}/<cell id>.jsonl")
         return 0
     if args.bootstrap < 100:

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +38,16 @@ from typing import Any, Iterable, Mapping
 from hydra.experimental.callback import Callback
 
 from harness import identity
+from harness.cell import force_problem as cell_force_problem
 from harness.context import lookahead, pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
 
 log = logging.getLogger("harness")
 EXIT_CONFIG = 2
 WARP_KEYS = ("temperature", "top_k", "top_p")
+MAX_SEED = 2**32 - 1  # prompt seeds are seed * 1000003 + index: far below 2^63 (torch) for any such seed
+MAX_THREADS = 1024  # torch CPU threads; far beyond any machine's cores (the OS would refuse to create them)
+MIN_FREE_BYTES = 16 << 20  # a results folder's file system needs room for a cell's files and Hydra's
 
 
 @dataclass(frozen=True)
@@ -63,12 +68,14 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def check_int(key: str, value, minimum: int, allow_null: str | None = None) -> list[Problem]:
-    """An integer >= minimum (or null when ``allow_null`` says what null means)."""
+def check_int(key: str, value, minimum: int, allow_null: str | None = None,
+              maximum: int | None = None) -> list[Problem]:
+    """An integer in [minimum, maximum] (or null when ``allow_null`` says what null means)."""
     if value is None and allow_null:
         return []
-    valid = f"an integer >= {minimum}" + (f", or null ({allow_null})" if allow_null else "")
-    if not _is_int(value) or value < minimum:
+    valid = (f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]") + \
+        (f", or null ({allow_null})" if allow_null else "")
+    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
         return [Problem(key, f"must be {valid}, got {value!r}")]
     return []
 
@@ -177,6 +184,10 @@ def writable_problem(results_dir: str | os.PathLike) -> str | None:
         return f"'{probe}' is not a directory, so '{path}' cannot be created"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"'{probe}' is not writable (read-only folder or file system)"
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        return (f"the file system of '{probe}' has {free / 2**20:.1f} MiB free; a results folder needs at least "
+                f"{MIN_FREE_BYTES >> 20} MiB (free some space, or choose another results_dir)")
     cells = path / "cells"
     if cells.exists() and (not cells.is_dir() or not os.access(cells, os.W_OK | os.X_OK)):
         return f"'{cells}' is not a writable directory"
@@ -189,7 +200,7 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
                   single: bool = True) -> list[Problem]:
     """Every problem of one composed cell config (a plain dict, interpolations resolved). Loads no weights.
     ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells)."""
-    from harness.runner import gpu_label, plan_cell
+    from harness.cell import plan_cell
 
     cache = cache or _Cache()
     problems: list[Problem] = []
@@ -197,16 +208,18 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     def add(key: str, message: str) -> None:
         problems.append(Problem(key, message, label))
 
-    if not _is_int(cfg.get("seed")) or cfg.get("seed") < 0:
-        add("seed", f"must be an integer >= 0, got {cfg.get('seed')!r}")
+    for p in check_int("seed", cfg.get("seed"), 0, maximum=MAX_SEED):
+        add(p.key, p.message)
     for p in check_int("max_new_tokens", cfg.get("max_new_tokens"), 1, allow_null="the dataset's max_new_tokens"):
         add(p.key, p.message)
     runner = cfg.get("runner") or {}
-    for key, minimum, null in (("warmup_generations", 0, None), ("warmup_new_tokens", 1, None),
-                               ("threads", 1, "torch's default")):
+    for key, minimum, null, maximum in (("warmup_generations", 0, None, None), ("warmup_new_tokens", 1, None, None),
+                                        ("threads", 1, "torch's default", MAX_THREADS)):
         if key in runner:
-            for p in check_int(f"runner.{key}", runner[key], minimum, null):
+            for p in check_int(f"runner.{key}", runner[key], minimum, null, maximum):
                 add(p.key, p.message)
+    if cell_force_problem(cfg.get("force")):
+        add("force", cell_force_problem(cfg.get("force")))
     for key in ("progress", "sync_timing", "breakdown"):
         if key in runner and not isinstance(runner[key], bool):
             add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
@@ -234,8 +247,13 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     task, examples = None, []
     num = dataset.get("num_prompts")
     bad_num = check_int("dataset.num_prompts", num, 1, allow_null="all prompts of the set")
-    for p in bad_num + check_int("dataset.max_new_tokens", dataset.get("max_new_tokens", 1), 1):
+    for p in bad_num + check_int("dataset.max_new_tokens", dataset.get("max_new_tokens", 1), 1) + \
+            check_int("dataset.sample_seed", dataset.get("sample_seed"), 0, "the first num_prompts", MAX_SEED):
         add(p.key, p.message)
+    stop = dataset.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop):
+        add("dataset.stop", f"must be a list of non-empty strings (an empty one would cut every output to nothing), "
+                            f"got {stop!r}")
     if not bad_num:
         try:
             task, examples = dataset_examples(dataset, cache)
@@ -280,17 +298,32 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
         cache.writable[results_dir] = writable_problem(results_dir)
     if cache.writable[results_dir]:
         add("results_dir", cache.writable[results_dir])
-    elif plan is not None and not cfg.get("force"):
-        labelled = {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}} if "gpu" in cfg else dict(cfg)
-        try:
-            cell_dir = Path(results_dir) / "cells" / identity.cell_id(labelled)
-            if (cell_dir / identity.SUMMARY).is_file():
-                identity.check_reusable(cell_dir, labelled)
-        except identity.CellConflict as e:
-            add("results_dir", str(e))
-        except (KeyError, TypeError) as e:
-            add("config", f"incomplete cell config: {type(e).__name__}: {e}")
+    elif plan is not None:
+        _check_cell_folder(cfg, results_dir, add)
     return problems
+
+
+def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
+    """A finished cell at this id must have been measured under this identity, unless ``force`` names it; a
+    cell whose files fail verification is repaired on its own when it runs (a warning, not a problem)."""
+    from harness.cell import forced, prepare_cell, verified_state
+
+    try:
+        labelled, cid, cell_dir = prepare_cell(cfg, results_dir)
+    except (KeyError, TypeError) as e:
+        add("config", f"incomplete cell config: {type(e).__name__}: {e}")
+        return
+    except ConfigError as e:
+        add("results_dir", str(e))
+        return
+    if not (cell_dir / identity.SUMMARY).is_file():
+        return
+    state, detail = verified_state(cell_dir, labelled)
+    if state == "conflict" and not forced(cfg.get("force"), cid, state):
+        add("results_dir", detail)
+    elif state == "corrupt" and not forced(cfg.get("force"), cid, state):
+        log.warning("cell %s fails verification (%s); it will be repaired: records that fail their checksum or "
+                    "range are rerun (force=corrupt reruns such cells from scratch)", cid, detail)
 
 
 def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool = False) -> list[Problem]:
@@ -298,12 +331,40 @@ def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool 
     cache = _Cache()
     seen: dict[tuple[str, str], Problem] = {}
     counts: dict[tuple[str, str], int] = {}
+    cells = list(cells)
     for label, cfg in cells:
         for p in validate_cell(cfg, cache, label, single=single):
             seen.setdefault((p.key, p.message), p)
             counts[(p.key, p.message)] = counts.get((p.key, p.message), 0) + 1
+    for p in _unknown_forced_ids(cells):
+        seen.setdefault((p.key, p.message), p)
+        counts[(p.key, p.message)] = 1
     return [dataclasses.replace(p, cell=f"{p.cell} and {counts[k] - 1} more cell(s)") if counts[k] > 1 and p.cell else p
             for k, p in seen.items()]
+
+
+def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Problem]:
+    """``force=<cell id>`` (or a list of them) must name cells of this run."""
+    from harness.cell import FORCE_CORRUPT, labelled
+
+    named: set[str] = set()
+    for _, cfg in cells:
+        force = cfg.get("force")
+        if isinstance(force, (str, list, tuple)) and not cell_force_problem(force):
+            named |= {v for v in ([force] if isinstance(force, str) else force) if v != FORCE_CORRUPT}
+    if not named:
+        return []
+    ids: list[str] = []
+    for _, cfg in cells:
+        try:
+            ids.append(identity.cell_id(labelled(cfg)))
+        except (KeyError, TypeError):
+            pass
+    unknown = sorted(named - set(ids))
+    if not unknown:
+        return []
+    return [Problem("force", f"names no cell of this run: {', '.join(unknown)} (valid: true, false, {FORCE_CORRUPT}, "
+                             f"or cell ids of this run, e.g. {ids[0] if ids else '(none)'}; `harness plan` lists them)")]
 
 
 def format_problems(problems: list[Problem], n_cells: int) -> str:
@@ -322,12 +383,14 @@ def exit_on_problems(problems: list[Problem], n_cells: int) -> None:
 
 def job_container(cfg) -> dict:
     """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
+
+    from harness.preflight import resolved_container
 
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.pop("hydra", None)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return resolved_container(cfg)
 
 
 def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
@@ -349,11 +412,10 @@ def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
             label = " ".join(job_overrides)
             try:
                 composed = loader.load_sweep_config(master_config=config, sweep_overrides=list(job_overrides))
-            except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type)
+                cells.append((label, job_container(composed)))
+            except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type), size bounds
                 text = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
                 failures.append(Problem(_hydra_key(text), " ".join(text.split()), label))
-                continue
-            cells.append((label, job_container(composed)))
     return cells, failures
 
 
@@ -372,7 +434,12 @@ class ValidateCells(Callback):
     any folder or the first cell loads a model; exit with status 2 on a problem."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        cfg = job_container(config)
+        from harness.preflight import ConfigTooLarge
+
+        try:
+            cfg = job_container(config)
+        except ConfigTooLarge as e:
+            exit_on_problems([Problem("config", str(e))], 1)
         exit_on_problems(validate_cells([("", cfg)], single=True), 1)
 
     def on_multirun_start(self, config, **kwargs) -> None:

@@ -4,9 +4,10 @@
 #   scripts/sbatch_array.sh OVERRIDES...      e.g.  scripts/sbatch_array.sh method=ar,sd,dsbd decoding=greedy \
 #                                                       pair=my_pair gpu=a100 results_dir=/shared/results
 #
-# Submitting (SLURM_ARRAY_TASK_ID unset): `harness plan --todo OVERRIDES` lists the units that still
-# have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt),
-# and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
+# Submitting (SLURM_ARRAY_TASK_ID unset): `harness plan --todo OVERRIDES` validates every cell (invalid
+# overrides: their problems are printed, nothing is submitted, exit 2) and lists the units that still
+# have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt;
+# corrupt ones are repaired), and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
 # Inside a task (SLURM_ARRAY_TASK_ID set): `harness task $SLURM_ARRAY_TASK_ID OVERRIDES` runs that unit:
 # one cell, or with runner.interleave=true one interleaved comparison of the methods.
 #
@@ -42,7 +43,17 @@ if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
   exec $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@"
 fi
 
-todo=$($HARNESS plan --todo "$@")
+rc=0
+todo=$($HARNESS plan --todo "$@") || rc=$?
+if (( rc != 0 )); then
+  # exit 2: the overrides are invalid (the problems are printed above); anything else: plan itself failed
+  if (( rc == 2 )); then
+    echo "sbatch_array: the overrides are invalid (see above); nothing was submitted" >&2
+  else
+    echo "sbatch_array: \`$HARNESS plan --todo\` failed (exit $rc); nothing was submitted" >&2
+  fi
+  exit "$rc"
+fi
 if [[ -z "$todo" ]]; then
   echo "sbatch_array: every cell of this sweep is already done (see: $HARNESS plan $*)"
   exit 0
