@@ -226,6 +226,9 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
     problems = [p for folder in _user_folders(args) for p in yaml_problems(folder)]
     if problems:
         return problems
+    from harness.configs import register_configs
+
+    register_configs()
     try:
         cfg = _compose(args, conf_dir)
     except Exception:  # noqa: BLE001 — a composition error: Hydra reports it itself, with its own message

@@ -73,7 +73,7 @@ def check_int(key: str, value, minimum: int, allow_null: str | None = None,
     """An integer in [minimum, maximum] (or null when ``allow_null`` says what null means)."""
     if value is None and allow_null:
         return []
-    valid = (f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]") + \
+    valid = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "") + \
         (f", or null ({allow_null})" if allow_null else "")
     if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
         return [Problem(key, f"must be {valid}, got {value!r}")]

@@ -30,8 +30,9 @@ class Warp:
     def __post_init__(self):
         t = self.temperature
         if not isinstance(t, (int, float)) or not (t == 0 or TEMPERATURE_RANGE[0] <= t <= TEMPERATURE_RANGE[1]):
-            raise ConfigError(f"temperature must be 0 (greedy) or in [{TEMPERATURE_RANGE[0]}, {TEMPERATURE_RANGE[1]}] "
-                              f"(nearer 0 the warped probabilities underflow; inf/nan are no temperature), got {t}")
+            raise ConfigError(f"temperature must be >= 0: 0 (greedy) or in [{TEMPERATURE_RANGE[0]}, "
+                              f"{TEMPERATURE_RANGE[1]}] (nearer 0 the warped probabilities underflow; inf and nan are "
+                              f"no temperature), got {t}")
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
