@@ -136,14 +136,3 @@ def forced(force: Any, cid: str, state: str) -> bool:
         return False
     values = force if isinstance(force, (list, tuple)) else [force]
     return any(v == cid or (v == FORCE_CORRUPT and state in ("corrupt", "conflict")) for v in values)
-
-
-def force_problem(force: Any) -> str | None:
-    """Why a ``force`` value is invalid (None when it is valid)."""
-    values = force if isinstance(force, (list, tuple)) else [force]
-    if isinstance(force, bool) or force is None:
-        return None
-    if not all(isinstance(v, str) and v for v in values):
-        return (f"must be true, false, '{FORCE_CORRUPT}' (rerun only cells that fail verification), a cell id or a "
-                f"list of cell ids; got {force!r}")
-    return None

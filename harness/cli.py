@@ -40,11 +40,12 @@ def _hydra_app():
         from harness.runner import run_cell
 
         from harness.preflight import resolved_container
+        from harness.schema import runner_config
 
         container = resolved_container(cfg)  # bounded before resolving (harness.preflight)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
-        if multirun and (container.get("runner") or {}).get("interleave") and \
+        if multirun and runner_config(container).interleave and \
                 "BasicLauncher" in str(hc.launcher.get("_target_", "")):
             _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
             return

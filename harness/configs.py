@@ -17,6 +17,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 
 from harness.decoders.base import Decoder, registry
+from harness import schema
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
 from harness.sweeper import register_sweeper
 
@@ -64,5 +65,6 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    schema.register(cs)  # the primary config's typed keys (harness/schema.py)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -23,6 +23,7 @@ from pathlib import Path
 from harness import store
 from harness.cell import interleave_key, plan_cell, prepare_cell
 from harness.resources import conf_dir
+from harness.schema import runner_config
 
 CONF_DIR = conf_dir()
 
@@ -70,7 +71,7 @@ def units(jobs: list[dict]) -> list[list[dict]]:
     groups: dict[str, list[dict]] = {}
     out: list[list[dict]] = []
     for cfg in jobs:
-        if (cfg.get("runner") or {}).get("interleave"):
+        if runner_config(cfg).interleave:
             key = interleave_key(cfg)
             if key not in groups:
                 groups[key] = []

@@ -115,13 +115,14 @@ def config_problems(cfg) -> list[str]:
 
 
 def resolved_container(cfg) -> dict:
-    """``OmegaConf.to_container(cfg, resolve=True)`` once the config is shown to be within the bounds."""
-    from omegaconf import OmegaConf
+    """The config as plain, resolved data (typed on the way: :func:`harness.schema.as_cell_dict`, the ``hydra``
+    node left out) once it is shown to be within the bounds."""
+    from harness.schema import as_cell_dict
 
     problems = config_problems(cfg)
     if problems:
         raise ConfigTooLarge("; ".join(problems))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return as_cell_dict(cfg)
 
 
 # ---- YAML files, before Hydra loads them ---------------------------------------------------------------

@@ -37,8 +37,9 @@ from harness.errors import ConfigError
 from harness.fingerprint import cell_inputs
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
-from harness.record import build_record, energy_breakdown, summarize_cell
+from harness.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
+from harness.schema import RunnerConfig, runner_config
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
@@ -150,19 +151,15 @@ class _Shared:
         return int(self.cfg["seed"])
 
     @property
-    def runner(self) -> dict:
-        return self.cfg.get("runner") or {}
-
-    @property
-    def breakdown(self) -> bool:  # device sync at draft/verify/call boundaries
-        return bool(self.runner.get("breakdown", False))
+    def runner(self) -> RunnerConfig:
+        return runner_config(self.cfg)
 
 
 def _load(cfg: dict) -> _Shared:
-    runner_cfg = cfg.get("runner") or {}
-    if runner_cfg.get("threads"):
-        torch.set_num_threads(int(runner_cfg["threads"]))
-    pair = get_pair(cfg["pair"], progress=bool(runner_cfg.get("progress", True)))
+    runner = runner_config(cfg)
+    if runner.threads:
+        torch.set_num_threads(runner.threads)
+    pair = get_pair(cfg["pair"], progress=runner.progress)
     task = load_task(cfg["dataset"])
     examples = task.examples()
     if not examples:
@@ -188,18 +185,17 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
                     sh.n_positions)
     torch.manual_seed(sh.seed)
     c.decoder = build_decoder(c.plan.decoder_cls.method, sh.pair,
-                              sync_timing=sh.breakdown or bool(sh.runner.get("sync_timing", False)),
-                              **c.plan.params)
+                              sync_timing=sh.runner.breakdown or sh.runner.sync_timing, **c.plan.params)
     c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (seed 004 §5)
     for _ in range(warmup_generations(sh.runner, c.decoder)):
-        c.decoder.generate(c.fitted[0][0], int(sh.runner.get("warmup_new_tokens", 8)), seed=sh.seed)
+        c.decoder.generate(c.fitted[0][0], sh.runner.warmup_new_tokens, seed=sh.seed)
 
 
-def warmup_generations(runner_cfg: dict, decoder) -> int:
+def warmup_generations(runner: RunnerConfig, decoder) -> int:
     """Unrecorded, untimed generations before the first measured prompt: ``runner.warmup_generations``, or the
     decoder's own need when larger (the Q-learning γ policy's warm-up trials, adaptive App. C.1)."""
     own = getattr(decoder, "warmup_generations", lambda: 0)()
-    return max(int(runner_cfg.get("warmup_generations", 1)), int(own or 0))
+    return max(runner.warmup_generations, int(own or 0))
 
 
 def _run(cells: list[CellRun]) -> None:
@@ -230,7 +226,7 @@ def _loop(cells: list[CellRun], sh: _Shared) -> None:
     start = min(c.writer.next_index for c in cells)
     with make_energy_meter(sh.cfg.get("energy"), sh.pair.cuda_devices()) as meter:
         label = cells[0].cid if len(cells) == 1 else f"compare[{len(cells)}]"
-        progress = _progress(len(sh.examples) - start, label, sh.runner.get("progress", True))
+        progress = _progress(len(sh.examples) - start, label, sh.runner.progress)
         cell_window = meter.start_window("cell")  # everything the GPUs drew during the cell, protocol included
         for i in range(start, len(sh.examples)):
             rot = i % len(cells)
@@ -276,10 +272,10 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
         prompt_tokens_original=original,
         metrics=task.score(ex, task.truncate(text)),
         energy={**measured.as_record(lambda g: g.stats.new_tokens),
-                **energy_breakdown(meter.attribute, gen.stats, sh.breakdown)},
+                **energy_breakdown(meter.attribute, gen.stats, sh.runner.breakdown)},
         peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                             else math.nan))
-    c.writer.write(record)
+    c.writer.write(record.flat())
     c.lock.heartbeat()
     return gen
 
@@ -298,27 +294,38 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     if segments:  # the partners that ran this segment to its end (one that failed midway does not count)
         segments[-1]["interleaved_with"] = partners
     records_path = c.writer.commit()
-    records = c.writer.records
     count, digest = store.records_digest(records_path)
-    summary = summarize(records)
-    params = c.decoder.params_dict()
-    method_name = c.plan.decoder_cls.method
-    interleaved, group = interleave_label(segments, c.cid)
-    summary.update({"cell_id": c.cid, "status": "done", "started_at": (segments[0]["at"] if segments else c.started),
-                    "finished_at": now(), "method_name": method_name, "decoding": c.decoder.decoding,
-                    "decoder": type(c.decoder).__name__, "params": params, "facts": c.decoder.facts(),
-                    "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
-                    "max_new_tokens": sh.max_new, "config": c.cfg, "env": environment_info(sh.pair.device),
-                    "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                    "energy_meter": energy_info, "gpu_state": gpu_state,
-                    "interleaved": interleaved, "interleave_group": group,
-                    "segments": segments, "resumed": len(segments) > 1,
-                    "records_count": count, "records_sha256": digest})
+    summary = CellSummary.of(c.writer.records, summarize_records, identity=_identity(c, sh),
+                             run=_run_facts(c, sh, segments, energy_info, gpu_state),
+                             integrity={"records_count": count, "records_sha256": digest}).flat()
     store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
     (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
     c.release()
     c.finish("done")
-    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, len(records), summary["tokens_per_s"])
+    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
+
+
+def _identity(c: CellRun, sh: _Shared) -> dict:
+    """What the cell ran: the method resolved, its parameters and facts, the config, whether it is lossless
+    (``Decoder.lossless``; null = not declared) and the task's primary quality metric."""
+    params, method_name = c.decoder.params_dict(), c.plan.decoder_cls.method
+    return {"cell_id": c.cid, "status": "done", "method_name": method_name, "decoding": c.decoder.decoding,
+            "decoder": type(c.decoder).__name__, "lossless": getattr(type(c.decoder), "lossless", None),
+            "params": params, "facts": c.decoder.facts(),
+            "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
+            "max_new_tokens": sh.max_new, "config": c.cfg,
+            "primary_metric": getattr(sh.task, "primary_metric", None),
+            "primary_metric_higher_is_better": getattr(sh.task, "higher_is_better", None)}
+
+
+def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
+    """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
+    interleaved, group = interleave_label(segments, c.cid)
+    return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
+            "env": environment_info(sh.pair.device),
+            "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "energy_meter": energy_info, "gpu_state": gpu_state, "interleaved": interleaved,
+            "interleave_group": group, "segments": segments, "resumed": len(segments) > 1}
 
 
 def _perplexity(model, prompt_ids: list[int], output_ids: list[int], n_positions: int | None) -> float:
@@ -343,12 +350,3 @@ def _progress(total: int, label: str, enabled: bool):
         if totals["wall_time_s"] > 0:
             bar.set_postfix(tok_s=f"{totals['new_tokens'] / totals['wall_time_s']:.1f}")
     return update
-
-
-def summarize(records: list[dict]) -> dict:
-    """Cell-level aggregates (:func:`harness.record.summarize_cell`) and the energy totals: J/token gross
-    and net as total energy ÷ total tokens over every measured repetition, mean W, source, coverage;
-    NaN with the reasons if any prompt was not measured."""
-    out = summarize_cell(records)
-    out.update(summarize_records(records))
-    return out

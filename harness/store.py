@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from harness.legacy import current_names
 from harness.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.record import record_problems
 
@@ -213,7 +214,7 @@ def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
             if digests is not None and (n >= len(digests) or digests[n] != line_digest(line)):
                 why = f"record {n} does not match its checksum in {DIGESTS} (edited, or written without one)"
                 break
-            problems = check(rec) if check is not None else []
+            problems = check(current_names(rec)) if check is not None else []
             if problems:
                 why = f"record {n} is out of range: {'; '.join(problems[:3])}"
                 break
@@ -255,7 +256,7 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
     digests = cell_dir / DIGESTS
     if digests.exists():
         _truncate(digests, len(records) * 65)  # 64 hex digits and a newline per record
-    return [_restore_nan(r) for r in records]
+    return [_restore_nan(current_names(r)) for r in records]
 
 
 def _truncate(path: Path, size: int) -> None:
@@ -336,8 +337,9 @@ def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> N
 
 
 def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool = True) -> list[dict]:
-    """The records of a finished cell; ValueError naming the line when one is not valid JSON or (``check``)
-    has a field out of range (:func:`harness.record.record_problems`)."""
+    """The records of a finished cell under the current field names (:mod:`harness.legacy`); ValueError naming
+    the line when one is not valid JSON or (``check``) has a field out of range
+    (:func:`harness.record.record_problems`)."""
     path = cell_dir / RECORDS
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -348,6 +350,7 @@ def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool 
         except ValueError as e:
             raise ValueError(f"{path}, line {n}: not valid JSON ({e}); the file was truncated or edited — "
                              f"rerun `harness` with the same overrides to repair the cell") from None
+        rec = current_names(rec)
         problems = record_problems(rec, max_new_tokens) if check else []
         if problems:
             raise ValueError(f"{path}, line {n}: out of range: {'; '.join(problems[:3])}; the file was edited or "

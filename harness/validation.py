@@ -2,21 +2,19 @@
 
 ``harness`` (single run or ``-m`` sweep) composes each cell's config exactly as Hydra's launcher will
 (:class:`ValidateCells`, a Hydra callback: ``on_run_start`` / ``on_multirun_start``, i.e. before Hydra
-creates any output folder) and checks it here without loading weights:
+creates any output folder) and checks it here without loading weights. Each value's own range is its
+schema's: the top-level and ``runner`` keys (:mod:`harness.schema`), the method's Params under the decoding
+(:func:`harness.cell.plan_cell`), the pair (:class:`harness.models.PairSpec`), the dataset's task, the energy
+config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
-* the method's own Params checks under the decoding (:func:`harness.runner.plan_cell`), the pair config
-  (model references: an embedded model, an existing directory, or a hub id; dtype, device), and a
-  method that needs a draft on a pair without one;
-* ``max_new_tokens`` (``null`` = the dataset's; else an integer >= 1), ``seed``, the ``runner`` options,
-  the ``energy`` options;
-* the dataset: its keys, ``num_prompts`` (``null`` = all; else >= 1), ``max_new_tokens`` >= 1, and its
-  data file read as the cell will read it (missing, not UTF-8, malformed: the file is named), at least one
-  prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
+* a method that needs a draft on a pair without one; a method that does not apply to the decoding;
+* the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
+  at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
-  method's lookahead must leave room for a prompt (:mod:`harness.context`); longer prompts are truncated
-  at run time by that module's rule and flagged in their records;
-* ``results_dir`` is writable (nothing is created to find out);
-* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`).
+  method's lookahead must leave room for a prompt (:mod:`harness.context`);
+* ``results_dir`` is writable with room to spare (nothing is created to find out);
+* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`)
+  unless ``force`` names it; ``force=<id>`` names cells of this run.
 
 Every problem is printed with its key and the valid values, and the command exits with status 2 having
 written nothing. A method that does not apply to the decoding (``NotApplicable``) is skipped in a sweep
@@ -38,15 +36,13 @@ from typing import Any, Iterable, Mapping
 from hydra.experimental.callback import Callback
 
 from harness import identity
-from harness.cell import force_problem as cell_force_problem
 from harness.context import lookahead, pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
+from harness.schema import field_problems
 
 log = logging.getLogger("harness")
 EXIT_CONFIG = 2
 WARP_KEYS = ("temperature", "top_k", "top_p")
-MAX_SEED = 2**32 - 1  # prompt seeds are seed * 1000003 + index: far below 2^63 (torch) for any such seed
-MAX_THREADS = 1024  # torch CPU threads; far beyond any machine's cores (the OS would refuse to create them)
 MIN_FREE_BYTES = 16 << 20  # a results folder's file system needs room for a cell's files and Hydra's
 
 
@@ -62,27 +58,12 @@ class Problem:
         return text + where
 
 
-# ---- small checks ----------------------------------------------------------------------------------------
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def check_int(key: str, value, minimum: int, allow_null: str | None = None,
-              maximum: int | None = None) -> list[Problem]:
-    """An integer in [minimum, maximum] (or null when ``allow_null`` says what null means)."""
-    if value is None and allow_null:
-        return []
-    valid = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "") + \
-        (f", or null ({allow_null})" if allow_null else "")
-    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        return [Problem(key, f"must be {valid}, got {value!r}")]
-    return []
-
+# ---- keys of errors whose raiser does not name one -----------------------------------------------------
 
 def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
-    """The config key a Params/warp error message is about: ``decoding.<k>`` for the warp under a decoding,
-    else ``method.<k>`` for the first method key the message names, else ``method``."""
+    """The config key a Params/warp error is about, for errors raised without a key (the decoders' Params
+    checks): ``decoding.<k>`` for the warp under a decoding, else ``method.<k>`` for the first method key the
+    message names, else ``method``."""
     head = message.split(" ")[0].strip("'\":,")
     method_keys = [k for k in (cfg.get("method") or {}) if k != "name"]
     if head in WARP_KEYS:
@@ -94,28 +75,6 @@ def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
         if k in message:
             return f"decoding.{k}" if cfg.get("decoding") is not None else f"method.{k}"
     return "method"
-
-
-def _dataset_key(message: str) -> str:
-    import re
-
-    named = re.search(r"\bdataset\.([a-z_]+)", message)
-    if named:
-        return f"dataset.{named.group(1)}"
-    for k in ("num_prompts", "max_new_tokens", "prompt_format", "sample_seed", "path", "task"):
-        if k in message:
-            return f"dataset.{k}"
-    return "dataset"
-
-
-def _pair_key(message: str) -> str:
-    head = message.split(":")[0].split(" ")[0]
-    if head.startswith("pair."):
-        return head.split("[")[0]
-    for k in ("target", "draft", "drafts", "dtype", "device"):
-        if f"pair.{k}" in message:
-            return f"pair.{k}"
-    return "pair"
 
 
 # ---- datasets and models (cached across the cells of a sweep) ----------------------------------------------
@@ -199,100 +158,27 @@ def writable_problem(results_dir: str | os.PathLike) -> str | None:
 def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: str = "",
                   single: bool = True) -> list[Problem]:
     """Every problem of one composed cell config (a plain dict, interpolations resolved). Loads no weights.
-    ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells)."""
-    from harness.cell import plan_cell
-
+    ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells). Each
+    value's own range is its schema's (:func:`harness.schema.field_problems`, the task's and pair's checks);
+    what is checked here is how the values fit together."""
     cache = cache or _Cache()
-    problems: list[Problem] = []
+    problems = [Problem(e.key or "config", str(e), label) for e in field_problems(cfg)]
 
     def add(key: str, message: str) -> None:
         problems.append(Problem(key, message, label))
 
-    for p in check_int("seed", cfg.get("seed"), 0, maximum=MAX_SEED):
-        add(p.key, p.message)
-    for p in check_int("max_new_tokens", cfg.get("max_new_tokens"), 1, allow_null="the dataset's max_new_tokens"):
-        add(p.key, p.message)
-    runner = cfg.get("runner") or {}
-    for key, minimum, null, maximum in (("warmup_generations", 0, None, None), ("warmup_new_tokens", 1, None, None),
-                                        ("threads", 1, "torch's default", MAX_THREADS)):
-        if key in runner:
-            for p in check_int(f"runner.{key}", runner[key], minimum, null, maximum):
-                add(p.key, p.message)
-    if cell_force_problem(cfg.get("force")):
-        add("force", cell_force_problem(cfg.get("force")))
-    for key in ("progress", "sync_timing", "breakdown"):
-        if key in runner and not isinstance(runner[key], bool):
-            add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
     if cfg.get("energy") is not None:
         try:
             from harness.energy import EnergyConfig
 
             EnergyConfig.from_any(dict(cfg["energy"]))
         except (ConfigError, TypeError, ValueError) as e:
-            add("energy", str(e))
-
-    plan = None
-    try:
-        plan = plan_cell(dict(cfg))
-    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
-        if single:
-            add("method", str(e))
-    except ConfigError as e:
-        msg = str(e)
-        add(_pair_key(msg) if "pair." in msg else _method_key(msg, cfg), msg)
-    except (TypeError, ValueError) as e:
-        add("method", f"{type(e).__name__}: {e}")
-
-    dataset = cfg.get("dataset") or {}
-    task, examples = None, []
-    num = dataset.get("num_prompts")
-    bad_num = check_int("dataset.num_prompts", num, 1, allow_null="all prompts of the set")
-    for p in bad_num + check_int("dataset.max_new_tokens", dataset.get("max_new_tokens", 1), 1) + \
-            check_int("dataset.sample_seed", dataset.get("sample_seed"), 0, "the first num_prompts", MAX_SEED):
-        add(p.key, p.message)
-    stop = dataset.get("stop", [])
-    if not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop):
-        add("dataset.stop", f"must be a list of non-empty strings (an empty one would cut every output to nothing), "
-                            f"got {stop!r}")
-    if not bad_num:
-        try:
-            task, examples = dataset_examples(dataset, cache)
-            if not examples:
-                add("dataset", f"dataset '{dataset.get('name')}' produced no prompts (check dataset.path and its "
-                               "filters, e.g. prompt_words)")
-        except ConfigError as e:
-            add(_dataset_key(str(e)), str(e))
-        except Exception as e:  # noqa: BLE001 — a missing/unreadable data file: named in the message
-            add("dataset.path", f"dataset '{dataset.get('name')}' cannot be read: {type(e).__name__}: {e}")
-
+            add(getattr(e, "key", None) or "energy", str(e))
+    plan = _plan(cfg, add, single)
+    task, examples = _dataset(cfg.get("dataset") or {}, cache, add)
     if plan is not None and task is not None and examples:
-        if plan.decoder_cls.uses_draft and not plan.pair.draft:
-            add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair "
-                              f"'{plan.pair.name}' has none (set pair.draft)")
-        max_new = None
-        if not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems):
-            max_new = resolve_max_new_tokens(cfg, task.max_new_tokens)
-        refs = [plan.pair.target, *plan.pair.draft_ids]
-        n_positions = _positions(refs, cache)
-        extra = lookahead(plan.params)
-        if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
-            add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for "
-                                  f"a prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
-        tok = _tokenizer(plan.pair.target, cache)
-        if tok is not None:
-            key = (json.dumps(dataset, sort_keys=True, default=str), plan.pair.target)
-            try:
-                if key not in cache.lengths:
-                    cache.lengths[key] = [len(task.prompt_ids(ex, tok)) for ex in examples]
-                lengths = cache.lengths[key]
-            except ConfigError as e:
-                add(_dataset_key(str(e)), str(e))
-            else:
-                empty = [ex.id for ex, n in zip(examples, lengths) if n == 0]
-                if empty:
-                    add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after "
-                                   f"tokenization (ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
-
+        max_new_ok = not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems)
+        _fit(cfg, plan, task, examples, cache, add, max_new_ok)
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
@@ -301,6 +187,67 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     elif plan is not None:
         _check_cell_folder(cfg, results_dir, add)
     return problems
+
+
+def _plan(cfg: Mapping[str, Any], add, single: bool):
+    """The cell's plan (method × decoding, the method's parameters, the pair), or None with its problem."""
+    from harness.cell import plan_cell
+
+    try:
+        return plan_cell(dict(cfg))
+    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
+        if single:
+            add("method", str(e))
+    except ConfigError as e:
+        add(e.key or _method_key(str(e), cfg), str(e))
+    except (TypeError, ValueError) as e:
+        add("method", f"{type(e).__name__}: {e}")
+    return None
+
+
+def _dataset(dataset: Mapping[str, Any], cache: _Cache, add) -> tuple[Any, list]:
+    """(task, examples) read as the cell will read them, or (None, []) with the problem."""
+    try:
+        task, examples = dataset_examples(dataset, cache)
+    except ConfigError as e:
+        add(e.key or "dataset", str(e))
+        return None, []
+    except Exception as e:  # noqa: BLE001 — a missing/unreadable data file: named in the message
+        add("dataset.path", f"dataset '{dataset.get('name')}' cannot be read: {type(e).__name__}: {e}")
+        return None, []
+    if not examples:
+        add("dataset", f"dataset '{dataset.get('name')}' produced no prompts (check dataset.path and its filters, "
+                       "e.g. prompt_words)")
+    return task, examples
+
+
+def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add, max_new_ok: bool) -> None:
+    """The method fits the pair (a draft where it needs one) and the context (room for a prompt); no prompt
+    tokenizes to nothing."""
+    if plan.decoder_cls.uses_draft and not plan.pair.draft:
+        add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
+                          "none (set pair.draft)")
+    max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
+    n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
+    extra = lookahead(plan.params)
+    if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
+        add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for a "
+                              f"prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
+    tok = _tokenizer(plan.pair.target, cache)
+    if tok is None:
+        return
+    dataset = cfg.get("dataset") or {}
+    key = (json.dumps(dataset, sort_keys=True, default=str), plan.pair.target)
+    try:
+        if key not in cache.lengths:
+            cache.lengths[key] = [len(task.prompt_ids(ex, tok)) for ex in examples]
+    except ConfigError as e:
+        add(e.key or "dataset", str(e))
+        return
+    empty = [ex.id for ex, n in zip(examples, cache.lengths[key]) if n == 0]
+    if empty:
+        add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after tokenization "
+                       f"(ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
 
 
 def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
@@ -350,8 +297,8 @@ def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Prob
     named: set[str] = set()
     for _, cfg in cells:
         force = cfg.get("force")
-        if isinstance(force, (str, list, tuple)) and not cell_force_problem(force):
-            named |= {v for v in ([force] if isinstance(force, str) else force) if v != FORCE_CORRUPT}
+        values = [force] if isinstance(force, str) else force if isinstance(force, (list, tuple)) else []
+        named |= {v for v in values if isinstance(v, str) and v != FORCE_CORRUPT}
     if not named:
         return []
     ids: list[str] = []
@@ -382,14 +329,10 @@ def exit_on_problems(problems: list[Problem], n_cells: int) -> None:
 # ---- Hydra: compose every cell as the launcher will --------------------------------------------------------
 
 def job_container(cfg) -> dict:
-    """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved."""
-    from omegaconf import open_dict
-
+    """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved
+    (bounded first: :func:`harness.preflight.resolved_container`)."""
     from harness.preflight import resolved_container
 
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
     return resolved_container(cfg)
 
 
