@@ -14,9 +14,8 @@ While a cell runs, each prompt's record is appended to ``records.partial.jsonl``
 is resumed at prompt granularity: :meth:`RecordWriter.resume` keeps every complete record whose checksum
 matches, drops a torn last line, and the runner continues with the next prompt. ``records.partial.jsonl``
 is never read as results. ``segments.json`` lists the cell's run segments (where each started, on which
-host, with which inputs: :mod:`harness.fingerprint`) until the summary takes them over.
-
-Two processes never run one cell: see :mod:`harness.lock` (re-exported here).
+host, with which inputs: :mod:`harness.fingerprint`) until the summary takes them over. Two processes never
+run one cell: see :mod:`harness.lock` (re-exported here).
 """
 from __future__ import annotations
 
@@ -174,10 +173,9 @@ def _fsync_dir(path: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
+    except OSError:  # not every file system syncs a folder
         pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def _read_digests(cell_dir: Path) -> list[str]:
@@ -272,7 +270,7 @@ def records_digest(path: Path) -> tuple[int, str]:
     return sum(1 for line in data.split(b"\n") if line.strip()), hashlib.sha256(data).hexdigest()
 
 
-def is_finished(cell_dir: Path) -> bool:
+def is_finished(cell_dir: Path) -> bool:  # a summary exists (verified or not: finished_state)
     return (cell_dir / SUMMARY).is_file()
 
 
