@@ -214,3 +214,17 @@ def test_a_slashed_pair_name_is_seen_by_the_report(tmp_path):
     assert out.status == "done" and out.cell_dir.parent == tmp_path / "cells"
     res = read_results(tmp_path)
     assert list(res.cells["cell_id"]) == [out.cell_id] and res.cells["pair"].iloc[0] == "org/model"
+
+
+def test_a_sweep_with_a_traversing_name_writes_only_under_its_results_folder(tmp_path):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-m", "harness", "-m", "method=ar", "dataset.name=../../../escaped",
+                        "dataset.num_prompts=1", "max_new_tokens=2", "runner.progress=false", "runner.warmup_new_tokens=2",
+                        "results_dir=res"], env=env(), cwd=work, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = work / "res"
+    outside = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p != results and results not in p.parents)
+    assert outside == ["a", "a/b"]  # nothing written beside the results folder (Hydra's job folder included)
+    [cell] = (work / "res" / "cells").iterdir()
+    assert "escaped" in cell.name and store.finished_state(cell)[0] == "done"
