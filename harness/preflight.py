@@ -200,7 +200,8 @@ def _compose(args, conf_dir: str):
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    search_path = create_config_search_path(args.config_path or conf_dir)
+    primary = args.config_path or conf_dir  # Hydra takes a relative --config-path from the app's file (harness/)
+    search_path = create_config_search_path(os.path.join(os.path.dirname(conf_dir), primary))
     if args.config_dir:
         search_path.prepend(provider="command-line", path=f"file://{os.path.abspath(args.config_dir)}",
                             anchor=SearchPathQuery(provider="schema"))
