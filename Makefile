@@ -8,8 +8,17 @@ TORCH_PIP_ARGS ?=
 SWEEP ?= method=ar,beam,sd,specinfer,spectr,mcsd,hf_assisted,dsbd,mtad,bild,typical decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
 
-.PHONY: setup sweep report test test-slow clean-results
-setup: $(STAMP)
+.PHONY: setup setup-slurm browser sweep report test test-slow clean-results
+setup: $(STAMP) browser
+
+# headless Chromium for the report's browser test (tests/test_report_browser.py skips, saying why, without it):
+# installed where missing and this runs as root with apt-get (Debian's `chromium`); never fails the setup
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: installing chromium (report browser test)"; \
+	    apt-get install -y chromium >/dev/null 2>&1 || echo "setup: chromium could not be installed: the browser test will skip"; \
+	  else echo "setup: no chromium (Debian: apt-get install -y chromium): the report's browser test will skip"; fi
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +31,10 @@ $(STAMP): pyproject.toml
 	fi
 	$(PY) -m pip install -e ".[dev]"
 	@touch $@
+
+# Debian's slurm-wlm + munge for the real-SLURM tests (tests/test_slurm.py; they skip with the reason without them)
+setup-slurm:
+	bash scripts/install_slurm.sh
 
 sweep: setup
 	$(VENV)/bin/harness -m $(SWEEP)

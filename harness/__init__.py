@@ -26,7 +26,7 @@ _EXPORTS = {"Generation": ("harness.decoders", "Generation"),
             "encode_prompt": ("harness.tasks.base", "encode_prompt")}
 
 __all__ = sorted(_EXPORTS)
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"  # the one source of the version (pyproject reads it; CITATION.cff and CHANGELOG.md follow)
 
 
 def __getattr__(name):

@@ -136,3 +136,21 @@ def forced(force: Any, cid: str, state: str) -> bool:
         return False
     values = force if isinstance(force, (list, tuple)) else [force]
     return any(v == cid or (v == FORCE_CORRUPT and state in ("corrupt", "conflict")) for v in values)
+
+
+def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the cell ids ``force`` names that are no cell of ``cfgs``, the cells' ids)."""
+    named: set[str] = set()
+    for cfg in cfgs:
+        force = cfg.get("force")
+        values = [force] if isinstance(force, str) else force if isinstance(force, (list, tuple)) else []
+        named |= {v for v in values if isinstance(v, str) and v != FORCE_CORRUPT}
+    if not named:
+        return [], []
+    ids = []
+    for cfg in cfgs:
+        try:
+            ids.append(identity.cell_id(labelled(cfg)))
+        except (KeyError, TypeError):
+            pass
+    return sorted(named - set(ids)), ids

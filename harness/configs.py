@@ -66,5 +66,8 @@ def register_configs() -> None:
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     schema.register(cs)  # the primary config's typed keys (harness/schema.py)
+    from harness.judge.config import register_judge_configs
+
+    register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

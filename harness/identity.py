@@ -37,6 +37,16 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
                          "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+    "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
+              "from the stored config: the cell measures the same",
+    "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
+             "records and summary are the same whatever the judge",
+}
+# dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
+# null keeps every existing cell id; a value is in the identity like any other key)
+ABSENT_WHEN_NULL: dict[str, str] = {
+    "pair.revision": "null = the checkpoint as found, what every cell measured before the key existed",
+    "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
@@ -64,6 +74,11 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
     out.pop("hydra", None)
     for key in RESULT_NEUTRAL_KEYS:
         _drop(out, key)
+    for key in ABSENT_WHEN_NULL:
+        parent, _, last = key.rpartition(".")
+        node = out.get(parent) if parent else out
+        if isinstance(node, dict) and last in node and node[last] is None:
+            del node[last]
     return out
 
 

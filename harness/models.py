@@ -127,6 +127,8 @@ class PairSpec:
     draft_device_map: Any = None
     attn_implementation: str | None = None
     drafts: list[str] | None = None  # several drafts to select from (seed 004 §5); draft = the default one
+    revision: str | None = None  # the target's hub revision (commit, tag or branch); null = the default branch
+    draft_revision: str | None = None  # the drafts' hub revision; null = the default branch
 
     def __post_init__(self):
         check_model_ref("pair.target", self.target)
@@ -148,6 +150,10 @@ class PairSpec:
             raise ConfigError(f"unknown pair.device '{self.device}'. Valid: auto, cpu, cuda, cuda:N, mps",
                               key="pair.device")
         resolve_device(self.device)
+        for key in ("revision", "draft_revision"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"pair.{key} must be a hub revision (commit sha, tag or branch) or null, got {value!r}")
 
     @property
     def draft_ids(self) -> list[str]:
@@ -219,7 +225,7 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", device_map=None,
-               attn_implementation: str | None = None):
+               attn_implementation: str | None = None, revision: str | None = None):
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
@@ -229,6 +235,8 @@ def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", 
         kwargs["attn_implementation"] = attn_implementation
     if device_map:
         kwargs["device_map"] = device_map
+    if revision:
+        kwargs["revision"] = revision
     try:
         model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
     except OSError as e:
@@ -239,10 +247,10 @@ def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", 
     return model
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, revision: str | None = None):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
+    return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **({"revision": revision} if revision else {}))
 
 
 def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id: str = "draft") -> None:
@@ -268,26 +276,31 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
               dtype: str = "auto", device: str = "auto", device_map=None, draft_device_map=None,
               attn_implementation: str | None = None, drafts: list[str] | None = None,
-              progress: bool = True) -> ModelPair:
+              revision: str | None = None, draft_revision: str | None = None, progress: bool = True) -> ModelPair:
     """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
     target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
 
     ``drafts``: several drafts to select from (seed 004 §5; each checked against the target's tokenizer,
-    each loaded once); ``draft`` is the default and must be one of them (None: the first).
+    each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
+    and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
+    whose content hash is recorded instead: :mod:`harness.provenance`).
     """
     spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
-                    draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts)
+                    draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts,
+                    revision=revision, draft_revision=draft_revision)
     draft, draft_ids = spec.draft, spec.draft_ids
     with progress_bars(progress):
-        tokenizer = load_tokenizer(target)
+        tokenizer = load_tokenizer(target, revision)
         for d in draft_ids:
-            check_tokenizers(tokenizer, load_tokenizer(d), target, d)
+            check_tokenizers(tokenizer, load_tokenizer(d, draft_revision), target, d)
         resolved = resolve_dtype(dtype, target, device if not device_map else "auto")
-        target_model = load_model(target, resolved, device, device_map, attn_implementation)
+        target_model = load_model(target, resolved, device, device_map, attn_implementation, revision)
         draft_device = str(target_model.device) if not draft_device_map else device
-        loaded = {d: load_model(d, resolved, draft_device, draft_device_map, attn_implementation) for d in draft_ids}
+        loaded = {d: load_model(d, resolved, draft_device, draft_device_map, attn_implementation, draft_revision)
+                  for d in draft_ids}
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=spec.name or "custom",
-                     target_id=target, draft_id=draft, dtype=resolved, meta={"dtype_requested": dtype},
+                     target_id=target, draft_id=draft, dtype=resolved,
+                     meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision},
                      drafts=loaded)

@@ -6,8 +6,9 @@ weights, and prints one row per cell: its unit, cell id, status (done | running 
 corrupt | pending | n/a) and prompts already written. A *unit* is what one task runs: one cell, or
 with ``runner.interleave=true`` one interleaved comparison (the cells that differ only in ``method``).
 
-``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan (``scripts/sbatch_array.sh`` passes
-``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
+``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan; ``harness plan --write PLAN.json`` stores the
+composed plan once and ``harness task --plan PLAN.json INDEX`` reads its unit from it without composing the sweep
+again (:mod:`harness.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
 several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
 second merger never sees a torn or half-merged cell).
 """
@@ -133,19 +134,23 @@ def plan_main(argv: list[str]) -> int:
         p.add_argument("--count", action="store_true", help="print only the number of units (array size)")
         p.add_argument("--todo", action="store_true",
                        help="print only the units with a cell still to run, comma-separated (an sbatch --array list)")
+        p.add_argument("--write", metavar="PLAN.json", default=None,
+                       help="also write every unit's composed configs to this file, for `harness task --plan`")
     args = _args(argv, "harness plan", extra)
     jobs = _compose_or_exit(args, "harness plan")
+    if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
+        from harness.validation import exit_on_problems, validate_cells
+
+        exit_on_problems(validate_cells([(" ".join(_label(c)), c) for c in jobs], single=False), len(jobs))
+    if args.write:
+        from harness.planfile import write_plan
+
+        write_plan(args.write, units(jobs), args.overrides, args.config_dir)
     if args.count:
         print(len(units(jobs)))
         return 0
     rows = plan_rows(jobs)
-    if args.todo:  # what a submission runs: an invalid sweep is refused (exit 2), never "nothing to do"
-        from harness.validation import format_problems, validate_cells
-
-        problems = validate_cells([(" ".join(_label(c)), c) for c in jobs], single=False)
-        if problems:
-            print(format_problems(problems, len(jobs)), file=sys.stderr)
-            return 2
+    if args.todo:
         todo = sorted({r["unit"] for r in rows if r["status"] not in ("done", "n/a", "invalid", "running")})
         print(",".join(map(str, todo)))
         return 0
@@ -169,13 +174,20 @@ def task_main(argv: list[str]) -> int:
     """Run one unit of the plan; exit 1 if a cell failed, 0 otherwise (done, skipped, busy, n/a)."""
     def extra(p):
         p.add_argument("index", type=int, help="the unit to run (e.g. $SLURM_ARRAY_TASK_ID)")
+        p.add_argument("--plan", metavar="PLAN.json", default=None,
+                       help="read the unit from this plan file (`harness plan --write`) instead of composing the sweep")
     args = _args(argv, "harness task", extra)
-    plan = units(_compose_or_exit(args, "harness task"))
-    if not 0 <= args.index < len(plan):
-        print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units (0..{len(plan) - 1})",
-              file=sys.stderr)
-        return 2
-    unit = plan[args.index]
+    if args.plan:
+        from harness.planfile import task_unit
+
+        unit = task_unit(args.plan, args.index, args.overrides)
+    else:
+        plan = units(_compose_or_exit(args, "harness task"))
+        if not 0 <= args.index < len(plan):
+            print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units "
+                  f"(0..{len(plan) - 1})", file=sys.stderr)
+            return 2
+        unit = plan[args.index]
     from harness.errors import ConfigError
     from harness.runner import run_cells
     from harness.validation import exit_on_problems, validate_cells

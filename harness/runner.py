@@ -58,19 +58,21 @@ def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
     return _PAIR_CACHE[key]
 
 
-def environment_info(device: torch.device) -> dict:
-    import hydra
-    import transformers
+def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
+    """The summary's ``env``: versions, machine, CPU model, device, git sha and (with ``pair``) the checkpoint
+    revisions that were loaded (:mod:`harness.provenance`)."""
+    from harness import provenance
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "hydra": hydra.__version__,
+    info = {**provenance.environment(), "torch": torch.__version__,
             "host": platform.node(), "platform": platform.platform(), "device_type": device.type,
             "torch_threads": torch.get_num_threads(), "git_sha": git_sha()}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     else:
-        info["device_name"] = platform.processor() or platform.machine()
+        info["device_name"] = info["cpu_model"] or platform.processor() or platform.machine()
+    if pair is not None:
+        info["checkpoints"] = provenance.pair_revisions(pair)
     return info
 
 
@@ -131,7 +133,18 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: Any 
                 c.fail(e)
     for c in cells:
         c.release()
+    _judge(cells)
     return [c.outcome for c in cells]
+
+
+def _judge(cells: list[CellRun]) -> None:
+    """Grade the finished cells with the configured LLM judge (:mod:`harness.judge`): after every cell of the
+    comparison has generated, outside every timed and energy window; judgments go to their own files."""
+    done = [(c.cfg, c.cell_dir) for c in cells if c.outcome is not None and c.outcome.status in ("done", "skipped")]
+    if any((cfg.get("judge") or {}).get("backend", "none") != "none" for cfg, _ in done):
+        from harness.judge import judge_cells
+
+        judge_cells(done)
 
 
 @dataclass
@@ -259,6 +272,10 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     depend on nothing earlier in the cell, so a resumed cell writes what an uninterrupted one would."""
     tok, pair, task, ex = sh.pair.tokenizer, sh.pair, sh.task, sh.examples[i]
     ids, original = c.fitted[i]
+    if ex.history:  # a later turn of a conversation: its prompt holds this cell's own earlier answers
+        ex = task.with_history(ex, c.writer.records)
+        ids, original = context.fit_prompt(task.prompt_ids(ex, tok), sh.n_positions, sh.max_new,
+                                           context.lookahead(c.plan.params))
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, sh.max_new, seed=prompt_seed(sh.seed, i),
@@ -310,19 +327,19 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
     (``Decoder.lossless``; null = not declared) and the task's primary quality metric."""
     params, method_name = c.decoder.params_dict(), c.plan.decoder_cls.method
     return {"cell_id": c.cid, "status": "done", "method_name": method_name, "decoding": c.decoder.decoding,
-            "decoder": type(c.decoder).__name__, "lossless": getattr(type(c.decoder), "lossless", None),
+            "decoder": type(c.decoder).__name__, "lossless": getattr(c.decoder, "lossless", None),
             "params": params, "facts": c.decoder.facts(),
             "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
             "max_new_tokens": sh.max_new, "config": c.cfg,
             "primary_metric": getattr(sh.task, "primary_metric", None),
-            "primary_metric_higher_is_better": getattr(sh.task, "higher_is_better", None)}
+            "primary_metric_higher_is_better": bool(getattr(sh.task, "higher_is_better", True))}
 
 
 def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
     interleaved, group = interleave_label(segments, c.cid)
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
-            "env": environment_info(sh.pair.device),
+            "env": environment_info(sh.pair.device, sh.pair),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "energy_meter": energy_info, "gpu_state": gpu_state, "interleaved": interleaved,
             "interleave_group": group, "segments": segments, "resumed": len(segments) > 1}

@@ -1,5 +1,5 @@
 """The typed cell config: one dataclass tree, registered in Hydra's ConfigStore, the single source of the
-top-level and ``runner`` keys' types, defaults and help.
+top-level, ``runner`` and ``report`` keys' types, defaults and help.
 
 ``conf/config.yaml`` only picks presets (``defaults:``) and Hydra's settings; the keys themselves are
 :class:`CellConfig`'s. The group nodes are typed by their own schemas: ``method`` and ``decoding`` by the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from harness.errors import ConfigError
 
@@ -49,6 +49,20 @@ class RunnerConfig:
 
 
 @dataclass
+class ReportConfig:
+    """What ``harness-report`` compares and draws (``report.*``; result-neutral: not in the cell id)."""
+
+    baselines: Dict[str, Optional[str]] = _help(
+        "per decoding kind, the method spec every speed-up is paired against (null = ar_greedy / ar_sampling), "
+        "e.g. report.baselines.sampling='sd[gamma=4,gamma_policy=fixed]'",
+        default_factory=lambda: {"greedy": None, "sampling": None})
+    iso: List[str] = _help("family pairs A:B for iso-quality ratios, e.g. "
+                           "['dsbd[memory_constrained=false]:beam_sampling']", default_factory=list)
+    tables: List[str] = _help("the papers' tables to produce (an experiment sets them): dsbd, mtad, mcsd, adaptive",
+                              default_factory=list)
+
+
+@dataclass
 class CellConfig:
     """One cell: method × decoding × pair × dataset × gpu × seed, and how it runs."""
 
@@ -60,6 +74,7 @@ class CellConfig:
     dataset: Any = _help("the prompts and their task (conf/dataset)", default=None)
     gpu: Any = _help("the GPU profile (auto = this machine)", default=None)
     energy: Any = _help("the energy measurement protocol (protocol | naive | off)", default=None)
+    judge: Any = _help("the LLM judge for MT-Bench (none | openai | hf; not in the cell id)", default=None)
     seed: int = _help(f"RNG seed, 0..{MAX_SEED}; each prompt is seeded on its own (seed * 1000003 + index)",
                       default=0)
     max_new_tokens: Optional[int] = _help("null = the dataset's max_new_tokens; else an integer >= 1", default=None)
@@ -68,6 +83,7 @@ class CellConfig:
     force: Any = _help("rerun from scratch: true (every cell), corrupt (cells that fail verification or conflict), "
                        "a cell id or a list of them; false = reuse finished cells", default=False)
     runner: RunnerConfig = field(default_factory=RunnerConfig, metadata={"help": "how the cell runs"})
+    report: ReportConfig = field(default_factory=ReportConfig, metadata={"help": "what harness-report compares"})
 
 
 def _int_problem(key: str, value: Any, minimum: int, maximum: int | None = None,

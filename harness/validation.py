@@ -179,6 +179,11 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     if plan is not None and task is not None and examples:
         max_new_ok = not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems)
         _fit(cfg, plan, task, examples, cache, add, max_new_ok)
+    if cfg.get("judge") is not None:  # the LLM judge (harness.judge): endpoint, key variable, model, options
+        from harness.judge import judge_problems
+
+        for key, message in judge_problems(cfg["judge"], task, single=single):
+            add(key, message)
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
@@ -292,22 +297,9 @@ def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool 
 
 def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Problem]:
     """``force=<cell id>`` (or a list of them) must name cells of this run."""
-    from harness.cell import FORCE_CORRUPT, labelled
+    from harness.cell import FORCE_CORRUPT, unknown_forced_ids
 
-    named: set[str] = set()
-    for _, cfg in cells:
-        force = cfg.get("force")
-        values = [force] if isinstance(force, str) else force if isinstance(force, (list, tuple)) else []
-        named |= {v for v in values if isinstance(v, str) and v != FORCE_CORRUPT}
-    if not named:
-        return []
-    ids: list[str] = []
-    for _, cfg in cells:
-        try:
-            ids.append(identity.cell_id(labelled(cfg)))
-        except (KeyError, TypeError):
-            pass
-    unknown = sorted(named - set(ids))
+    unknown, ids = unknown_forced_ids([cfg for _, cfg in cells])
     if not unknown:
         return []
     return [Problem("force", f"names no cell of this run: {', '.join(unknown)} (valid: true, false, {FORCE_CORRUPT}, "

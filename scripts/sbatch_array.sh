@@ -8,8 +8,10 @@
 # overrides: their problems are printed, nothing is submitted, exit 2) and lists the units that still
 # have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt;
 # corrupt ones are repaired), and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
-# Inside a task (SLURM_ARRAY_TASK_ID set): `harness task $SLURM_ARRAY_TASK_ID OVERRIDES` runs that unit:
-# one cell, or with runner.interleave=true one interleaved comparison of the methods.
+# The plan is composed once, at submission (`harness plan --write PLAN`, in <results_dir>/_plans/ or
+# $HARNESS_PLAN), and every task reads its unit from it: `harness task --plan PLAN $SLURM_ARRAY_TASK_ID`
+# runs that unit (one cell, or with runner.interleave=true one interleaved comparison of the methods)
+# without composing the sweep again (an 886-cell plan takes minutes to compose).
 #
 # Results: every task writes its own cell folders under results_dir, each under a per-cell lock (two
 # tasks given one cell never both run it) with atomic files, so tasks can share one results_dir on a
@@ -31,20 +33,26 @@
 set -euo pipefail
 HARNESS=${HARNESS:-harness}
 
+shared=results
+for a in "$@"; do [[ $a == results_dir=* ]] && shared=${a#results_dir=}; done
+
 if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+  unit=("$SLURM_ARRAY_TASK_ID" "$@")
+  [[ -n "${HARNESS_PLAN:-}" ]] && unit=(--plan "$HARNESS_PLAN" "$SLURM_ARRAY_TASK_ID")
   if [[ -n "${LOCAL_RESULTS:-}" ]]; then
-    shared=results
-    for a in "$@"; do [[ $a == results_dir=* ]] && shared=${a#results_dir=}; done
     rc=0
-    $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@" "results_dir=$LOCAL_RESULTS" || rc=$?
+    $HARNESS task "${unit[@]}" "results_dir=$LOCAL_RESULTS" || rc=$?
     $HARNESS merge "$LOCAL_RESULTS" --into "$shared"
     exit $rc
   fi
-  exec $HARNESS task "$SLURM_ARRAY_TASK_ID" "$@"
+  exec $HARNESS task "${unit[@]}"
 fi
 
+mkdir -p "$shared/_plans"
+HARNESS_PLAN=${HARNESS_PLAN:-$(cd "$shared/_plans" && pwd)/plan-$(date +%Y%m%d-%H%M%S)-$$.json}
+export HARNESS_PLAN
 rc=0
-todo=$($HARNESS plan --todo "$@") || rc=$?
+todo=$($HARNESS plan --todo --write "$HARNESS_PLAN" "$@") || rc=$?
 if (( rc != 0 )); then
   # exit 2: the overrides are invalid (the problems are printed above); anything else: plan itself failed
   if (( rc == 2 )); then
@@ -58,7 +66,7 @@ if [[ -z "$todo" ]]; then
   echo "sbatch_array: every cell of this sweep is already done (see: $HARNESS plan $*)"
   exit 0
 fi
-echo "sbatch_array: submitting units $todo"
+echo "sbatch_array: submitting units $todo (plan: $HARNESS_PLAN)"
 # shellcheck disable=SC2086
 sbatch --array="${todo}%${MAX_PARALLEL:-32}" ${SBATCH_ARGS:-} "$0" "$@"
 echo "sbatch_array: follow with \`$HARNESS plan $*\`; when done: harness-report --results <results_dir>"

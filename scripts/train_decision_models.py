@@ -145,7 +145,16 @@ def train_model(model: DecisionModel, fit: dict, val: dict, target_key: str, epo
     model.set_standardisation(x)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    history, best_epoch = fit_epochs(model, torch.nn.BCEWithLogitsLoss(), (x, y, xv, yv), opt, epochs, batch)
+    return {"epochs": epochs, "best_epoch": best_epoch, "val_bce": history, "fit_rows": int(x.size(0)),
+            "val_rows": int(xv.size(0)), "lr": lr, "batch": batch, "loss": f"BCE toward {target_key}"}
+
+
+def fit_epochs(model, loss_fn, data: tuple, opt, epochs: int, batch: int) -> tuple[list[float], int]:
+    """Mini-batch epochs over ``data`` = (x, y, x_val, y_val) in a fresh random order each (torch's global
+    generator); the model ends with the weights of the epoch of lowest validation loss. Returns the
+    validation losses and that epoch (also used by ``scripts/train_specdecpp_head.py``)."""
+    x, y, xv, yv = data
     best = (float("inf"), None, -1)
     history = []
     for epoch in range(epochs):
@@ -164,8 +173,7 @@ def train_model(model: DecisionModel, fit: dict, val: dict, target_key: str, epo
         if val_loss < best[0]:
             best = (val_loss, {k: v.clone() for k, v in model.state_dict().items()}, epoch)
     model.load_state_dict(best[1])
-    return {"epochs": epochs, "best_epoch": best[2], "val_bce": history, "fit_rows": int(x.size(0)),
-            "val_rows": int(xv.size(0)), "lr": lr, "batch": batch, "loss": f"BCE toward {target_key}"}
+    return history, best[2]
 
 
 def bootstrap_auc(scores: torch.Tensor, labels: torch.Tensor, reps: int, seed: int) -> list[float]:

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from harness.analysis import acceptance, checks, paired, pareto, specbench, stats, theory
-from harness.analysis.tables import (cell_params, cell_row, infer_decoding, infer_round_gammas, normalize_record,
-                                     short_labels)
+from harness.analysis.labels import short_labels
+from harness.analysis.tables import cell_params, cell_row, infer_decoding, infer_round_gammas, normalize_record
 
 
 # ---- statistics -------------------------------------------------------------------------------------
@@ -153,11 +153,20 @@ def test_sd_check_flags_a_deviation_and_predicts_the_speedup_from_measured_costs
 
 
 def test_dsbd_theorem_uses_min_of_threshold_and_pass_rate():
+    """Issue 22.7: the theorem's prediction uses β̄ from Eq. 2-5 (recorded per prompt), not the realised
+    pass rate β̂ (shown beside it); without a recorded β̄ there is no prediction, with the reason."""
     recs, cell = _draft_cell("d", "dsbd", [[4, 4, 2]], [[3, 3, 3]])  # β̂ = 7/8 > t = 0.5
     row = theory.dsbd_checks(recs, pd.DataFrame([cell])).iloc[0]
-    assert row["pass_rate_mle"] == pytest.approx(7 / 8) and row["m"] == 0.5
-    assert row["steps_theorem"] == pytest.approx((1 - 0.5 ** 4) / 0.5)
+    assert row["pass_rate_mle"] == pytest.approx(7 / 8) and row["m_realised"] == 0.5
+    assert math.isnan(row["steps_theorem"]) and "β̄ not recorded" in row["reason"]
+    recs["stat.beta_bar"], recs["stat.beta_layers"] = 0.4, 3  # β̄ = 0.4 < t: m = β̄, not the realised 7/8
+    row = theory.dsbd_checks(recs, pd.DataFrame([cell])).iloc[0]
+    assert row["beta_bar"] == pytest.approx(0.4) and row["m"] == pytest.approx(0.4)
+    assert row["steps_theorem"] == pytest.approx((1 - 0.4 ** 4) / 0.6)
+    assert row["steps_with_pass_rate"] == pytest.approx((1 - 0.5 ** 4) / 0.5)
     assert row["steps_measured"] == pytest.approx(10 / 3) and row["flag"].startswith("off by")
+    two = pd.concat([recs, recs.assign(**{"stat.beta_bar": 0.8, "stat.beta_layers": 1})], ignore_index=True)
+    assert theory.pooled_beta(two) == pytest.approx((0.4 * 3 + 0.8) / 4)  # pooled by layer
 
 
 # ---- acceptance diagnostics ------------------------------------------------------------------------------
@@ -205,9 +214,12 @@ def test_paired_ratios_per_category_and_missing_baseline():
     assert sd.loc["overall", "energy_ratio"] == pytest.approx(0.5) and sd.loc["a", "n_prompts"] == 3
     greedy = out[out.cell_id == "gr"].iloc[0]  # greedy cell, no ar_greedy cell: NaN with the reason
     assert math.isnan(greedy.get("speedup", math.nan)) and "no ar_greedy cell" in greedy["reason"]
-    # a configured baseline
+    # a configured baseline (issue 22.3: a spec; of the same decoding — issue 22.2: never across decodings)
+    out = paired.paired_ratios(records, cells, {"sampling": "sd"}, n_resamples=100)
+    assert out[(out.cell_id == "ar") & (out.category == "overall")]["speedup"].iloc[0] == pytest.approx(0.5)
     out = paired.paired_ratios(records, cells, {"greedy": "ar_sampling"}, n_resamples=100)
-    assert out[(out.cell_id == "gr") & (out.category == "overall")]["speedup"].iloc[0] == pytest.approx(0.5)
+    gr = out[(out.cell_id == "gr") & (out.category == "overall")].iloc[0]
+    assert math.isnan(gr.get("speedup", math.nan)) and "differs in regime" in gr["reason"]
 
 
 def test_baseline_prefers_the_same_warp_and_skips_other_seeds():
@@ -241,7 +253,7 @@ def test_short_labels_name_only_varying_parameters():
     cells = pd.DataFrame({"method_name": ["beam", "beam", "sd"], "param.width": [2.0, 4.0, math.nan],
                           "param.top_k": [10, 10, 20],
                           "params_json": ['{"width": 2, "top_k": 10}', '{"width": 4, "top_k": 10}', '{"top_k": 20}']})
-    assert short_labels(cells).tolist() == ["beam(width=2)", "beam(width=4)", "sd"]
+    assert short_labels(cells).tolist() == ["beam W=2", "beam W=4", "sd"]  # issue 22.10: `sd γ=4` style, no warp
 
 
 def test_round_depths_of_old_records_are_reconstructed_only_when_consistent():

@@ -24,7 +24,7 @@ from harness.decoders.sd import SDParams
 from harness.runner import plan_cell
 from harness.sweeper import config_sweep_overrides, sweep_overrides
 
-ROOT = CONF_DIR.parent
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (CONF_DIR is harness/conf inside the package)
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 GROUPS = ("pair", "dataset", "method", "decoding", "gpu", "energy")
 HAS_GAMMA_POLICY = "gamma_policy" in {f.name for f in dataclasses.fields(SDParams)}
@@ -160,10 +160,29 @@ TABLE15 = {  # seed 002 App. F, Table 15, column by column
 }
 
 
+def _mtad_ablation(c: dict) -> bool:
+    """A cell of mtad_tables' ablation grids (Table 7, Fig. 3, Table 12): another warp, or MTAD on ChatGPT-Prompts
+    with other beams or τ than Table 15's (8, 0.1)."""
+    warp = (c["decoding"]["top_k"], c["decoding"]["top_p"])
+    m = c["method"]
+    return warp != (20, 0.9) or (m["name"] == "mtad" and c["dataset"]["name"] == CP
+                                 and (m["draft_width"], m["tau"]) != (8, 0.1))
+
+
 def test_mtad_tables_follow_table_15(hydra_ctx):
-    cells = [c for _, c in _cell_configs("mtad_tables")]
+    every = [c for _, c in _cell_configs("mtad_tables")]
+    cells = [c for c in every if not _mtad_ablation(c)]
     assert {c["max_new_tokens"] for c in cells} == {128}
     assert {(c["decoding"]["top_k"], c["decoding"]["top_p"], c["decoding"]["temperature"]) for c in cells} == {(20, 0.9, 1.0)}
+    ablation = [c for c in every if _mtad_ablation(c)]  # issue 22.8: the ablation grids exist as grids
+    mtad_cp = {(c["pair"]["name"], c["method"]["draft_width"], c["method"]["tau"]) for c in every
+               if c["method"]["name"] == "mtad" and c["dataset"]["name"] == CP and c["decoding"]["top_k"] == 20
+               and c["decoding"]["top_p"] == 0.9}
+    assert {(p, w) for p in (L, O) for w in (2, 4, 6, 8)} <= {(p, w) for p, w, t in mtad_cp if t == 0.1}  # Table 7
+    assert {0.0, 0.1, 0.5, 0.9, 1.0} <= {t for p, w, t in mtad_cp if w == 8 and p == L}  # Fig. 3
+    warps = {(c["decoding"]["top_k"], c["decoding"]["top_p"], c["method"]["name"]) for c in ablation
+             if c["pair"]["name"] == L}
+    assert {(k, p, m) for k, p in ((20, 0.8), (10, 0.9), (10, 0.8)) for m in ("ar_sampling", "sd", "mtad")} <= warps
     by = {}
     for c in cells:
         by.setdefault((c["pair"]["name"], c["dataset"]["name"], c["method"]["name"]), []).append(c["method"])
@@ -206,7 +225,11 @@ def test_mcsd_tables_settings(hydra_ctx):
     assert ("sd", 0.7, (), 4, None) in got and ("sd", 1.0, (), 5, None) in got
     assert ("mcsd", 0.7, (4, 2, 2, 1), None, None) in got and ("mcsd", 1.0, (4, 2, 2, 1, 1), None, None) in got
     assert ("mcsd_target_init", 0.7, (2, 4, 3, 1, 1), None, None) in got
-    assert {("mcsd_dynamic", t, (), 5, 16) for t in (0.0, 1.0)} <= got
+    assert ("mcsd_target_init", 0.7, (3, 4, 3, 1, 1), None, None) in got  # Table 1: n_t = 3
+    # issue 22.6: "our method" of Tables 3-4 is the target-initialised tree, D 5 W 16 = 16 roots x chains of 5
+    assert {("mcsd_target_init", t, (16, 1, 1, 1, 1, 1), None, None) for t in (0.0, 1.0)} <= got
+    assert {("mcsd_dynamic", t, (), 5, 16) for t in (0.0, 1.0)} <= got  # the lossless fork, as a reference
+    assert {("ar", 0.7), ("ar", 1.0), ("ar", 0.0)} <= {g[:2] for g in got}  # AR at every temperature
     assert {c["dataset"]["name"] for c in cells} == {"mt_bench", "alpaca", "triviaqa"}
 
 
@@ -234,7 +257,8 @@ def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = [json.loads(p.read_text()) for p in Path(tmp_path, "cells").glob("*/summary.json")]
     assert len(summaries) == expected == proc.stdout.count("[done]")
-    assert {s["method_name"] for s in summaries} == {"ar_sampling", "sd", "mcsd", "mcsd_target_init", "mcsd_dynamic"}
+    assert {s["method_name"] for s in summaries} == {"ar_sampling", "ar_greedy", "sd", "mcsd", "mcsd_target_init",
+                                                     "mcsd_dynamic"}
     assert {s["max_new_tokens"] for s in summaries} == {8}
 
 
@@ -252,7 +276,9 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
             "sys.argv = ['harness', '-m', '+experiment=mtad_tables_tiny', 'results_dir=" + str(tmp_path / "r") + "',"
             " 'max_new_tokens=2', 'dataset.num_prompts=1', 'runner.warmup_generations=0',"
             " '~hydra.sweeper.grids.multi_draft', '~hydra.sweeper.grids.mtad', '~hydra.sweeper.grids.bild',"
-            " '~hydra.sweeper.grids.speculative']\n"
+            " '~hydra.sweeper.grids.speculative', '~hydra.sweeper.grids.ablation_beams',"
+            " '~hydra.sweeper.grids.ablation_tau', '~hydra.sweeper.grids.table12_k20_p08',"
+            " '~hydra.sweeper.grids.table12_k10']\n"
             "harness.cli.main()\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "path"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -49,8 +49,8 @@ def test_report_html_parses_and_embeds_its_figures(report):
     assert parser.tags.count("table") >= 8 and len(parser.imgs) >= 5
     assert all(img["src"].startswith("data:image/png;base64,") for img in parser.imgs)  # opens from disk
     assert all(img.get("alt") for img in parser.imgs)
-    for heading in ("Speed-ups against AR (paired)", "Quality and Pareto fronts", "Iso-quality comparisons",
-                    "Theory checks", "Acceptance diagnostics", "Paper-style tables", "Measurement quality",
+    for heading in ("Speed-ups against the baseline (paired)", "Quality and Pareto fronts", "Iso-quality comparisons",
+                    "Theory checks", "Acceptance diagnostics", "The papers' tables", "Measurement quality",
                     "Provenance"):
         assert heading in text
     assert "could not be computed" not in text
@@ -93,7 +93,10 @@ def test_ratios_and_theory_on_the_fixture(report):
     sdt = pd.read_parquet(out["md"].parent / "tables" / "theory_sd.parquet").set_index("label").loc["sd"]
     assert sdt["c"] > 0 and sdt["v"] > 0 and sdt["speedup_theory"] > 0  # timing fields present: predicted
     iso = pd.read_parquet(out["md"].parent / "tables" / "iso_quality.parquet")
-    assert {"dsbd"} <= set(iso["family_a"]) and iso["note"].str.contains("no mtad cells").any()
+    # issue 22.3: families are method specs; the old DSBD cell predates memory_constrained, so it is not guessed
+    # into the unconstrained family
+    assert {"dsbd[memory_constrained=false]"} <= set(iso["family_a"]) and iso["note"].str.contains("no mtad cells").any()
+    assert iso["note"].str.contains("no dsbd[memory_constrained=false] cells", regex=False).any()
 
 
 def test_cli_writes_parquet_and_exports_specbench(report, tmp_path):
@@ -114,8 +117,9 @@ def test_cli_writes_parquet_and_exports_specbench(report, tmp_path):
 
 
 def test_empty_results_folder_is_a_clear_message(tmp_path, capsys):
-    assert main(["--results", str(tmp_path), "--out", str(tmp_path / "rep")]) == 1
-    assert "no finished cells" in capsys.readouterr().out
+    """Issue 22.13: a folder without cell folders is a mistyped --results: exit 2, nothing written."""
+    assert main(["--results", str(tmp_path), "--out", str(tmp_path / "rep")]) == 2
+    assert "no cell folders" in capsys.readouterr().out and not (tmp_path / "rep").exists()
 
 
 def test_report_imports_neither_torch_nor_decoders():
@@ -123,3 +127,44 @@ def test_report_imports_neither_torch_nor_decoders():
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('harness.decoders')]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+# ---- issue 22.11: lossless marking; 22.13: the command line never destroys work --------------------------------
+
+def test_lossy_methods_are_marked_and_the_overview_names_the_fastest_lossless_one(tmp_path):
+    from synth_results import write_cell
+
+    res = tmp_path / "results"
+    write_cell(res, "ar", "ar_sampling", summary={"lossless": True})
+    write_cell(res, "sd", "sd", {"gamma": 4}, secs=0.6, summary={"lossless": True})
+    write_cell(res, "typ", "typical", {"gamma": 4}, secs=0.3, summary={"lossless": False})  # faster, but lossy
+    write_cell(res, "old", "specinfer", {"gamma": 4}, secs=0.2)  # an older summary: lossless unknown
+    out = build_report(res, tmp_path / "report", n_resamples=100)
+    labels = out["cells"].set_index("cell_id")["label"]
+    assert labels["typ"] == "typical †" and labels["sd"] == "sd" and labels["old"] == "specinfer"  # never guessed
+    text = out["md"].read_text()
+    head = text[text.index("## Overview"):text.index("## Speed-ups")]
+    row = [line for line in head.splitlines() if line.startswith("| T 1")][0]
+    assert "sd (tiny, d)" in row.split("|")[2]  # the fastest *lossless* method
+    assert "typical † 3.33×" in row.split("|")[3]  # lossy ones apart, at their speed-up
+    assert "specinfer" not in row.split("|")[2] and row.split("|")[4].strip() == "1"  # unknown: counted, not ranked
+
+
+def test_two_results_folders_in_one_parent_get_two_reports_and_nothing_is_overwritten(tmp_path, capsys):
+    for name in ("results", "results_b"):
+        shutil.copytree(FIXTURE, tmp_path / name)
+    assert main(["--results", str(tmp_path / "results"), "--bootstrap", "100"]) == 0
+    assert main(["--results", str(tmp_path / "results_b"), "--bootstrap", "100"]) == 0
+    assert (tmp_path / "report" / "index.html").is_file() and (tmp_path / "report_results_b" / "index.html").is_file()
+    marker = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert marker["results"] == str((tmp_path / "results").resolve())
+    before = (tmp_path / "report" / "index.html").read_text()
+    # another results folder aimed at this report folder: refused, the report stays
+    assert main(["--results", str(tmp_path / "results_b"), "--out", str(tmp_path / "report")]) == 2
+    assert "another results folder" in capsys.readouterr().out
+    assert (tmp_path / "report" / "index.html").read_text() == before
+    # a mistyped --results: exit 2, the existing report untouched
+    assert main(["--results", str(tmp_path / "resluts"), "--out", str(tmp_path / "report")]) == 2
+    assert (tmp_path / "report" / "index.html").read_text() == before
+    assert main(["--results", str(tmp_path / "results_b"), "--out", str(tmp_path / "report"), "--force",
+                 "--bootstrap", "100"]) == 0

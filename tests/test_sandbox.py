@@ -1,6 +1,7 @@
 """Generated code is contained, in both isolation modes: hostile Python (infinite loop, fork bomb,
 deleting files outside its temporary directory, opening a socket) fails and harms nothing;
-generated SQL cannot modify, attach or create databases and is stopped by a time limit.
+generated SQL cannot modify, attach or create databases, calls only allowed functions, and is
+killed — in its own process — when it runs past its time limit, even inside one function call.
 The fallback mode (no namespaces) always runs; namespaces mode where ``unshare`` works."""
 import hashlib
 import os
@@ -13,19 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import (PythonLimits, QueryError, isolation_layers, namespaces_available, readonly_query,
-                             run_python)
+from harness.sandbox import (PythonLimits, QueryError, landlock_abi, namespaces_available, readonly_query, run_python,
+                             seccomp_available)
+from harness.sandbox.sql import GRACE_S, QueryKilled, first_statement
 
 FAST = PythonLimits(timeout_s=3.0)
-NAMESPACES = pytest.param("namespaces", marks=pytest.mark.skipif(
-    not namespaces_available(), reason="unshare cannot create namespaces here (fallback mode is tested)"))
-MODES = [NAMESPACES, "fallback"]
-KERNEL_LAYERS = {"seccomp", "landlock"} <= {layer.split()[0] for layer in isolation_layers("fallback")}
-# (mode, audit hook): without the hook only the OS layers protect: namespaces, or seccomp + Landlock
-LAYERS = [pytest.param(*NAMESPACES.values, True, marks=NAMESPACES.marks), ("fallback", True),
-          pytest.param("namespaces", False, marks=NAMESPACES.marks),
-          pytest.param("fallback", False, marks=pytest.mark.skipif(
-              not KERNEL_LAYERS, reason="this kernel/libc has no seccomp + Landlock: the hook is the fallback's guard"))]
+KERNEL_LAYERS = seccomp_available() and bool(landlock_abi())  # what the fallback needs
+HAS_NAMESPACES = namespaces_available() and seccomp_available()
+_NO_NAMESPACES = pytest.mark.skipif(not HAS_NAMESPACES, reason="no namespaces + seccomp here (the fallback is tested)")
+_NO_FALLBACK = pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run "
+                                                            "(the 'weak' level is tested)")
+NAMESPACES = pytest.param("namespaces", marks=_NO_NAMESPACES)
+FALLBACK = pytest.param("fallback", marks=_NO_FALLBACK)
+MODES = [NAMESPACES, FALLBACK]
+# (mode, audit hook): without the hook only the kernel layers protect
+LAYERS = [pytest.param("namespaces", True, marks=_NO_NAMESPACES), pytest.param("fallback", True, marks=_NO_FALLBACK),
+          pytest.param("namespaces", False, marks=_NO_NAMESPACES), pytest.param("fallback", False, marks=_NO_FALLBACK)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -181,3 +185,129 @@ def test_sql_time_and_size_limits(database):
     with pytest.raises(QueryError, match="rows"):
         readonly_query(database, "SELECT * FROM Student a, Student b, Student c", max_rows=1000)
     assert readonly_query(database, "SELECT count(*) FROM Student") == [(34,)]
+
+
+@pytest.mark.parametrize("function", ["fts3_tokenizer('simple')", "zeroblob(10)", "randomblob(10)", "printf('%.*c', 9, 'x')",
+                                      "hex('a')", "char(65)", "sqlite_version()", "load_extension('x')",
+                                      "json_array(1)", "unicode('a')", "random()"])
+def test_sql_functions_spider_does_not_need_are_refused(database, function):
+    with pytest.raises(QueryError, match="not authorized"):
+        readonly_query(database, f"SELECT {function}")
+
+
+def test_sql_functions_spider_needs_still_work(database):
+    assert readonly_query(database, "SELECT count(*), max(Age), min(Age), sum(Age) > 0, avg(Age) > 0 FROM Student "
+                                    "WHERE lower(Fname) LIKE 'l%' OR upper(LName) = 'SMITH'")[0][0] >= 1
+    assert readonly_query(database, "SELECT abs(-2), round(2.5), length('abc'), substr('abc', 2), trim(' a '), "
+                                    "coalesce(NULL, 1), instr('abc', 'c'), replace('a;b', ';', ',')") == [
+        (2, 3.0, 3, "bc", "a", 1, 3, "a,b")]
+    assert readonly_query(database, "SELECT x'00ff'") == [(b"\x00\xff",)]  # blobs cross intact
+
+
+# one call of instr() on two strings of millions of characters: SQLite never reaches its progress
+# handler (checked between VM steps), so only the worker's kill stops it (issue: 173 s against 5 s)
+_MILLION = "'a'"
+for _ in range(6):
+    _MILLION = f"replace({_MILLION}, 'a', 'aaaaaaaaaa')"  # ×10 per call: a million a's in six calls
+PATHOLOGICAL = f"WITH s(v) AS (SELECT {_MILLION}) SELECT instr(v || v, v || 'b') FROM s"
+
+
+def test_a_query_stuck_inside_one_function_call_is_killed(database):
+    import resource
+
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    with pytest.raises(QueryKilled, match="killed: the query ran past its 1 s limit"):
+        readonly_query(database, PATHOLOGICAL, timeout_s=1.0)
+    assert time.monotonic() - start < 1.0 + GRACE_S + 3.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 50_000  # KiB: not in this process
+    assert readonly_query(database, "SELECT count(*) FROM Student") == [(34,)]  # a fresh worker serves the next
+
+
+def test_a_query_over_its_memory_limit_fails(database):
+    pad = "a" * 2000
+    sql = (f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400000) "
+           f"SELECT count(*) FROM (SELECT DISTINCT x || '{pad}' FROM c)")
+    with pytest.raises(QueryError, match="memory|killed"):
+        readonly_query(database, sql, timeout_s=30.0)
+    assert readonly_query(database, "SELECT count(*) FROM Student") == [(34,)]
+
+
+@pytest.mark.parametrize("sql,first", [
+    ("SELECT 1; DROP TABLE t", "SELECT 1"),
+    ("SELECT name FROM t WHERE name = 'a;b'; SELECT 2", "SELECT name FROM t WHERE name = 'a;b'"),
+    ('SELECT "odd;name" FROM t;', 'SELECT "odd;name" FROM t'),
+    ("SELECT 1 -- a comment; still a comment\n, 2; x", "SELECT 1 -- a comment; still a comment\n, 2"),
+    ("SELECT 1 /* ; */ + 1", "SELECT 1 /* ; */ + 1"),
+    ("SELECT 'never closed; ", "SELECT 'never closed; "),
+])
+def test_statements_are_split_by_sqlite_not_on_semicolons(sql, first):
+    assert first_statement(sql) == first
+
+
+# --- through the Spider task ---------------------------------------------------------------------
+
+def _spider(**overrides):
+    import yaml
+
+    from harness.tasks import load_task
+
+    conf = Path(__file__).resolve().parents[1] / "harness" / "conf" / "dataset" / "spider.yaml"
+    task = load_task({**yaml.safe_load(conf.read_text()), "num_prompts": None, **overrides})
+    return task, {ex.reference: ex for ex in task.examples() if "unscorable" not in ex.meta}
+
+
+def test_spider_scores_a_query_with_a_semicolon_inside_a_literal():
+    task, by_gold = _spider()
+    example = by_gold["SELECT avg(age) ,  min(age) ,  max(age) FROM singer WHERE country  =  'France'"]
+    output = " avg(age), min(age), max(age) FROM singer WHERE country = 'France' OR country = 'Fr;ance'; SELECT 1"
+    assert task.truncate(output) == output[:-len("; SELECT 1")]
+    assert task.score(example, task.truncate(output)) == {"execution_accuracy": 1.0, "flag_query_killed": 0.0}
+
+
+def test_spider_counts_a_killed_query_as_wrong_and_flags_it(caplog):
+    task, by_gold = _spider(timeout_s=1.0)
+    example = next(iter(by_gold.values()))
+    start = time.monotonic()
+    assert task.score(example, PATHOLOGICAL) == {"execution_accuracy": 0.0, "flag_query_killed": 1.0}
+    assert time.monotonic() - start < 1.0 + GRACE_S + 5.0
+    assert "killed: the query ran past its 1 s limit" in caplog.text
+    assert task.score(example, example.reference)["execution_accuracy"] == 1.0
+
+
+def _children_mentioning(text: str) -> list[int]:
+    """Direct children of this process whose command line holds ``text``."""
+    found = []
+    for pid in processes_mentioning(text):
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_program_dies_with_its_checker(mode):
+    """Killed from outside (the harness's own time limit, the OOM killer), the checker takes the
+    program with it — though the program's uid change cleared its own parent-death signal."""
+    import threading
+
+    before = set(processes_mentioning("harness-sandbox-"))
+    results = []
+    runner = threading.Thread(target=lambda: results.append(
+        run_python("import time\ntime.sleep(120)", PythonLimits(timeout_s=60.0), isolation=mode)))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not (set(processes_mentioning("harness-sandbox-")) - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the program is past its setup, asleep
+    program = set(processes_mentioning("harness-sandbox-")) - before
+    [checker] = _children_mentioning("harness.sandbox.checker")
+    os.kill(checker, 9)
+    runner.join(60)
+    assert results and not results[0].passed and "no verdict" in results[0].reason
+    deadline = time.monotonic() + 10
+    while set(processes_mentioning("harness-sandbox-")) & program and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert program and not set(processes_mentioning("harness-sandbox-")) & program

@@ -13,8 +13,9 @@ from harness.tasks import load_task
 
 CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
 ROUGE = {"rouge1", "rouge2", "rougeL", "rougeLsum"}
-METRICS = {"squad": {"exact_match", "f1"}, "spider": {"execution_accuracy"}, "cnndm": ROUGE, "xsum": ROUGE,
-           "humaneval": {"pass@1", "suspicious", "flag_dunder", "flag_patch", "flag_introspect", "flag_nonplain"},
+METRICS = {"squad": {"exact_match", "f1"}, "spider": {"execution_accuracy", "flag_query_killed"}, "cnndm": ROUGE,
+           "xsum": ROUGE, "humaneval": {"pass@1", "suspicious", "flag_dunder", "flag_patch", "flag_introspect",
+                                       "flag_nonplain", "flag_opened_files", "flag_denied"},
            "gsm8k": {"accuracy"}, "alpaca": ROUGE,
            "mt_bench": set(), "chatgpt_prompts": set(), "spec_bench": set()}  # these: target perplexity only
 
@@ -27,7 +28,7 @@ def conf(group: str, name: str) -> dict:
 def test_task_runs_end_to_end_on_the_tiny_pair(tiny_pair, tmp_path, dataset):
     dataset_cfg = {**conf("dataset", dataset), "num_prompts": 2}
     if dataset == "humaneval":
-        dataset_cfg["min_isolation"] = "fallback"  # whatever isolation this machine has
+        dataset_cfg["min_isolation"] = "weak"  # whatever isolation this machine has
     if "max_document_words" in dataset_cfg:
         dataset_cfg["max_document_words"] = 150  # the tiny pair was trained on 256-token windows
     cfg = {"method": {"name": "ar_greedy"}, "pair": conf("pair", "tiny"), "dataset": dataset_cfg,
@@ -36,7 +37,7 @@ def test_task_runs_end_to_end_on_the_tiny_pair(tiny_pair, tmp_path, dataset):
     outcome = run_cell(cfg, tmp_path)
     assert outcome.status == "done", outcome.error
     records = read_records(outcome.cell_dir)
-    assert len(records) == 2
+    assert len(records) == 2 * dataset_cfg.get("turns", 1)  # mt_bench: both turns of 2 questions
     for record in records:
         assert {k[len("metric."):] for k in record if k.startswith("metric.")} == METRICS[dataset]
         assert 0 < record["new_tokens"] <= 6

@@ -12,7 +12,7 @@ from scipy import stats as sps
 from harness.analysis import stats
 
 NAN = math.nan
-ID = ["cell_id", "label", "pair", "dataset", "gpu", "seed"]
+ID = ["cell_id", "label", "method_name", "pair", "dataset", "gpu", "seed", "regime"]
 
 
 def _drafting(records: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,8 @@ def provenance(cells: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     """(facts shared by the run, per-cell table of device / energy source / coverage)."""
     facts = {
         "git sha": _distinct(cells, "env.git_sha"),
+        "harness": _distinct(cells, "env.harness"),
+        "CPU": _distinct(cells, "env.cpu_model"),
         "python": _distinct(cells, "env.python"),
         "torch": _distinct(cells, "env.torch"),
         "transformers": _distinct(cells, "env.transformers"),
@@ -52,6 +54,8 @@ def provenance(cells: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
         "coverage": pd.to_numeric(_col(cells, "energy.coverage"), errors="coerce"),
         "interleaved": _col(cells, "interleaved", False).fillna(False).astype(bool),
         "git sha": _col(cells, "env.git_sha").map(lambda s: str(s)[:12] if isinstance(s, str) else s),
+        "target revision": _col(cells, "env.checkpoints.target.revision").map(
+            lambda s: str(s)[:19] if isinstance(s, str) else s),  # hub commit, or sha256: of a local checkpoint
     })
     return facts, per_cell
 
@@ -89,7 +93,7 @@ def measurement_flags(cells: pd.DataFrame, records: pd.DataFrame, problems: pd.D
                 add("warning", "high run-to-run variance", cid, f"energy trials disagree by {s:.0%} on average")
     if len(cells) and "seed" in cells:
         for _, g in cells.groupby(["pair", "dataset", "gpu", "method"], dropna=False):
-            tps = pd.to_numeric(g.get("tokens_per_s"), errors="coerce").dropna()
+            tps = pd.to_numeric(g["tokens_per_s"], errors="coerce").dropna() if "tokens_per_s" in g else g.iloc[0:0]
             if len(tps) >= 2 and tps.std() / tps.mean() > HIGH_CV:
                 for cid in g["cell_id"]:
                     add("warning", "high run-to-run variance", cid,

@@ -14,16 +14,41 @@ from pathlib import Path
 import pandas as pd
 
 from harness import store
-from harness.analysis.tables import cell_params, cell_row, normalize_record, numeric, short_labels
+from harness.analysis.labels import short_labels
+from harness.analysis.tables import cell_params, cell_row, normalize_record, numeric
+from harness.judge.results import read_judgments
 
 PROBLEM_COLUMNS = ["cell_id", "problem", "kind", "error", "at"]
+#: records that no figure may use: draft selection's fit phase (adaptive §6.1: the online models are fitted on
+#: the first prompts, every draft runs them, and the paper evaluates the remaining prompts)
+EXCLUDED_PHASES = ("fit",)
 
 
 @dataclass
 class Results:
     cells: pd.DataFrame
-    records: pd.DataFrame
+    records: pd.DataFrame  # the measured records: every figure and table reads these
     problems: pd.DataFrame
+    excluded: pd.DataFrame | None = None  # records left out of every figure (selection.phase == "fit")
+
+    def excluded_counts(self) -> pd.DataFrame:
+        """Per cell: how many records were excluded and why (``cell_id, label, records, reason``)."""
+        ex = self.excluded
+        if ex is None or ex.empty:
+            return pd.DataFrame(columns=["cell_id", "label", "records", "reason"])
+        g = ex.groupby("cell_id", sort=False).size().rename("records").reset_index()
+        labels = ex.drop_duplicates("cell_id").set_index("cell_id").get("label")
+        g["label"] = g["cell_id"].map(labels) if labels is not None else g["cell_id"]
+        g["reason"] = "draft selection's fit phase (selection.phase = fit)"
+        return g[["cell_id", "label", "records", "reason"]]
+
+
+def split_excluded(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(measured records, excluded records): records in :data:`EXCLUDED_PHASES` leave every figure."""
+    if "selection.phase" not in records:
+        return records, records.iloc[0:0]
+    fit = records["selection.phase"].astype(str).isin(EXCLUDED_PHASES)
+    return records[~fit].reset_index(drop=True), records[fit].reset_index(drop=True)
 
 
 def _json_error(path: Path, e: Exception) -> ValueError:
@@ -64,7 +89,8 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     if not raw:
         raise ValueError("records.jsonl has no records")
     params = cell_params(summary)
-    records = [normalize_record(r, row, params) for r in raw]
+    judged = read_judgments(cell_dir, summary.get("records_sha256"))  # LLM-judge grades (harness.judge), by index
+    records = [normalize_record({**r, **judged.get(r.get("index"), {})}, row, params) for r in raw]
     if "prompts" in row and row["prompts"] is not None and int(row["prompts"]) != len(records):
         raise ValueError(f"summary says {row['prompts']} prompts but records.jsonl has {len(records)}")
     return row, records
@@ -101,5 +127,6 @@ def read_results(results_dir: str | Path = "results") -> Results:
     cells_df, records_df = numeric(pd.DataFrame(cells)), numeric(pd.DataFrame(records))
     if not cells_df.empty:
         cells_df["label"] = short_labels(cells_df)
-        records_df = records_df.merge(cells_df[["cell_id", "label"]], on="cell_id", how="left")
-    return Results(cells_df, records_df, pd.DataFrame(problems, columns=PROBLEM_COLUMNS))
+        records_df = records_df.merge(cells_df[["cell_id", "label", "regime"]], on="cell_id", how="left")
+    records_df, excluded = split_excluded(records_df)
+    return Results(cells_df, records_df, pd.DataFrame(problems, columns=PROBLEM_COLUMNS), excluded)

@@ -1,68 +1,91 @@
-"""Paired speed-up and energy ratios against a baseline method (GUIDE §5).
+"""Paired speed-up and energy ratios against a baseline cell (GUIDE §5).
 
-A cell is compared with the baseline cell of the same pair × dataset × gpu × seed (and
-``max_new_tokens``), prompt by prompt: the baseline is ``ar_greedy`` for greedy cells and
-``ar_sampling`` for sampling ones (configurable). Two estimates, each with a percentile bootstrap
-CI over prompts (prompts resampled jointly for both cells):
+A cell is compared with the one baseline cell that has the same **comparison key** — the whole stored
+config but the method's own node: pair, dataset and its prompts, ``max_new_tokens``, the decoding and its
+warp (temperature, top-k, top-p), gpu, seed, runner and energy settings (:mod:`~harness.analysis.regime`)
+— prompt by prompt. The baseline is a method spec (:mod:`~harness.analysis.specs`) per decoding kind:
+``ar_greedy`` for greedy cells and ``ar_sampling`` for sampling ones by default, a cell's config may name
+another (``report.baselines.sampling: 'sd[gamma=4,gamma_policy=fixed]'``) and the command line wins over
+both. No baseline cell with the same key, or several that the spec does not tell apart: the ratio is n/a
+with the reason (the nearest candidate's differing settings) — never a cell of another setting.
 
-* ratio of totals: (Σ tokens / Σ seconds) of the cell ÷ the baseline's; J/token likewise;
-* geometric mean of the per-prompt ratios.
-
-Speed-up > 1 is faster than the baseline; an energy ratio < 1 uses fewer joules per token.
-Across seeds: mean ± s.d. of the per-seed estimates. Per ``meta.category`` and overall.
+Two estimates, each with a percentile bootstrap CI over prompts (prompts resampled jointly for both
+cells): the ratio of totals ((Σ tokens / Σ seconds) of the cell ÷ the baseline's; J/token likewise) and
+the geometric mean of the per-prompt ratios. Speed-up > 1 is faster than the baseline; an energy ratio < 1
+uses fewer joules per token. Across seeds: mean ± s.d. of the per-seed estimates. Per ``meta.category``
+and overall.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis import stats
+from harness.analysis.regime import differing, key_column
+from harness.analysis.specs import MethodSpec
 from harness.analysis.tables import GREEDY, SAMPLING, categories, prompt_key
 
 DEFAULT_BASELINES = {GREEDY: "ar_greedy", SAMPLING: "ar_sampling"}
-WARP_PARAMS = ("param.temperature", "param.top_k", "param.top_p")
 OVERALL = "overall"
 NAN = math.nan
+MATCH_COLUMNS = ["cell_id", "baseline_cell_id", "baseline_method", "baseline_note"]
+
+
+def _configured(cell: pd.Series) -> dict:
+    """``report.baselines`` of the cell's stored config (non-null entries)."""
+    try:
+        report = json.loads(cell.get("report_json") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in (report.get("baselines") or {}).items() if v}
+
+
+def baseline_spec(cell: pd.Series, override: dict | None = None) -> MethodSpec | None:
+    """The baseline spec of a cell: the command line's, else its config's, else the default."""
+    kind = cell.get("decoding")
+    text = (override or {}).get(kind) or _configured(cell).get(kind) or DEFAULT_BASELINES.get(kind)
+    return MethodSpec.parse(text) if text else None
+
+
+def _why_none(cells: pd.DataFrame, keys: pd.Series, cell: pd.Series, spec: MethodSpec, mine: str) -> str:
+    named = cells[spec.mask(cells)]
+    if named.empty:
+        return f"no {spec} cell in these results"
+    nearest = min(named.index, key=lambda i: len(differing(keys[i], mine)))
+    diff = differing(keys[nearest], mine)
+    shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+    return (f"no {spec} cell with the same settings (nearest: {named.loc[nearest, 'cell_id']}, which differs in "
+            f"{shown})")
 
 
 def match_baselines(cells: pd.DataFrame, baselines: dict[str, str] | None = None) -> pd.DataFrame:
-    """For every cell: ``baseline_cell_id`` (None where there is none) and ``baseline_note``.
-
-    Several candidate baseline cells (e.g. ar_sampling at two temperatures): the one with the
-    same warp parameters is preferred, then the first by cell id.
-    """
-    baselines = {**DEFAULT_BASELINES, **(baselines or {})}
+    """For every cell: ``baseline_cell_id`` (None where there is none), ``baseline_method`` (the spec)
+    and ``baseline_note`` (why none, or empty)."""
+    keys = key_column(cells)
     rows = []
-    for _, cell in cells.iterrows():
-        wanted = baselines.get(cell["decoding"])
-        cand = cells[(cells["method_name"] == wanted) & _same(cells, cell, ("pair", "dataset", "gpu", "seed"))]
-        if "max_new_tokens" in cells.columns and pd.notna(cell.get("max_new_tokens")):
-            cand = cand[cand["max_new_tokens"].isna() | (cand["max_new_tokens"] == cell["max_new_tokens"])]
-        note = ""
-        if cand.empty:
-            rows.append({"cell_id": cell["cell_id"], "baseline_cell_id": None, "baseline_method": wanted,
-                         "baseline_note": f"no {wanted} cell with the same pair, dataset, gpu, seed and "
-                                          f"max_new_tokens"})
+    for i, cell in cells.iterrows():
+        spec = baseline_spec(cell, baselines)
+        if spec is None:
+            rows.append({"cell_id": cell["cell_id"], "baseline_cell_id": None, "baseline_method": None,
+                         "baseline_note": f"no baseline for decoding {cell.get('decoding')!r}"})
             continue
-        if len(cand) > 1:
-            same_warp = cand[_same(cand, cell, [c for c in WARP_PARAMS if c in cells.columns])]
-            if not same_warp.empty:
-                cand = same_warp
-            note = f"{len(cand)} candidate baseline cells; used the first by cell id"
-        cand = cand.sort_values("cell_id")
-        rows.append({"cell_id": cell["cell_id"], "baseline_cell_id": cand["cell_id"].iloc[0],
-                     "baseline_method": wanted, "baseline_note": note})
-    return pd.DataFrame(rows, columns=["cell_id", "baseline_cell_id", "baseline_method", "baseline_note"])
-
-
-def _same(df: pd.DataFrame, row: pd.Series, cols) -> pd.Series:
-    mask = pd.Series(True, index=df.index)
-    for c in cols:
-        v = row.get(c)
-        mask &= (df[c].isna() if pd.isna(v) else (df[c].astype(str) == str(v)))
-    return mask
+        cand = cells[spec.mask(cells) & (keys == keys[i])]
+        bid, note = None, ""
+        if len(cand) == 1:
+            bid = cand["cell_id"].iloc[0]
+        elif cand.empty:
+            note = _why_none(cells, keys, cell, spec, keys[i])
+        else:
+            params = sorted({c[6:] for c in cand.columns if c.startswith("param.") and cand[c].astype(str).nunique() > 1})
+            note = (f"{len(cand)} {spec} cells with the same settings, differing in {', '.join(params) or 'nothing'}: "
+                    f"name the baseline's parameters (e.g. --baseline '{cell.get('decoding')}={spec.method}"
+                    f"[{params[0] if params else 'key'}=...]')")
+        rows.append({"cell_id": cell["cell_id"], "baseline_cell_id": bid, "baseline_method": str(spec),
+                     "baseline_note": note})
+    return pd.DataFrame(rows, columns=MATCH_COLUMNS)
 
 
 def _energy_j(rec: pd.DataFrame) -> pd.Series:
@@ -129,7 +152,7 @@ def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[st
     for _, m in matches.iterrows():
         cell = cells[cells["cell_id"] == m["cell_id"]].iloc[0]
         base = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu",
-                                         "seed", "decoding")}
+                                         "seed", "decoding", "regime", "lossless")}
         base.update(baseline_cell_id=m["baseline_cell_id"], baseline_method=m["baseline_method"])
         if pd.isna(m["baseline_cell_id"]):
             rows.append({**base, "category": OVERALL, "n_prompts": 0, "reason": m["baseline_note"]})
@@ -149,7 +172,8 @@ def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[st
 
 def ratios_across_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Mean ± s.d. over seeds of each ratio, per pair × dataset × gpu × method × category."""
-    keys = ["pair", "dataset", "gpu", "method", "method_name", "decoding", "category"]
+    keys = [k for k in ("pair", "dataset", "gpu", "method", "method_name", "decoding", "regime", "category")
+            if k in per_seed.columns]
     if per_seed.empty:
         return pd.DataFrame()
     out = None

@@ -17,12 +17,16 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import stats
-from harness.analysis.quality import PPL, higher_is_better
+from harness.analysis.quality import PPL, higher_is_better, primary
+from harness.analysis.regime import regimes
+from harness.analysis.specs import MethodSpec
 from harness.analysis.tables import prompt_key
 
 NAN = math.nan
 COSTS = {"tokens_per_s": True, "j_per_token": False}  # cost column -> higher is better
-HEADLINE_PAIRS = (("dsbd", "beam_sampling"), ("mtad", "sd"))  # seed 000 §4.2; seed 002 §5
+#: dsbd §4.2 (the unconstrained DSBD grid against beam sampling; its §4.3 memory-constrained cells are another
+#: comparison) and mtad §5
+HEADLINE_PAIRS = (("dsbd[memory_constrained=false]", "beam_sampling"), ("mtad", "sd"))
 GRID = 51
 
 
@@ -105,51 +109,56 @@ def _points(mats: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, np.nd
 
 def iso_quality(records: pd.DataFrame, cells: pd.DataFrame, pairs=None, quality_columns=None, *,
                 n_resamples: int = 500, level: float = stats.LEVEL, seed: int = stats.SEED) -> pd.DataFrame:
-    """Iso-quality ratios per pair × dataset × gpu × decoding mode, for each family pair, quality
-    column and cost. ``pairs``: (family A, family B) tuples; default: the seeds' headline pairs
-    (DSBD vs beam sampling, MTAD vs SD) plus every pair of families that are both swept (≥ 2
-    settings). Rows where no ratio exists say why in ``note``."""
+    """Iso-quality ratios per pair × dataset × gpu × decoding regime, for each family pair, quality column
+    and cost. A family is a method spec (``dsbd[memory_constrained=false]``: :mod:`~harness.analysis.specs`).
+    ``pairs``: (spec A, spec B) tuples or ``"A:B"`` texts; default: the papers' headline pairs plus every
+    pair of methods that are both swept (≥ 2 settings). ``quality_columns``: default the dataset's primary
+    metric (and perplexity). Rows where no ratio exists say why in ``note``."""
     rows = []
     rng = np.random.default_rng(seed)
-    for (pair, dataset, gpu, decoding), group in cells.groupby(["pair", "dataset", "gpu", "decoding"], dropna=False):
-        fams = {f: sorted(g["label"].unique()) for f, g in group.groupby("family")}
-        wanted = list(pairs) if pairs is not None else _default_pairs(fams)
+    cells = cells.assign(regime=regimes(cells))
+    for (pair, dataset, gpu, regime), group in cells.groupby(["pair", "dataset", "gpu", "regime"], dropna=False):
+        wanted = [tuple(MethodSpec.parse(x) for x in p) for p in (pairs if pairs is not None else _default_pairs(group))]
         recs = records[records["cell_id"].isin(group["cell_id"])]
-        qcols = quality_columns or [c for c in recs.columns if c.startswith("metric.")] + [PPL]
+        main = primary(group, recs)
+        qcols = quality_columns or list(dict.fromkeys([main.column, PPL]))
         for quality in [q for q in qcols if q in recs.columns and pd.to_numeric(recs[q], errors="coerce").notna().any()]:
             labels, keys, mats = _prompt_sums(recs, quality)
             point = _points(mats, np.ones((1, len(keys))))
             idx = rng.integers(0, len(keys), (n_resamples, len(keys)))
             weights = np.apply_along_axis(np.bincount, 1, idx, minlength=len(keys)).astype(float)
             boot = _points(mats, weights)
-            label_family = dict(zip(group["label"], group["family"]))
+            q_higher = main.higher_is_better if quality == main.column else higher_is_better(quality, group)
             for fa, fb in wanted:
+                members = {str(f): sorted(group.loc[f.mask(group), "label"].astype(str).unique()) for f in (fa, fb)}
                 for cost, c_higher in COSTS.items():
-                    rows.append(_iso_row(pair, dataset, gpu, decoding, fa, fb, quality, cost, c_higher, fams, labels,
-                                         label_family, point, boot, level))
+                    ctx = {"pair": pair, "dataset": dataset, "gpu": gpu, "decoding": regime, "quality": quality}
+                    rows.append(_iso_row(ctx, str(fa), str(fb), q_higher, cost, c_higher, members, labels, point,
+                                         boot, level))
     return pd.DataFrame(rows)
 
 
-def _default_pairs(fams: dict[str, list[str]]) -> list[tuple[str, str]]:
-    out = [p for p in HEADLINE_PAIRS if p[0] in fams or p[1] in fams]
-    swept = sorted(f for f, labels in fams.items() if len(labels) >= 2)
-    out += [p for p in itertools.combinations(swept, 2) if p not in out and p[::-1] not in out]
+def _default_pairs(group: pd.DataFrame) -> list[tuple[str, str]]:
+    name = "method_name" if "method_name" in group else "family"
+    methods = set(group[name].astype(str))
+    out = [p for p in HEADLINE_PAIRS if MethodSpec.parse(p[0]).method in methods or MethodSpec.parse(p[1]).method in methods]
+    swept = sorted(m for m, g in group.groupby(name) if g["label"].nunique() >= 2)
+    named = {MethodSpec.parse(x).method for p in out for x in p}
+    out += [p for p in itertools.combinations(swept, 2) if not set(p) <= named]
     return out
 
 
-def _iso_row(pair, dataset, gpu, decoding, fa, fb, quality, cost, c_higher, fams, labels, label_family, point, boot,
-             level) -> dict:
-    row = {"pair": pair, "dataset": dataset, "gpu": gpu, "decoding": decoding, "family_a": fa, "family_b": fb,
-           "quality": quality, "cost": cost, "measure": "speedup" if c_higher else "energy_reduction",
-           "n_a": len(fams.get(fa, [])), "n_b": len(fams.get(fb, []))}
+def _iso_row(ctx, fa, fb, q_higher, cost, c_higher, members, labels, point, boot, level) -> dict:
+    row = {**ctx, "family_a": fa, "family_b": fb, "cost": cost,
+           "measure": "speedup" if c_higher else "energy_reduction",
+           "n_a": len(members[fa]), "n_b": len(members[fb])}
     nan = {"ratio_geo": NAN, "ratio_min": NAN, "ratio_max": NAN, "ci_lo": NAN, "ci_hi": NAN,
            "overlap_lo": NAN, "overlap_hi": NAN}
-    missing = [f for f in (fa, fb) if f not in fams]
+    missing = [f for f in (fa, fb) if not members[f]]
     if missing:
-        return {**row, **nan, "note": f"no {' or '.join(missing)} cells here ({decoding} decoding)"}
-    q_higher = higher_is_better(quality)
-    cols_a = [labels.index(lab) for lab in labels if label_family.get(lab) == fa]
-    cols_b = [labels.index(lab) for lab in labels if label_family.get(lab) == fb]
+        return {**row, **nan, "note": f"no {' or '.join(missing)} cells here ({ctx['decoding']})"}
+    cols_a = [labels.index(lab) for lab in members[fa] if lab in labels]
+    cols_b = [labels.index(lab) for lab in members[fb] if lab in labels]
 
     def ratio(pts, b):
         fa_ = front_curve(pts["quality"][b, cols_a], pts[cost][b, cols_a], q_higher, c_higher)
@@ -176,11 +185,14 @@ def _iso_row(pair, dataset, gpu, decoding, fa, fb, quality, cost, c_higher, fams
             "overlap_lo": lo, "overlap_hi": hi, "note": note}
 
 
-def front_points(summary: pd.DataFrame, quality: str, cost: str) -> pd.DataFrame:
-    """Per pair × dataset × gpu: every method's (quality, cost) with ``on_front`` marked."""
+def front_points(summary: pd.DataFrame, quality: str, cost: str, higher: bool | None = None) -> pd.DataFrame:
+    """Per pair × dataset × gpu × decoding regime: every method's (quality, cost) with ``on_front`` marked
+    (a front never joins methods of two regimes)."""
     out = []
-    for _, g in summary.groupby(["pair", "dataset", "gpu"], dropna=False):
+    summary = summary.assign(regime=regimes(summary))
+    q_higher = higher_is_better(quality, summary) if higher is None else higher
+    for _, g in summary.groupby(["pair", "dataset", "gpu", "regime"], dropna=False):
         g = g.copy()
-        g["on_front"] = pareto_mask(g[cost], g[quality], COSTS[cost], higher_is_better(quality))
+        g["on_front"] = pareto_mask(g[cost], g[quality], COSTS[cost], q_higher)
         out.append(g)
     return pd.concat(out) if out else summary.assign(on_front=False)

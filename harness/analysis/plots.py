@@ -1,8 +1,16 @@
 """Figures (matplotlib, Agg): every estimate drawn as a point with its CI, never as a bar that could
-run below zero; labelled axes with units; legends; sized to stay readable with 20 methods."""
+run below zero; labelled axes with units; one panel per decoding regime (a greedy and a sampling method never
+share an axis or a front); readable with 20 methods.
+
+* A method keeps one colour in every figure (:func:`colour`, by method name); its settings differ by marker.
+* Ratio axes are logarithmic with labelled ticks (0.5×, 0.7×, 1×, 1.5×, 2×, 3×).
+* Fewer than :data:`SMALL_N` prompts behind an estimate: its CI is drawn in light grey and the panel says so.
+* Acceptance: small multiples, one panel per cell, integer bins, the number of rounds in each title.
+"""
 from __future__ import annotations
 
 import math
+import zlib
 
 import matplotlib
 
@@ -11,21 +19,39 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
 from harness.analysis.quality import quality_label  # noqa: E402
+from harness.analysis.regime import regimes  # noqa: E402
 
 MARKERS = "osD^v<>pPX*h"
-GROUP = ["pair", "dataset", "gpu"]
+GROUP = ["pair", "dataset", "gpu", "regime"]
+SMALL_N = 10
+RATIO_TICKS = (0.25, 0.33, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+#: a fixed order, so a method has the same colour in every report
+KNOWN = ("ar_greedy", "ar_sampling", "beam_search", "beam_sampling", "sd", "specinfer", "spectr", "mcsd",
+         "mcsd_target_init", "mcsd_dynamic", "hf_assisted", "dsbd", "mtad", "mtjd", "bild", "typical")
+MAX_COLS = 4
 
 
-def style(i: int) -> dict:
-    """A distinct colour × marker for the i-th method (20 colours, 12 markers)."""
-    return {"color": plt.get_cmap("tab20")(i % 20), "marker": MARKERS[i % len(MARKERS)]}
+def colour(method_name: str):
+    """The method's colour (tab20; unknown methods by a stable hash)."""
+    name = str(method_name)
+    i = KNOWN.index(name) if name in KNOWN else len(KNOWN) + zlib.crc32(name.encode()) % 4
+    return plt.get_cmap("tab20")(i % 20)
+
+
+def _markers(g: pd.DataFrame) -> dict:
+    """A marker per label within each method (its settings)."""
+    out = {}
+    for _, m in g.groupby("method_name", sort=False):
+        for j, lab in enumerate(dict.fromkeys(m["label"].astype(str))):
+            out[lab] = MARKERS[j % len(MARKERS)]
+    return out
 
 
 def _title(key) -> str:
-    pair, dataset, gpu = key
-    return f"pair={pair}  dataset={dataset}  gpu={gpu}"
+    return "  ·  ".join(str(k) for k in key)
 
 
 def _err(point, lo, hi) -> np.ndarray:
@@ -34,114 +60,180 @@ def _err(point, lo, hi) -> np.ndarray:
     return np.vstack([np.nan_to_num(point - lo, nan=0.0).clip(0), np.nan_to_num(hi - point, nan=0.0).clip(0)])
 
 
+def ratio_axis(ax, values, axis: str = "x") -> None:
+    """Log scale with the labelled ratio ticks that fall in the data's range (at least 1×)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    lo, hi = (min(v.min(), 1.0), max(v.max(), 1.0)) if len(v) else (0.7, 1.5)
+    ticks = [t for t in RATIO_TICKS if lo / 1.15 <= t <= hi * 1.15] or [1.0]
+    getattr(ax, f"set_{axis}scale")("log")
+    getattr(ax, f"set_{axis}lim")(lo / 1.2, hi * 1.2)
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_major_formatter(FuncFormatter(lambda t, _: f"{t:g}×"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def _groups(table: pd.DataFrame) -> list:
+    table = table.assign(regime=regimes(table))
+    return list(table.groupby(GROUP, dropna=False, sort=False))
+
+
 def forest(table: pd.DataFrame, value: str, xlabel: str, reference: float | None = None,
-           log: bool = False) -> Figure | None:
-    """One panel per pair × dataset × gpu; one row per method: the estimate with its CI
+           ratio: bool = False, n_col: str = "n_prompts") -> Figure | None:
+    """One panel per pair × dataset × gpu × regime; one row per method: the estimate with its CI
     (``<value>_lo``/``<value>_hi``) as a horizontal whisker; a dashed line at ``reference``."""
     table = table[np.isfinite(pd.to_numeric(table[value], errors="coerce"))]
     if table.empty:
         return None
-    groups = list(table.groupby(GROUP, dropna=False))
-    heights = [max(len(g), 2) * 0.32 + 1.0 for _, g in groups]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(8.5, sum(heights)), squeeze=False,
+    groups = _groups(table)
+    heights = [max(len(g), 2) * 0.3 + 1.1 for _, g in groups]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9.0, sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (key, g) in zip(axes[:, 0], groups):
         g = g.sort_values(value)
         y = np.arange(len(g))
-        colors = ["tab:orange" if d == "greedy" else "tab:blue" for d in g.get("decoding", ["sampling"] * len(g))]
-        ax.errorbar(g[value], y, xerr=_err(g[value], g.get(value + "_lo", g[value]), g.get(value + "_hi", g[value])),
-                    fmt="none", ecolor="0.4", capsize=3, lw=1)
-        ax.scatter(g[value], y, c=colors, zorder=3, s=28)
-        for yi, v in zip(y, g[value]):
-            ax.annotate(f"{v:.3g}", (v, yi), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+        n = pd.to_numeric(g.get(n_col, pd.Series(SMALL_N, index=g.index)), errors="coerce").fillna(SMALL_N)
+        small = n < SMALL_N
+        for yi, (_, row), is_small in zip(y, g.iterrows(), small):
+            ax.errorbar(row[value], yi, xerr=_err([row[value]], [row.get(value + "_lo")], [row.get(value + "_hi")]),
+                        fmt="none", ecolor="0.82" if is_small else "0.35", capsize=3, lw=1)
+            ax.scatter(row[value], yi, color=colour(row.get("method_name", row.get("label"))), zorder=3, s=30)
+            ax.annotate(f"{row[value]:.3g}", (row[value], yi), textcoords="offset points", xytext=(0, 5), ha="center",
+                        fontsize=7)
         ax.set_yticks(y, g["label"].astype(str), fontsize=8)
         ax.set_ylim(-0.7, len(g) - 0.3)
         if reference is not None:
             ax.axvline(reference, ls="--", color="0.5", lw=1)
-        if log:
-            ax.set_xscale("log")
-        ax.set_title(_title(key), fontsize=9)
+        if ratio:
+            ratio_axis(ax, pd.concat([g[value], g.get(value + "_lo", g[value]), g.get(value + "_hi", g[value])]))
+        note = f"  (n = {int(n.min())} prompts < {SMALL_N}: CIs greyed, unreliable)" if small.any() else ""
+        ax.set_title(_title(key) + note, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         ax.grid(axis="x", alpha=0.3)
-    handles = [plt.Line2D([], [], ls="", marker="o", color=c, label=lab)
-               for c, lab in (("tab:orange", "greedy (vs ar_greedy)"), ("tab:blue", "sampling (vs ar_sampling)"))]
-    axes[0, 0].legend(handles=handles, fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
 
 
-def pareto(points: pd.DataFrame, quality: str, cost: str, cost_label: str) -> Figure | None:
-    """Quality vs cost per pair × dataset × gpu: every method with CI error bars in both directions,
-    the non-dominated set ringed and joined by a line, one legend entry per method."""
+def _panel(ax, g: pd.DataFrame, quality: str, cost: str, fronts: dict) -> None:
+    markers = _markers(g)
+    small = pd.to_numeric(g.get("n_prompts", pd.Series(SMALL_N, index=g.index)), errors="coerce").fillna(SMALL_N) < SMALL_N
+    for (_, row), is_small in zip(g.iterrows(), small):
+        c = colour(row.get("method_name", row["label"]))
+        ax.errorbar(row[cost], row[quality], xerr=_err([row[cost]], [row.get(cost + "_lo")], [row.get(cost + "_hi")]),
+                    yerr=_err([row[quality]], [row.get(quality + "_lo")], [row.get(quality + "_hi")]),
+                    fmt=markers[str(row["label"])], color=c, ecolor="0.82" if is_small else c, ms=7, capsize=2,
+                    lw=0.8, label=str(row["label"]))
+    for name, (mask, style) in fronts.items():
+        front = g[mask.reindex(g.index, fill_value=False)].sort_values(cost)
+        if len(front):
+            ax.plot(front[cost], front[quality], style, color="0.2", lw=1.2, zorder=1, label=name)
+    ax.grid(alpha=0.3)
+
+
+def pareto(points: pd.DataFrame, quality: str, cost: str, cost_label: str, higher: bool | None = None,
+           fronts: dict | None = None) -> Figure | None:
+    """Quality vs cost, one panel per pair × dataset × gpu × regime: every method with CI bars in both directions.
+    ``fronts``: {legend name: (boolean mask over ``points``, line style)}; default the non-dominated set
+    (``on_front``), ringed and joined."""
     points = points[np.isfinite(pd.to_numeric(points[quality], errors="coerce"))
                     & np.isfinite(pd.to_numeric(points[cost], errors="coerce"))]
     if points.empty:
         return None
-    groups = list(points.groupby(GROUP, dropna=False))
-    labels = sorted(points["label"].astype(str).unique())
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups) + 3.5, 5.0), squeeze=False)
-    for ax, (key, g) in zip(axes[0], groups):
-        for _, row in g.iterrows():
-            st = style(labels.index(str(row["label"])))
-            ax.errorbar(row[cost], row[quality], xerr=_err([row[cost]], [row.get(cost + "_lo")], [row.get(cost + "_hi")]),
-                        yerr=_err([row[quality]], [row.get(quality + "_lo")], [row.get(quality + "_hi")]),
-                        fmt=st["marker"], color=st["color"], ms=7, capsize=2, lw=0.8, label=str(row["label"]))
-        front = g[g["on_front"]].sort_values(cost)
-        ax.plot(front[cost], front[quality], "-", color="0.2", lw=1.2, zorder=1, label="_front")
-        ax.scatter(front[cost], front[quality], s=190, facecolors="none", edgecolors="0.1", lw=1.2, zorder=4)
-        ax.set_xlabel(cost_label)
-        ax.set_ylabel(quality_label(quality))
+    groups = _groups(points)
+    ncol = min(len(groups), 2)
+    nrow = math.ceil(len(groups) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.6 * ncol + 3.6, 4.4 * nrow), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    for ax, (key, g) in zip(axes.flat, groups):
+        default = {"Pareto front": (g["on_front"].astype(bool), "-")} if "on_front" in g else {}
+        _panel(ax, g, quality, cost, fronts or default)
+        if fronts is None and "on_front" in g:
+            on = g[g["on_front"].astype(bool)]
+            ax.scatter(on[cost], on[quality], s=190, facecolors="none", edgecolors="0.1", lw=1.2, zorder=4)
+        ax.set_xlabel(cost_label, fontsize=8)
+        ax.set_ylabel(quality_label(quality, higher), fontsize=8)
         ax.set_title(_title(key), fontsize=9)
-        ax.grid(alpha=0.3)
-    handles, names = axes[0, -1].get_legend_handles_labels()
-    uniq = dict(zip(names, handles))
-    uniq["Pareto front (ringed)"] = plt.Line2D([], [], color="0.2", marker="o", mfc="none", ms=11)
-    fig.legend(uniq.values(), uniq.keys(), loc="center left", bbox_to_anchor=(1 - 3.3 / fig.get_figwidth(), 0.5),
-               fontsize=8, ncol=1 if len(uniq) <= 22 else 2, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1 - 3.4 / fig.get_figwidth(), 1))
+    handles, names = [], []
+    for ax in axes.flat[: len(groups)]:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(1 - 3.5 / fig.get_figwidth(), 0.5),
+               fontsize=7, ncol=1 if len(names) <= 24 else 2, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1 - 3.6 / fig.get_figwidth(), 1))
     return fig
 
 
+def _grid(n: int, w: float = 3.0, h: float = 2.4):
+    ncol = min(MAX_COLS, n)
+    nrow = math.ceil(n / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(w * ncol, h * nrow), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes
+
+
 def accept_histograms(hist: pd.DataFrame) -> Figure | None:
-    """Small multiples: the fraction of rounds committing 1, 2, ... tokens, one panel per method."""
+    """Small multiples: the fraction of rounds committing 1, 2, ... tokens (integer bins), one panel per cell."""
     if hist.empty:
         return None
     cells = list(hist.groupby("cell_id", sort=False))
-    ncol = min(4, len(cells))
-    nrow = math.ceil(len(cells) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.5 * nrow), squeeze=False, sharey=True)
-    for ax in axes.flat[len(cells):]:
-        ax.axis("off")
+    fig, axes = _grid(len(cells))
     for ax, (_, g) in zip(axes.flat, cells):
-        ax.bar(g["accept_length"], g["fraction"], color="tab:blue", width=0.8)
-        mat = (g["accept_length"] * g["rounds"]).sum() / g["rounds"].sum()
-        ax.axvline(mat, color="tab:red", ls="--", lw=1)
-        ax.set_title(f"{g['label'].iloc[0]}  (MAT {mat:.2f})", fontsize=8)
+        ax.bar(g["accept_length"], g["fraction"], color=colour(g.get("method_name", g["label"]).iloc[0]), width=0.8)
+        n = int(g["rounds"].sum())
+        mat = (g["accept_length"] * g["rounds"]).sum() / n
+        ax.axvline(mat, color="0.2", ls="--", lw=1)
+        ax.set_title(f"{g['label'].iloc[0]}\n{g['regime'].iloc[0] if 'regime' in g else ''} · n = {n} rounds · "
+                     f"MAT {mat:.2f}", fontsize=7)
+        ax.set_xticks(range(1, int(g["accept_length"].max()) + 1))
         ax.set_xlabel("tokens committed per round", fontsize=7)
+        ax.set_ylabel("fraction of rounds", fontsize=7)
         ax.set_ylim(0, 1)
         ax.tick_params(labelsize=7)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("fraction of rounds", fontsize=7)
-    fig.suptitle("Accept-length histograms (pooled over rounds; dashed: mean acceptance length)", fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def conditional_acceptance(cond: pd.DataFrame) -> Figure | None:
-    """P(position k accepted | reached) per method, with Wilson 95 % bands."""
+    """Small multiples: P(position k accepted | reached) per cell, Wilson 95 % bands, rounds reached per panel."""
     if cond.empty:
         return None
-    labels = list(dict.fromkeys(cond["label"].astype(str)))
-    fig, ax = plt.subplots(figsize=(8.5 + (2.5 if len(labels) > 10 else 0), 4.5))
-    for i, (lab, g) in enumerate(cond.groupby(cond["label"].astype(str), sort=False)):
-        st = style(labels.index(lab))
-        ax.plot(g["position"], g["rate"], marker=st["marker"], color=st["color"], label=lab, lw=1.2)
-        ax.fill_between(g["position"], g["rate_lo"], g["rate_hi"], color=st["color"], alpha=0.12)
-    ax.set_xlabel("draft position k (depth in the round)")
-    ax.set_ylabel("P(accept k | positions < k accepted)")
-    ax.set_ylim(0, 1.02)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    cells = list(cond.groupby("cell_id", sort=False))
+    fig, axes = _grid(len(cells))
+    for ax, (_, g) in zip(axes.flat, cells):
+        c = colour(g.get("method_name", g["label"]).iloc[0])
+        ax.plot(g["position"], g["rate"], marker="o", color=c, lw=1.2, ms=4)
+        ax.fill_between(g["position"], g["rate_lo"], g["rate_hi"], color=c, alpha=0.2)
+        regime = f" · {g['regime'].iloc[0]}" if "regime" in g else ""
+        ax.set_title(f"{g['label'].iloc[0]}{regime}\nn = {int(g['reached'].iloc[0])} rounds", fontsize=7)
+        ax.set_ylim(0, 1.02)
+        ax.set_xticks(list(g["position"].astype(int)))
+        ax.set_xlabel("draft position k", fontsize=7)
+        ax.set_ylabel("P(accept k | < k accepted)", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def width_scatter(points: pd.DataFrame) -> Figure | None:
+    """dsbd App. C.2: W̄ against quality, tokens/s and J/token, one row of panels per block."""
+    points = points[np.isfinite(pd.to_numeric(points.get("avg_width"), errors="coerce"))] if len(points) else points
+    if points.empty:
+        return None
+    blocks = list(points.groupby("block", sort=False))
+    fig, axes = plt.subplots(len(blocks), 3, figsize=(11, 3.0 * len(blocks)), squeeze=False)
+    for row, (block, g) in zip(axes, blocks):
+        for ax, (col, name) in zip(row, (("quality", g["quality_name"].iloc[0]), ("tokens_per_s", "tokens/s"),
+                                         ("j_per_token", "J/token"))):
+            ax.scatter(g["avg_width"], g[col], color=colour("dsbd"), s=25)
+            ax.set_xlabel("W̄ (average accepted width)", fontsize=8)
+            ax.set_ylabel(name, fontsize=8)
+            ax.set_title(f"{block}: W̄ vs {name}", fontsize=8)
+            ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

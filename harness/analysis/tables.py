@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.regime import comparison_items, comparison_key, regime_label, warp_of
 from harness.legacy import current_names
 
 GREEDY, SAMPLING = "greedy", "sampling"
@@ -79,33 +80,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def short_labels(cells: pd.DataFrame) -> pd.Series:
-    """Plot labels: the method name plus only the parameters that vary among that method's cells."""
-    labels = cells["method_name"].astype(str).copy()
-    param_cols = [c for c in cells.columns if c.startswith("param.")]
-    for name, group in cells.groupby("method_name"):
-        varying = [c for c in param_cols if group[c].astype(str).nunique() > 1]
-        if varying:
-            labels[group.index] = [name + "(" + ", ".join(f"{c[6:]}={_fmt(_original(row, c))}" for c in varying) + ")"
-                                   for _, row in group.iterrows()]
-    return labels
-
-
-def _original(row: pd.Series, col: str) -> Any:
-    """A parameter as the summary wrote it (a table column may have turned 4 into 4.0)."""
-    try:
-        return json.loads(row["params_json"]).get(col[6:], row[col])
-    except (KeyError, TypeError, ValueError):
-        return row[col]
-
-
-def swept_parameters(cells: pd.DataFrame, family: str) -> list[str]:
-    """Parameters (without the ``param.`` prefix) that vary among one family's cells."""
-    group = cells[cells["method_name"] == family]
-    cols = [c for c in cells.columns if c.startswith("param.")]
-    return [c[6:] for c in cols if group[c].astype(str).nunique() > 1]
-
-
 def _flat(prefix: str, d: dict) -> dict:
     out = {}
     for k, v in d.items():
@@ -129,6 +103,11 @@ def cell_row(summary: dict) -> dict:
     if not method_name:
         raise ValueError("summary has no method_name (and no config.method.name)")
     params = cell_params(summary)
+    for group in ("gamma_policy", "draft_selection"):  # their own config groups (INTERFACES.md 5): as parameters
+        node = cfg.get(group)
+        if isinstance(node, dict) and node.get("name") is not None:
+            params.setdefault(group, node["name"])
+            params.update({k: v for k, v in node.items() if k != "name" and k not in params})
     row = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
     row.update(_flat("env.", summary.get("env") or {}))
     row.update(_flat("energy_meter.", summary.get("energy_meter") or {}))
@@ -146,7 +125,30 @@ def cell_row(summary: dict) -> dict:
                 "interleaved": bool(summary.get("interleaved", False)),
                 "max_new_tokens": summary.get("max_new_tokens", cfg.get("max_new_tokens")),
                 "params_json": json.dumps(params, sort_keys=True, default=str)})
+    row.update(_contract_columns(summary, cfg, params, row))
     return row
+
+
+def _contract_columns(summary: dict, cfg: dict, params: dict, row: dict) -> dict:
+    """What the report compares by: the regime and comparison key (:mod:`~harness.analysis.regime`), whether
+    the method is lossless (None = not recorded), the task's declared primary metric, and the config's
+    ``report`` node (baselines, iso pairs, tables)."""
+    lossless = summary.get("lossless")
+    out = {"lossless": lossless if isinstance(lossless, bool) else None,
+           "primary_metric": summary.get("primary_metric"),
+           "primary_metric_higher_is_better": summary.get("primary_metric_higher_is_better"),
+           "primary_metric_recorded": "primary_metric" in summary,
+           "regime": regime_label(row["decoding"], warp_of(params, cfg)),
+           "energy_source_config": (cfg.get("energy") or {}).get("source") if isinstance(cfg.get("energy"), dict)
+           else None,
+           "pair_target": (cfg.get("pair") or {}).get("target") if isinstance(cfg.get("pair"), dict) else None,
+           "pair_draft": (cfg.get("pair") or {}).get("draft") if isinstance(cfg.get("pair"), dict) else None,
+           "pair_drafts": json.dumps((cfg.get("pair") or {}).get("drafts")) if isinstance(cfg.get("pair"), dict)
+           else "null"}
+    report = cfg.get("report") if isinstance(cfg.get("report"), dict) else {}
+    out["report_json"] = json.dumps(report, sort_keys=True, default=str)
+    out["match_json"] = comparison_key(comparison_items(summary, cfg, {**row, **out}))
+    return out
 
 
 # ---- records ------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch
 
 from harness.decoders.base import Beam, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.beam_verify import acceptance_rates, dynamic_width, verify_layer
+from harness.primitives.beam_verify import acceptance_count_distribution, acceptance_rates, dynamic_width, verify_layer
 from harness.primitives.beams import beam_distribution, beam_joint_logprobs, extend, lowest_perplexity
 from harness.primitives.gamma_policy import RoundObservation
 from harness.primitives.kv_cache import cache_bytes, cache_length, gather_positions, new_cache
@@ -70,6 +70,8 @@ class DSBDExtras:
     avg_accepted_drafts_per_layer: float = float("nan")  # accepted draft beams per verified layer
     peak_kv_rows: int = 1  # target KV rows kept between rounds
     peak_kv_bytes: int = 0  # target + draft caches right after the forest call
+    beta_bar: float = float("nan")  # β̄ (Thm 3.2): mean over verified layers of P(≥ W_min accepted), Eq. 2-5
+    beta_layers: int = 0  # the layers β̄ averages (to pool prompts)
 
 
 @dataclass
@@ -165,7 +167,7 @@ class DSBD(Decoder[DSBDParams]):
         beams = _Beams(tokens=torch.empty((1, 0), dtype=torch.long, device=dev), target_pending=prompt_ids,
                        logp=zero, q_logp=zero, finished=torch.zeros(1, dtype=torch.bool, device=dev),
                        length=torch.zeros(1, dtype=torch.long, device=dev), pending=prompt_ids)
-        widths, drafts_accepted, peak_rows, peak_bytes = [], [], 1, 0
+        widths, drafts_accepted, peak_rows, peak_bytes, betas = [], [], 1, 0, []
         while beams.tokens.size(1) < max_new_tokens and not bool(beams.finished.all()):
             gamma = min(self.params.gamma, max_new_tokens - beams.tokens.size(1) - 1)
             with clock.drafting():
@@ -173,7 +175,7 @@ class DSBD(Decoder[DSBDParams]):
             with clock.verifying():
                 self._target_forward(tcache, beams, forest)
                 peak_bytes = max(peak_bytes, cache_bytes(tcache) + cache_bytes(dcache))
-                front, joint, outcomes, steps, layer_widths, accepted = self._verify(beams, forest, generator)
+                front, joint, outcomes, steps, layer_widths, accepted, layer_betas = self._verify(beams, forest, generator)
                 beams = self._advance(tcache, dcache, beams, forest, front, joint, outcomes, steps)
             if self.stopping.stop_strings:
                 self._finish_stopped(beams)
@@ -184,11 +186,13 @@ class DSBD(Decoder[DSBDParams]):
                 committed=tuple(beams.tokens[0, -steps:].tolist()), draft_time_s=draft_s, verify_time_s=verify_s))
             widths += layer_widths
             drafts_accepted += accepted
+            betas += layer_betas
         nan = float("nan")
         extras = DSBDExtras(avg_width=sum(widths) / len(widths) if widths else nan,
                             avg_accepted_drafts_per_layer=(sum(drafts_accepted) / len(drafts_accepted)
                                                            if drafts_accepted else nan),
-                            peak_kv_rows=peak_rows, peak_kv_bytes=peak_bytes)
+                            peak_kv_rows=peak_rows, peak_kv_bytes=peak_bytes,
+                            beta_bar=sum(betas) / len(betas) if betas else nan, beta_layers=len(betas))
         return beams, extras
 
     def _finish_stopped(self, beams: _Beams) -> None:
@@ -288,7 +292,7 @@ class DSBD(Decoder[DSBDParams]):
         warp, eos, params = self.params.warp, self.eos_sentinel, self.params
         front = _Frontier(node=torch.arange(beams.tokens.size(0), device=self.device), logp=beams.logp,
                           finished=beams.finished, length=beams.length, next_logp=forest.root_logp)
-        widths, accepted = [], []
+        widths, accepted, betas = [], [], []
         for step, layer in enumerate(forest.layers, start=1):
             joint = beam_joint_logprobs(front.logp, front.next_logp, front.finished, eos)
             vocab = joint.size(-1)
@@ -299,13 +303,14 @@ class DSBD(Decoder[DSBDParams]):
             slot_of[front.node] = torch.arange(front.node.numel(), device=self.device)
             survivors = torch.nonzero(slot_of[layer.parent] >= 0).flatten()  # line 10
             candidates = slot_of[layer.parent[survivors]] * vocab + layer.token[survivors]
-            width = params.width or dynamic_width(acceptance_rates(p_beam, q_beam, candidates.numel()),
-                                                  params.threshold, params.min_width)  # line 14, Eq. 2-7
+            rates = acceptance_rates(p_beam, q_beam, candidates.numel())
+            width = params.width or dynamic_width(rates, params.threshold, params.min_width)  # line 14, Eq. 2-7
+            betas.append(1.0 - sum(acceptance_count_distribution(rates)[: params.min_width]))  # β_{W_min}^(l)
             result = verify_layer(p_beam, q_beam, candidates, width, generator)
             widths.append(width)
             accepted.append(sum(s >= 0 for s in result.draft_slot))
             if not result.passed:
-                return front, joint, result.outcomes, step, widths, accepted
+                return front, joint, result.outcomes, step, widths, accepted, betas
             kept = survivors[torch.tensor(result.draft_slot, device=self.device)]
             parent_slot = result.outcomes // vocab
             front = _Frontier(node=kept, logp=joint.reshape(-1)[result.outcomes], finished=layer.finished[kept],
@@ -315,7 +320,7 @@ class DSBD(Decoder[DSBDParams]):
         width = front.node.numel()
         widths.append(width)
         outcomes = sample(beam_distribution(joint, warp), generator, width)
-        return front, joint, outcomes, len(forest.layers) + 1, widths, accepted
+        return front, joint, outcomes, len(forest.layers) + 1, widths, accepted, betas
 
     # ---------------------------------------------------------------- 4. keep caches of the output beams
     def _advance(self, tcache, dcache, beams: _Beams, forest: _Forest, front: _Frontier, joint: torch.Tensor,

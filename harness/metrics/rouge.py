@@ -8,14 +8,18 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from rouge_score import rouge_scorer
-
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 @lru_cache(maxsize=1)
-def _scorer() -> rouge_scorer.RougeScorer:
+def _scorer():
+    try:  # imported here: rouge-score is the optional extra [tasks], not needed by the default install
+        from rouge_score import rouge_scorer
+    except ImportError as e:
+        from harness.errors import ConfigError
+
+        raise ConfigError("ROUGE needs the rouge-score package: pip install 'decoding-harness[tasks]'") from e
     return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
 
 

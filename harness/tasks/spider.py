@@ -8,13 +8,19 @@ the prompt set but score NaN, with ``meta["unscorable"]`` saying why.
 Prompt: the schema and question in the OpenAI Codex SQL format (Rajkumar et al. 2022, "Evaluating
 the Text-to-SQL Capabilities of Large Language Models"), primed with ``SELECT`` — in the plain
 prompt and as the start of the assistant reply under a chat template — so the output continues
-the query. Metric: ``execution_accuracy`` (see :mod:`harness.metrics.sql`), queries run read-only
-with a time limit (:func:`harness.sandbox.readonly_query`), in-process: every record says so
-(``meta.isolation`` = "sqlite-readonly"); namespaces play no part, so Spider has no ``min_isolation``.
+the query. Metric: ``execution_accuracy`` (see :mod:`harness.metrics.sql`): each query runs
+read-only in a worker process with an allowlist of SQL functions, a memory limit and a hard
+wall-clock kill (:func:`harness.sandbox.readonly_query`); every record says so (``meta.isolation`` =
+"sqlite-readonly-process"). ``flag_query_killed`` is 1 when the predicted query had to be killed
+(past ``timeout_s``, or out of memory): a wrong answer, its reason logged. The output ends at the
+``;`` that completes its first statement (``sqlite3.complete_statement``): a ``;`` inside a string
+literal, quoted name or comment does not cut it. Spider has no ``min_isolation``: SQL never runs
+as a program.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -22,12 +28,13 @@ from functools import cached_property
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.metrics.sql import execution_match
-from harness.sandbox import SQL_ISOLATION
+from harness.metrics.sql import execution_outcome
+from harness.sandbox.sql import SQL_ISOLATION, QueryKilled, first_statement
 from harness.tasks.base import Example, register_task
 from harness.tasks.templated import TemplateTask
 
 _CODE_FENCE = re.compile(r"```(?:sql|sqlite)?", re.IGNORECASE)
+_LOG = logging.getLogger(__name__)
 
 
 def schema_lines(table: dict) -> list[str]:
@@ -41,8 +48,9 @@ def schema_lines(table: dict) -> list[str]:
 
 def extract_sql(output: str) -> str:
     """The query in an output that continues ``SELECT`` (or restates it): code fences dropped, cut at
-    the first ``;``, ``SELECT`` put back in front when the output does not start with one."""
-    sql = _CODE_FENCE.sub("", output).split(";", 1)[0].strip()
+    the end of its first complete statement, ``SELECT`` put back in front when the output does not
+    start with one."""
+    sql = first_statement(_CODE_FENCE.sub("", output)).strip()
     return sql if re.match(r"(select|with)\b", sql, re.IGNORECASE) else f"SELECT {sql}"
 
 
@@ -50,6 +58,7 @@ def extract_sql(output: str) -> str:
 @dataclass
 class Spider(TemplateTask):
     kind = "spider"
+    primary_metric = "execution_accuracy"  # dsbd §4.1, mtad Table 6: EA
     path: str = "spider"
     split_file: str = "dev.json"
     timeout_s: float = 5.0
@@ -93,8 +102,20 @@ class Spider(TemplateTask):
             meta["unscorable"] = f"database {db_id} is not available under {self.root / 'database'}"
         return self.make_example(f"{db_id}/{index}", fields, reference=row["query"], meta=meta)
 
+    def truncate(self, text: str) -> str:
+        """As every task's, but ``;`` ends the output only where it completes a statement."""
+        cut = len(text)
+        for s in self.stop:
+            i = text.find(s) if s != ";" else -1
+            if i >= 0:
+                cut = min(cut, i)
+        return first_statement(text[:cut]) if ";" in self.stop else text[:cut]
+
     def score(self, example: Example, output: str) -> dict[str, float]:
         if "unscorable" in example.meta:
-            return {"execution_accuracy": math.nan}
+            return {"execution_accuracy": math.nan, "flag_query_killed": math.nan}
         db = self.database(example.meta["db_id"])
-        return {"execution_accuracy": execution_match(db, example.reference, extract_sql(output), self.timeout_s)}
+        accuracy, error = execution_outcome(db, example.reference, extract_sql(output), self.timeout_s)
+        if isinstance(error, QueryKilled):
+            _LOG.warning("spider %s: the predicted query was %s (scored as wrong)", example.id, error)
+        return {"execution_accuracy": accuracy, "flag_query_killed": float(isinstance(error, QueryKilled))}

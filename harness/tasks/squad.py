@@ -35,6 +35,7 @@ def flatten_squad(path: Path) -> list[dict]:
 @dataclass
 class Squad(TemplateTask):
     kind = "squad"
+    primary_metric = "exact_match"  # dsbd §4.1: EM
     path: str = "squad/xquad.en.json"
     hf_split: str = "validation"
     template: str = INSTRUCTION + "\n\nContext: {context}\nQuestion: {question}\nAnswer:"

@@ -1,0 +1,139 @@
+"""The adaptive-speculation paper's tables (short name ``adaptive``: 004 in ``../shared/seeds``).
+
+* **Table 2**: the online window optimisation (``sd[gamma_policy=online]``) against speculative decoding at a
+  fixed γ (SPS: throughput improvement in %, ``sd[gamma_policy=fixed]``) and against autoregressive decoding
+  (ARS, ×), per pair and dataset, columns per GPU. Both are paired prompt by prompt (ratio of totals, 95 %
+  bootstrap CI over prompts) between cells with the same settings but the method's own.
+* **Table 3**: the same SPS without and with draft selection: "w/ draft selection" is the online policy with
+  ``draft_selection=ols`` on the multi-draft pair (``*_multi``) against fixed-γ SD on its default-draft twin
+  (the pair with the same target and draft and no other drafts), over the prompts both measured — the
+  fit-phase prompts (the first ``selection_fit_prompts``) are excluded, as §6.1 evaluates the remaining ones.
+* **App. C.2** (Figs. 6-7): every γ policy — throughput, acceptance rate, and throughput against fixed γ.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import paper_values as pv
+from harness.analysis.paired import pair_prompts, ratio_estimates
+from harness.analysis.paper import Entry, PaperTable, assemble, block_names, blocks, choose, percent, times
+from harness.analysis.specs import MethodSpec
+
+ONLINE = MethodSpec.parse("sd[gamma_policy=online,draft_selection=none]")
+FIXED = MethodSpec.parse("sd[gamma_policy=fixed,draft_selection=none]")
+SELECTION = MethodSpec.parse("sd[gamma_policy=online,draft_selection=ols]")
+AR = MethodSpec.parse("ar_greedy")
+POLICIES = ("fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic")
+
+
+def _no_selection(cells: pd.DataFrame) -> pd.Series:
+    col = cells.get("param.draft_selection", pd.Series(None, index=cells.index))
+    return col.isna() | col.astype(str).isin(("none", "None", "null", ""))
+
+
+def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
+    """A spec's mask, reading ``draft_selection=none`` as "no draft selection" (null in older summaries)."""
+    plain = MethodSpec(spec.method, tuple(p for p in spec.params if p[0] != "draft_selection"))
+    mask = plain.mask(cells)
+    return mask & _no_selection(cells) if ("draft_selection", "none") in spec.params else mask & spec.mask(cells)
+
+
+def fixed_twin(cells: pd.DataFrame, adaptive: pd.DataFrame) -> pd.DataFrame:
+    """Fixed-γ SD at the adaptive cell's γ (its starting γ; the seed gives no fixed γ: the sd default, 4) —
+    not the other γ of a fixed-γ sweep."""
+    fixed = cells[_spec(FIXED, cells)]
+    if adaptive.empty or "param.gamma" not in cells:
+        return fixed
+    return fixed[fixed["param.gamma"].astype(float).isin(adaptive["param.gamma"].astype(float))]
+
+
+def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
+    """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
+    if len(a) != 1 or len(b) != 1:
+        return np.nan, np.nan, np.nan, 0, tuple(a.get("cell_id", ())) + tuple(b.get("cell_id", ()))
+    p = pair_prompts(records, a["cell_id"].iloc[0], b["cell_id"].iloc[0])
+    est = ratio_estimates(p, **boot)
+    return est["speedup"], est["speedup_lo"], est["speedup_hi"], len(p), (a["cell_id"].iloc[0], b["cell_id"].iloc[0])
+
+
+def table2(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    entries = []
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"]) if _spec(ONLINE, g).any()]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        paper = pv.ADAPTIVE_TABLE2.get((pv.paper_pair("adaptive", key[0]), pv.paper_dataset("adaptive", key[1])), {})
+        for gpu, gg in g.groupby("gpu", sort=False):
+            online, why = choose(gg[_spec(ONLINE, gg)], "online")
+            for col, spec, fmt, i in (("SPS", FIXED, percent, 0), ("ARS", AR, times, 1)):
+                base, why_b = choose(fixed_twin(gg, online) if spec is FIXED else gg[_spec(spec, gg)], str(spec))
+                v, lo, hi, n, src = paired(records, online, base, **boot)
+                text = fmt(v, lo, hi) if np.isfinite(v) else f"n/a: {why or why_b or 'no common prompts'}"
+                vals = paper.get(pv.paper_gpu(gpu))
+                entries.append(Entry((names[key],), (str(gpu), col), v, text, src,
+                                     f"{vals[i]} ({pv.paper_gpu(gpu)}, {key[1]})" if vals else ""))
+    return assemble("adaptive.table2", "Adaptive Table 2: adaptive window size selection (online) against SD and AR",
+                    f"SPS: throughput of the online policy over SD at a fixed γ, as improvement; ARS: over "
+                    f"autoregressive decoding (×); ratio of totals [95 % bootstrap CI over prompts]. {common}.",
+                    entries, ["pair · dataset"], ["gpu", "measure"])
+
+
+def default_twin(cells: pd.DataFrame, multi: pd.Series) -> pd.DataFrame:
+    """The cells of the default-draft twin of a multi-draft cell's pair: same target and draft, no drafts list,
+    same dataset, gpu, seed and decoding regime."""
+    same = (cells["pair_target"] == multi["pair_target"]) & (cells["pair_draft"] == multi["pair_draft"])
+    single = cells["pair_drafts"].map(lambda d: json.loads(d) in (None, []) if isinstance(d, str) else True)
+    keys = [k for k in ("dataset", "gpu", "seed", "regime", "max_new_tokens") if k in cells]
+    return cells[same & single & (cells[keys].astype(str) == multi[keys].astype(str).tolist()).all(axis=1)]
+
+
+def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame | None = None, **boot) -> PaperTable:
+    entries, notes = [], []
+    multi = summary[_spec(SELECTION, summary)]
+    for _, m in multi.iterrows():
+        twin = default_twin(summary, m)
+        target = pv.paper_pair("adaptive", m["pair"]) or str(m["pair"])
+        fixed, why_f = choose(fixed_twin(twin, m.to_frame().T), "fixed-γ SD on the default draft")
+        online, why_o = choose(twin[_spec(ONLINE, twin)], "online SD on the default draft")
+        n_fit = int((excluded["cell_id"] == m["cell_id"]).sum()) if excluded is not None and len(excluded) else 0
+        notes.append(f"{m['pair']} ({m['dataset']}): twin {twin['pair'].iloc[0] if len(twin) else 'none'}; "
+                     f"{n_fit} fit-phase prompt(s) of the selection cell excluded")
+        for label, cell, why in ((f"{target} (w/o draft selection)", online, why_o),
+                                 (f"{target} (w/ draft selection)", m.to_frame().T, "")):
+            v, lo, hi, n, src = paired(records, cell, fixed, **boot)
+            with_sel = "w/ draft" in label
+            paper = pv.ADAPTIVE_TABLE3.get((target, with_sel), {}).get(
+                (pv.paper_dataset("adaptive", m["dataset"]), pv.paper_gpu(m["gpu"])))
+            text = f"{percent(v, lo, hi)} (n={n})" if np.isfinite(v) else f"n/a: {why or why_f or 'no common prompts'}"
+            entries.append(Entry((label,), (str(m["dataset"]), str(m["gpu"])), v, text, src,
+                                 f"{paper} ({pv.paper_gpu(m['gpu'])})" if paper else ""))
+    return assemble("adaptive.table3", "Adaptive Table 3: throughput improvement over speculative decoding, without and "
+                    "with draft selection", "Both rows against fixed-γ SD on the default draft, paired by prompt over "
+                    "the prompts both measured (the selection cell's fit phase excluded).", entries, ["target model"],
+                    ["dataset", "gpu"], notes=notes)
+
+
+def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """App. C.2: every γ policy's tokens/s, acceptance rate and speed-up over fixed γ (paired)."""
+    entries = []
+    sd = summary[MethodSpec.parse("sd").mask(summary) & _no_selection(summary)]
+    found = [(k, g) for k, g in blocks(sd) if g["param.gamma_policy"].nunique() > 1] if "param.gamma_policy" in sd else []
+    names, common = block_names([k for k, _ in found])
+    for key, g in found:
+        fixed, _ = choose(fixed_twin(g, g[_spec(ONLINE, g)]), "fixed")
+        for policy in [p for p in POLICIES if p in set(g["param.gamma_policy"])]:
+            rows, why = choose(fixed if policy == "fixed" else g[g["param.gamma_policy"] == policy], policy)
+            row = (names[key], policy)
+            for col, header in (("tokens_per_s", "tokens/s"), ("acceptance_rate", "acceptance rate")):
+                value, text = (rows[col].mean(), f"{rows[col].mean():.3g}") if not why else (np.nan, f"n/a: {why}")
+                entries.append(Entry(row, (header,), value, text, tuple(rows["cell_id"]), "", True))
+            if policy == "fixed":
+                entries.append(Entry(row, ("÷ fixed γ",), 1.0, "1 (the reference)", tuple(fixed["cell_id"])))
+                continue
+            v, lo, hi, n, src = paired(records, rows, fixed, **boot)
+            entries.append(Entry(row, ("÷ fixed γ",), v, times(v, lo, hi), src, "", True))
+    return assemble("adaptive.policies", "Adaptive App. C.2 (Figs. 6-7): γ policies compared",
+                    f"Throughput (ratio of totals), acceptance rate (accepted ÷ draft positions) and throughput over "
+                    f"the fixed-γ cell, paired by prompt. {common}.", entries, ["block", "γ policy"], ["measure"])

@@ -1,0 +1,3 @@
+from harness.report.cli import main
+
+raise SystemExit(main())

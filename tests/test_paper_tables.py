@@ -1,0 +1,244 @@
+"""Issue 22.9: a golden test per paper table. Each ``_tiny`` twin's cells are composed as its sweep composes
+them and written as finished cells (synthetic timings: nothing runs); the papers' tables must then have the
+papers' rows and columns, and every entry must be filled by the cells the paper's table names — so each
+twin holds every baseline its tables need. Timing values are not checked."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.analysis import paper_adaptive, paper_dsbd, paper_mcsd, paper_mtad, quality
+from harness.analysis.load import read_results
+from harness.analysis.oracle import oracle_tables
+from synth_results import compose_twin, write_composed
+
+BOOT = {"n_resamples": 100}
+
+
+def _build(tmp_path_factory, name: str, speed=None):
+    results = tmp_path_factory.mktemp(name) / "results"
+    for i, cfg in enumerate(compose_twin(name)):
+        write_composed(results, cfg, secs=speed(cfg) if speed else 1.0 / (1 + i % 5))
+    res = read_results(results)
+    return res, quality.cell_summary(res.records, res.cells, **BOOT)
+
+
+def _find(cells: pd.DataFrame, method: str, regime: str | None = None, **params) -> str:
+    """The one cell id of a method with these parameters (compared as text) and decoding regime."""
+    m = cells["method_name"] == method
+    if regime is not None:
+        m &= cells["regime"] == regime
+    for k, v in params.items():
+        m &= cells[f"param.{k}"].map(_text) == _text(v)
+    ids = cells.loc[m, "cell_id"].tolist()
+    assert len(ids) == 1, (method, regime, params, ids)
+    return ids[0]
+
+
+def _text(x) -> str:
+    if isinstance(x, list):
+        return json.dumps(x)
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+def _sources(table, row, col) -> set:
+    return set(filter(None, str(table.sources.loc[row, col]).split(",")))
+
+
+def _filled(table) -> None:
+    """No entry is n/a for want of a cell (the twin holds every cell its tables need)."""
+    bad = [(r, c, t) for r, row in table.text.iterrows() for c, t in row.items() if str(t).startswith("n/a: no ")]
+    assert not bad, bad
+
+
+# ---- dsbd ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dsbd(tmp_path_factory):
+    return _build(tmp_path_factory, "dsbd_tables_tiny")
+
+
+def test_dsbd_table1_rows_columns_and_cells(dsbd):
+    res, s = dsbd
+    c = res.cells
+    t = paper_dsbd.table1(s)
+    block = "tiny"
+    assert list(t.text.columns) == ["PPL", "tokens/s", "J/token"]  # kjv_heldout: no EM/EA, quality is PPL
+    assert [r[1] for r in t.text.index][:3] == ["Multinomial", "SpecDecode", "SpecInfer"]
+    dsbd_row = t.text.index[3]
+    assert dsbd_row[1].startswith("DSBD (dsbd") and "mem" in dsbd_row[1]
+    assert _sources(t, (block, "Multinomial"), "PPL") == {_find(c, "ar_sampling")}
+    assert _sources(t, (block, "SpecDecode"), "tokens/s") == {_find(c, "sd")}
+    assert _sources(t, (block, "SpecInfer"), "J/token") == {_find(c, "specinfer")}
+    constrained = set(c[(c["method_name"] == "dsbd") & (c["param.memory_constrained"] == True)]["cell_id"])  # noqa: E712
+    assert len(constrained) == 2 and _sources(t, dsbd_row, "PPL") < constrained
+    assert any("the seeds do not say which setting" in n for n in t.notes)
+    _filled(t)
+
+
+def test_dsbd_mtbench_table_and_front_grid(dsbd):
+    res, s = dsbd
+    c = res.cells
+    t = paper_dsbd.mtbench_table(s)
+    assert [r[1] for r in t.text.index] == ["SpecInfer", "Beam (W=5)", "DSBD"]
+    assert list(t.text.columns) == ["Score", "Token/s", "J/token"]
+    assert _sources(t, ("tiny", "Beam (W=5)"), "Score") == {_find(c, "beam_sampling", width=5)}
+    grid = paper_dsbd.grid_cells(s)
+    assert set(grid[grid["grid_role"] == "beam sampling"]["cell_id"]) == {_find(c, "beam_sampling", width=w)
+                                                                           for w in (1, 2)}
+    assert not grid["cell_id"].isin(c[c["param.memory_constrained"] == True]["cell_id"]).any()  # noqa: E712
+    assert (grid["grid_role"] == "DSBD").sum() == 4
+    width, points = paper_dsbd.width_table(s, res.records)
+    assert len(width.text) == 6 and list(width.text.columns) == ["W̄", "PPL", "tokens/s", "J/token"]
+
+
+# ---- mtad ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mtad(tmp_path_factory):
+    return _build(tmp_path_factory, "mtad_tables_tiny")
+
+
+MAIN = "T 1 · top-k 20 · top-p 0.9"
+
+
+def test_mtad_tables_3_4_5(mtad):
+    res, s = mtad
+    c = res.cells
+    t3 = paper_mtad.table3(s)
+    assert list(t3.text.columns) == [("tiny", "MS"), ("tiny", "SPEC")]
+    assert [r[1] for r in t3.text.index] == ["TOKENS/S", "J/TOKEN"]  # as the paper prints them
+    row = t3.text.index[0]
+    assert _sources(t3, row, ("tiny", "MS")) == {_find(c, "ar_sampling", MAIN)}  # not Table 12's warps
+    t4 = paper_mtad.table4(s)
+    assert list(t4.text.columns) == ["speculative", "BiLD", "Spectr", "SpecInfer", "MTAD"]
+    assert [r[1] for r in t4.text.index] == ["speed (token/s) ↑", "energy (J/token) ↓", "perplexity ↓"]
+    row = t4.text.index[0]
+    assert _sources(t4, row, "MTAD") == {_find(c, "mtad", MAIN, draft_width=8, tau=0.1)}  # not the ablations'
+    assert _sources(t4, row, "speculative") == {_find(c, "sd", MAIN)}
+    assert _sources(t4, row, "Spectr") == {_find(c, "spectr", MAIN, num_drafts=2)}
+    _filled(t4)
+    t5 = paper_mtad.table5(s)
+    assert list(t5.text.index) == ["speculative", "BiLD", "Spectr", "SpecInfer", "MTAD"]
+    assert _sources(t5, "BiLD", t5.text.columns[0]) == {_find(c, "bild")}
+
+
+def test_mtad_ablations(mtad):
+    res, s = mtad
+    c = res.cells
+    t7 = paper_mtad.beams_table(s)
+    assert list(t7.text.columns) == ["2", "4", "6", "8"]
+    assert {_sources(t7, t7.text.index[0], w).pop() for w in ("2", "4", "6", "8")} == \
+        {_find(c, "mtad", MAIN, draft_width=w, tau=0.1) for w in (2, 4, 6, 8)}
+    t3 = paper_mtad.tau_table(s)
+    assert [r[1] for r in t3.text.index] == ["0", "0.1", "0.5", "0.9", "1"]
+    t12 = paper_mtad.topk_topp_table(s)
+    assert sorted(r[1:] for r in t12.text.index) == sorted([("20", "0.9"), ("20", "0.8"), ("10", "0.9"), ("10", "0.8")])
+    assert set(t12.text.columns.get_level_values(0)) == {"AR (the paper's 'Greedy')", "Speculative", "MTAD (MJSD)"}
+    row = [r for r in t12.text.index if r[1:] == ("10", "0.8")][0]
+    assert _sources(t12, row, ("Speculative", "tokens/s")) == {_find(c, "sd", "T 1 · top-k 10 · top-p 0.8")}
+    _filled(t12)
+
+
+# ---- mcsd ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mcsd(tmp_path_factory):
+    return _build(tmp_path_factory, "mcsd_tables_tiny")
+
+
+T07, T1 = "T 0.7 · top-k off · top-p off", "T 1 · top-k off · top-p off"
+
+
+def test_mcsd_tables_2_3_and_ordering(mcsd):
+    res, s = mcsd
+    c = res.cells
+    t2 = paper_mcsd.table2(s)
+    assert [r[1:] for r in t2.text.index] == [("Baseline SD", "γ = 4"), ("MCSD", "4 × 2 × 2 × 1"),
+                                               ("Our method", "2 × 4 × 3 × 1 × 1")]
+    assert list(t2.text.columns) == ["tiny/target"]
+    rows = list(t2.text.index)
+    assert _sources(t2, rows[0], "tiny/target") == {_find(c, "sd", T07, gamma=4)}
+    assert _sources(t2, rows[2], "tiny/target") == {_find(c, "mcsd_target_init", T07, k_config="[2, 4, 3, 1, 1]")}
+    t3 = paper_mcsd.table3(s)
+    rows = list(t3.text.index)
+    assert rows[2][2] == "D = 5, W = 16"
+    assert _sources(t3, rows[2], "tiny/target") == {_find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]")}
+    assert _sources(t3, rows[1], "tiny/target") == {_find(c, "mcsd", T1, k_config="[4, 2, 2, 1, 1]")}
+    order = paper_mcsd.ordering_table(t2)
+    assert order.text.shape == (1, 1) and len(_sources(order, order.text.index[0], "tiny/target")) == 3
+    _filled(t2)
+    _filled(t3)
+
+
+def test_mcsd_tables_1_and_4(mcsd):
+    res, s = mcsd
+    c = res.cells
+    t4 = paper_mcsd.table4(s)
+    assert sorted(r[2] for r in t4.text.index) == ["0", "1"]
+    zero = [r for r in t4.text.index if r[2] == "0"][0]
+    assert _sources(t4, zero, "tiny/target") == {_find(c, "mcsd_target_init", "greedy")}
+    t1 = paper_mcsd.table1(s, res.records)
+    assert [r[1] for r in t1.text.index] == [2, 3] and list(t1.text.columns) == ["tiny/draft"]
+    ar = _find(c, "ar_sampling", T07)
+    assert _sources(t1, t1.text.index[1], "tiny/draft") == {_find(c, "mcsd_target_init", T07,
+                                                                  k_config="[3, 4, 3, 1, 1]"), ar}
+
+
+# ---- adaptive ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def adaptive(tmp_path_factory):
+    return _build(tmp_path_factory, "adaptive_tables_tiny")
+
+
+def test_adaptive_tables_2_3_and_policies(adaptive):
+    res, s = adaptive
+    c = res.cells
+    online = c[(c["method_name"] == "sd") & (c["pair"] == "tiny") & (c["param.gamma_policy"] == "online")]["cell_id"].item()
+    fixed = c[(c["method_name"] == "sd") & (c["pair"] == "tiny") & (c["param.gamma_policy"] == "fixed")
+              & (c["param.gamma"] == 4)]["cell_id"].item()
+    ar = c[(c["method_name"] == "ar_greedy") & (c["pair"] == "tiny")]["cell_id"].item()
+    sel = c[c["param.draft_selection"] == "ols"]["cell_id"].item()
+    t2 = paper_adaptive.table2(s, res.records, **BOOT)
+    assert list(t2.text.columns) == [("cpu", "SPS"), ("cpu", "ARS")]
+    row = t2.text.index[0]
+    assert _sources(t2, row, ("cpu", "SPS")) == {online, fixed} and _sources(t2, row, ("cpu", "ARS")) == {online, ar}
+    t3 = paper_adaptive.table3(s, res.records, res.excluded, **BOOT)
+    assert [r for r in t3.text.index] == ["tiny_multi (w/o draft selection)", "tiny_multi (w/ draft selection)"]
+    col = t3.text.columns[0]
+    assert _sources(t3, "tiny_multi (w/o draft selection)", col) == {online, fixed}
+    assert _sources(t3, "tiny_multi (w/ draft selection)", col) == {sel, fixed}
+    assert "(n=4)" in t3.text.loc["tiny_multi (w/ draft selection)", col]  # 6 prompts − 2 fit-phase ones
+    pol = paper_adaptive.policy_table(s, res.records, **BOOT)
+    assert [r[1] for r in pol.text.index] == list(paper_adaptive.POLICIES)
+    _filled(t2)
+    sweeps, comparisons = oracle_tables(res.cells, res.records, **BOOT)
+    assert len(sweeps) == 1 and sweeps["gammas"].iloc[0] == "1,2,3,4,6,8"
+    assert set(comparisons["gamma_policy"]) >= {"online", "fsm", "cache_fsm", "qlearning", "hf_heuristic"}
+
+
+# ---- the paper's own figure beside ours, where the row is the paper's ---------------------------------------
+
+def test_the_papers_figures_stand_beside_comparable_rows(tmp_path):
+    from synth_results import SAMPLING, write_cell
+
+    res = tmp_path / "results"
+    s000 = {**SAMPLING, "name": "sampling_seed000", "top_k": 10, "top_p": 0.8}
+    em = {"primary_metric": "exact_match", "primary_metric_higher_is_better": True}
+    for cid, method, params in (("ms", "ar_sampling", {}), ("sd", "sd", {"gamma": 4}),
+                                ("si", "specinfer", {"gamma": 4, "num_drafts": 2}),
+                                ("ds", "dsbd", {"gamma": 2, "draft_width": 4, "memory_constrained": True})):
+        for pair in ("llama2_13b_68m", "tiny"):
+            write_cell(res, f"{cid}_{pair}", method, params, decoding=s000, pair=pair, dataset="squad",
+                       metrics={"exact_match": 0.8}, summary=em)
+    r = read_results(res)
+    t = paper_dsbd.table1(quality.cell_summary(r.records, r.cells, **BOOT))
+    llama = [i for i in t.text.index if i[0].startswith("llama2_13b_68m")]
+    assert t.paper.loc[llama[0], "EM/EA"] == "74 (L40)" and t.paper.loc[llama[1], "tokens/s"] == "27.11 (L40)"
+    tiny = [i for i in t.text.index if i[0].startswith("tiny")]
+    assert (t.paper.loc[tiny] == "").all().all()  # not the paper's pair: nothing beside it
