@@ -18,9 +18,10 @@ from harness.configs import register_configs
 from harness.runner import prepare_cell, run_cell, run_cells
 from harness.validation import validate_cell
 
-BOMB_INTERPOLATIONS = "# @package _global_\nb0: [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"b{i}: [{','.join([repr('${b%d}' % (i - 1))] * 10)}]\n" for i in range(1, 6))
-BOMB_ALIASES = "# @package _global_\na0: &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+# as a dataset option (its keys are the untyped dataset node's): 10 keys of 10 references each, and YAML aliases
+BOMB_INTERPOLATIONS = "b0: [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"b{i}: [{','.join([repr('${..b%d}' % (i - 1))] * 10)}]\n" for i in range(1, 6))
+BOMB_ALIASES = "a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"a{i}: &a{i} [{','.join(['*a%d' % (i - 1)] * 10)}]\n" for i in range(1, 6))
 EVIL = "# @package _global_\nhydra:\n  callbacks:\n    evil:\n      _target_: pathlib.Path.touch\n      self: {}\n"
 
@@ -54,8 +55,8 @@ def test_a_self_referencing_config_is_refused_before_it_expands(tmp_path, bomb):
 
     (tmp_path / "conf" / "dataset").mkdir(parents=True)
     (tmp_path / "conf" / "dataset" / "bomb.yaml").write_text(bomb)
-    assert len(bomb) < 500
-    problems = argv_problems(["--config-dir", str(tmp_path / "conf"), "+dataset@_global_=bomb"], str(CONF_DIR))
+    assert len(bomb) < 600  # a few hundred bytes
+    problems = argv_problems(["--config-dir", str(tmp_path / "conf"), "dataset=bomb"], str(CONF_DIR))
     assert problems and "the limit" in problems[0], problems
 
 
@@ -63,7 +64,7 @@ def test_a_bomb_chosen_by_one_cell_of_a_sweep_is_that_cells_problem(tmp_path):
     from harness.preflight import ConfigTooLarge, config_problems, resolved_container
     from harness.validation import job_container
 
-    cfg = OmegaConf.create(BOMB_INTERPOLATIONS.split("\n", 1)[1])
+    cfg = OmegaConf.create({"dataset": OmegaConf.create(BOMB_INTERPOLATIONS)})
     assert config_problems(cfg)
     with pytest.raises(ConfigTooLarge, match="limits"):
         job_container(cfg)
