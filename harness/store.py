@@ -58,13 +58,11 @@ def dumps(obj) -> str:
 
 
 def _finite(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
     if isinstance(o, dict):
         return {k: _finite(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
         return [_finite(v) for v in o]
-    return o
+    return None if isinstance(o, float) and not math.isfinite(o) else o
 
 
 def atomic_write_text(path: Path, text: str) -> None:
