@@ -28,16 +28,16 @@ from harness.resources import conf_dir
 
 CONF_DIR = conf_dir()
 EXIT_CONFIG = 2
-# name -> (modules tried in order, function, one line for `harness --help`)
-SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "plan": (("harness.plan",), "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
-    "task": (("harness.plan",), "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
-    "merge": (("harness.plan",), "merge_main", "copy the finished cells of results folders into one"),
-    "report": (("harness.report",), "main", "read results/, write the report (= harness-report)"),
-    "ls": (("harness.catalog",), "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
-    "gpu-check": (("harness.tools.gpu_check", "harness.energy.gpu_check"), "main",
+# name -> (module, function, one line for `harness --help`)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "plan": ("harness.plan", "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
+    "task": ("harness.plan", "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
+    "merge": ("harness.plan", "merge_main", "copy the finished cells of results folders into one"),
+    "report": ("harness.report", "main", "read results/, write the report (= harness-report)"),
+    "ls": ("harness.catalog", "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
+    "gpu-check": ("harness.tools.gpu_check", "main",
                   "validate a GPU machine (= harness-gpu-check)"),
-    "power-probe": (("harness.tools.probe", "harness.energy.probe"), "main",
+    "power-probe": ("harness.tools.probe", "main",
                     "what power readings this machine offers (= harness-power-probe)"),
 }
 _FAILED: list[str] = []
@@ -138,23 +138,15 @@ def _run_queued() -> None:
 def _subcommand(name: str, argv: list[str]) -> int:
     import importlib
 
-    modules, func, _ = SUBCOMMANDS[name]
-    for i, module in enumerate(modules):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module or i == len(modules) - 1:
-                raise
-            continue
-        try:
-            rc = getattr(mod, func)(argv)
-        except Exception as e:  # noqa: BLE001 — configuration errors exit 2 with one line; anything else is a bug
-            if not is_config_error(e):
-                raise
-            print(f"harness {name}: error: {e}", file=sys.stderr)
-            return EXIT_CONFIG
-        return int(rc or 0)
-    return 1
+    module, func, _ = SUBCOMMANDS[name]
+    try:
+        rc = getattr(importlib.import_module(module), func)(argv)
+    except Exception as e:  # noqa: BLE001 — configuration errors exit 2 with one line; anything else is a bug
+        if not is_config_error(e):
+            raise
+        print(f"harness {name}: error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return int(rc or 0)
 
 
 def is_config_error(e: BaseException | None) -> bool:

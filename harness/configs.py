@@ -16,9 +16,11 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from harness.decoders.base import Decoder, registry
 from harness import schema
+from harness.decoders.base import Decoder, registry
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
+from harness.energy.config import register_energy_schema
+from harness.energy.hardware import register_gpu_schema
 from harness.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
@@ -66,6 +68,8 @@ def register_configs() -> None:
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     schema.register(cs)  # the primary config's typed keys (harness/schema.py)
+    register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
+    register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
 
     register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)

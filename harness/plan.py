@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness import store
 from harness.cell import interleave_key, plan_cell, prepare_cell
+from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
 from harness.schema import runner_config
 
@@ -97,7 +98,7 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
                 st = {"status": "n/a" if isinstance(e, NotApplicable) else "invalid", "prompts_written": 0,
                       "detail": str(e)[:160]}
             rows.append({"unit": u, "cell_id": cid, "interleaved": len(unit) > 1, **st,
-                         "cell_dir": str(cell_dir)})
+                         "cell_dir": str(cell_dir), "energy_overhead": overhead_line(cfg)})
     return rows
 
 
@@ -161,8 +162,8 @@ def plan_main(argv: list[str]) -> int:
     from tabulate import tabulate
 
     print(tabulate([[r["unit"], r["cell_id"], r["status"], r["prompts_written"], "yes" if r["interleaved"] else "",
-                     r["detail"]] for r in rows],
-                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail"]))
+                     r["detail"], r["energy_overhead"]] for r in rows],
+                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail", "energy overhead"]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -1,21 +1,27 @@
-"""Accuracy and cost of the energy meter on simulated GPUs, in virtual time (issue 13, item 3).
+"""Accuracy, honesty of the stated bound, and cost of the energy meter on simulated GPUs, in virtual
+time: a broad scenario × meter study (issues 13 and 23).
 
-Each scenario is a cell of prompts on a simulated GPU (``harness/energy/simulated.py``: known
-power waveform, NVML-like sensors, virtual clock): generations of a given length and power
+Each scenario is a cell of prompts on a simulated GPU (``harness/energy/simulated.py``: known power
+waveform, NVML-like sensors and failures, virtual clock): generations of a given length and power
 shape, a little runner work between prompts (a 0.1 s GPU burst like the output-perplexity pass,
-then 0.1 s on the CPU). Every meter configuration measures the same cell; per prompt the
-estimate is compared with the simulator's exact integral (gross and net of idle), and the cell's
-virtual wall time with the meter is divided by the same cell without it (``energy=off``: each
-generation once, same runner work) — meter start-up (period inference, idle baseline) included.
+then 0.1 s on the CPU). Every meter configuration measures the same cell; per prompt the estimate
+is compared with the simulator's exact integral (gross, and net of the settled idle), and the
+cell's virtual wall time with the meter is divided by the same cell without it (each generation
+once, same runner work) — meter start-up included. Scenario classes follow the sensor behaviour
+published by Yang, Adamek & Armour 2023 (A100/H100: 25 ms of every 100 ms; V100: 10 of 20 ms;
+T4: 100 of 100 ms) and the faults of issue 23: NVML glitches (bursts, random error rates), run
+time varying between runs, P-state hysteresis, wandering idle, counter lag / coarse steps / slow
+refresh / wrap / reset, refresh jitter, throttling and other processes mid-cell, the naive 1 Hz
+sum on T4-like sensors, 10 Hz loads (the cross-check).
 
-A repeated run of a prompt draws the same power trace (a deterministic generation). Meters:
-``counter`` (energy=protocol, NVML energy counter), ``polled`` (energy=protocol, polled power
-only), ``naive`` (energy=naive: 1 Hz power.draw summed). ``--baseline-root DIR`` runs the same
-scenarios against another checkout's meter (e.g. ``/work/main`` before issue 13) with this
-tree's simulator, for before/after tables.
+Columns: gross and net |error| (mean / worst) over prompts with a number, ``bound ok`` = share of
+those prompts whose |error| ≤ the stated 95 % bound (``net ok`` likewise; prompts the meter flagged
+as throttled or shared with another process left out), NaN prompts (and how
+many of them a failure actually touched), runs per prompt, cost (× the cell without a meter), and
+for flag scenarios how many truly affected prompts were flagged / how many flags were false.
 
-    python scripts/study_energy_accuracy.py [--seeds 3] [--prompts 8] [--only NAME] [--json FILE]
-    python scripts/study_energy_accuracy.py --baseline-root /work/main
+    python scripts/study_energy_accuracy.py [--seeds 3] [--prompts 10] [--only NAME] [--json FILE]
+    python scripts/study_energy_accuracy.py --baseline-root DIR   # another checkout's meter, same simulator
 """
 from __future__ import annotations
 
@@ -33,90 +39,112 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 
-def load_simulator():
-    """This tree's simulator as a standalone module (it imports nothing from the harness)."""
-    spec = importlib.util.spec_from_file_location("energy_simulator", HERE / "harness" / "energy" / "simulated.py")
+def load(name: str):
+    """This tree's simulator modules, standalone (they import nothing from the harness)."""
+    spec = importlib.util.spec_from_file_location(f"energy_{name}", HERE / "harness" / "energy" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-sim = load_simulator()
+sim, loads = load("simulated"), load("simloads")
+NVML = sim.pynvml
 
 NAIVE = {"name": "naive", "source": "power-usage", "sample_hz": 1, "integration": "sum", "skip_unchanged": False,
          "align_timestamps": False, "protocol": False, "min_window_s": 0.0, "min_repetitions": 1, "trials": 1,
          "trial_delay_s": [0.0, 0.0], "phase_shifts": 1, "discard_rise_s": 0.0, "idle_baseline_s": 0.0,
-         "infer_update_period_s": 0.0, "seed": 0}
+         "idle_every_s": None, "infer_update_period_s": 0.0, "seed": 0, "host": False}
+T4 = {"name": "Tesla T4", "architecture": NVML.NVML_DEVICE_ARCH_TURING, "power_window_s": 0.1, "idle_w": 30.0,
+      "power_limit_w": 70.0, "has_instant": False}
+VOLTA = {"name": "Tesla V100-SXM2-32GB", "architecture": NVML.NVML_DEVICE_ARCH_VOLTA, "power_update_s": 0.02,
+         "power_window_s": 0.01, "counter_update_s": 0.02}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "architecture": NVML.NVML_DEVICE_ARCH_AMPERE, "idle_w": 60.0,
+        "power_limit_w": 400.0}
 
 
 @dataclass
 class Scenario:
     name: str
-    note: str
+    cls: str                         # scenario class (issue 23 item or issue 13 defect)
     lengths: tuple[float, float]
     meters: tuple[str, ...] = ("counter", "polled")
-    load: str = "bursty"            # bursty | square:<period>:<duty> | prefill | ramp:<rise>
+    load: str = "bursty"             # bursty | square:<period>:<duty> | prefill | ramp:<rise>
     gpu: dict = field(default_factory=dict)
-    profile: dict | None = None     # conf/gpu-like figures (power_update_s / power_window_s) the meter is told
+    profile: dict | None = None      # gpu-profile figures the meter is told
     polled_source: str = "power"
     infer: bool = True
     stall_hz: float | None = None
-    drift: bool = False
+    drift: bool = False              # the load rides on the (wandering) idle
+    runtime_cv: float = 0.0          # each run's length × U(1 - x, 1 + x), or with runtime_drift_s:
+    runtime_drift_s: float = 0.0     # × (1 + x sin(2π t / this)): runs slow down and speed up over time (clocks)
+    glitches: tuple[int, float, int] | None = None   # (bursts per cell, seconds each, NVML error code)
+    error_rate: tuple[float, int] | None = None      # (fraction of calls, NVML error code)
+    flag: str | None = None          # "throttle" | "foreign": state only during some prompts
+    counter_event: str | None = None  # "wrap" | "reset": once mid-cell
 
 
+E = NVML
 SCENARIOS = [
-    Scenario("bursty 6-12 s", "decode-like bursts, H100 sensors (issue's generation lengths)", (6, 12),
-             ("counter", "polled", "naive")),
-    Scenario("bursty 1-3 s", "decode-like bursts, H100 sensors", (1, 3), ("counter", "polled", "naive")),
-    Scenario("bursty 1 s", "the cost bound: every generation 1 s", (1, 1), ("counter",)),
-    Scenario("short 0.3-0.8 s", "windows shorter than 10 counter updates: repeated", (0.3, 0.8)),
-    Scenario("10 Hz, sensor 100.3 ms", "issue: periodic load at the sensor rate, inexact period", (3, 8),
-             load="square:0.1:0.5", gpu={"power_update_s": 0.1003}),
-    Scenario("10 Hz, believed 99.6 ms", "issue: exact 100 ms sensor, period taken as 99.6 ms", (3, 8),
-             load="square:0.1:0.5", profile={"name": "p996", "power_update_s": 0.0996, "power_window_s": 0.025},
-             infer=False),
-    Scenario("10 Hz, believed 100.2 ms", "issue: exact 100 ms sensor, period taken as 100.2 ms", (3, 8),
-             load="square:0.1:0.5", profile={"name": "p1002", "power_update_s": 0.1002, "power_window_s": 0.025},
-             infer=False),
-    Scenario("9.9 Hz square", "square wave near the sensor rate", (3, 8), load="square:0.10101:0.4"),
-    Scenario("20 Hz square", "square wave at twice the sensor rate", (3, 8), load="square:0.05:0.3"),
-    Scenario("5 Hz square", "square wave at half the sensor rate", (3, 8), load="square:0.2:0.5"),
-    Scenario("idle 60-90 W drift", "issue: idle drifting 60→90 W over the cell (net energy)", (2, 6),
-             gpu={"idle_w": 75.0, "idle_wave_w": 15.0, "idle_wave_period_s": 120.0, "idle_wave_phase": -math.pi / 2},
-             drift=True),
-    Scenario("power.draw 1 s avg (Ada)", "issue: 1 s-averaged nvmlDeviceGetPowerUsage only, no instant field",
-             (2, 8), gpu={"name": "NVIDIA L40S", "architecture": 8, "has_instant": False, "usage_window_s": 1.0,
-                          "idle_w": 35.0}, profile={"name": "l40", "architecture": "ada"},
-             polled_source="power-usage"),
-    Scenario("prefill plateau", "issue: windows opening on a 120 ms prefill plateau at 520 W", (1, 4),
-             ("counter",), load="prefill"),
-    Scenario("thermal ramp +15 %", "power rising 15 % through each generation", (3, 8), load="ramp:0.15"),
-    Scenario("Volta 20/10 ms", "V100 sensors: 10 ms average every 20 ms, counter every 20 ms", (1, 4),
-             gpu={"name": "Tesla V100-SXM2-32GB", "architecture": 5, "power_update_s": 0.02, "power_window_s": 0.01,
-                  "counter_update_s": 0.02}),
-    Scenario("Turing 100/100 ms", "T4 sensors: 100 ms average every 100 ms", (1, 4), ("polled",),
-             gpu={"name": "Tesla T4", "architecture": 6, "power_window_s": 0.1}),
-    Scenario("coarse counter", "counter every 200 ms in 10 mJ steps", (2, 6), ("counter",),
+    Scenario("bursty 6-12 s", "baseline", (6, 12), ("counter", "polled", "naive")),
+    Scenario("bursty 1-3 s", "baseline", (1, 3), ("counter", "polled", "naive")),
+    Scenario("sub-second 0.2-0.8 s", "10 cost", (0.2, 0.8)),
+    Scenario("sub-second 0.05-0.2 s", "10 cost", (0.05, 0.2), ("counter",)),
+    Scenario("glitch bursts 150 ms", "1 glitch", (1, 4), glitches=(3, 0.15, E.NVML_ERROR_TIMEOUT)),
+    Scenario("Unknown error 0.2 %", "1 glitch", (1, 4), error_rate=(0.002, E.NVML_ERROR_UNKNOWN)),
+    Scenario("In use 0.05 %", "1 glitch", (1, 4), error_rate=(0.0005, E.NVML_ERROR_IN_USE)),
+    Scenario("run time ±30 %, 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3),
+    Scenario("run time ±30 %, 2 s", "2 run time", (2, 2), runtime_cv=0.3),
+    Scenario("run time drifting ±30 % (8 s), 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3, runtime_drift_s=8.0),
+    Scenario("P-state hysteresis +40 W 1.5 s", "3 idle", (1, 4), gpu={"hysteresis_w": 40.0, "hysteresis_s": 1.5}),
+    Scenario("idle wandering 60-90 W, 11 s", "3 idle", (1, 4), drift=True,
+             gpu={"idle_w": 75.0, "idle_wave_w": 15.0, "idle_wave_period_s": 11.0}),
+    Scenario("idle 60-90 W drift, 120 s", "3 idle", (2, 6), drift=True,
+             gpu={"idle_w": 75.0, "idle_wave_w": 15.0, "idle_wave_period_s": 120.0, "idle_wave_phase": -math.pi / 2}),
+    Scenario("counter lag 50 ms", "4 counter", (1, 4), ("counter",), gpu={"counter_lag_s": 0.05}),
+    Scenario("counter 15 J steps", "4 counter", (1, 4), ("counter",), gpu={"counter_resolution_j": 15.0}),
+    Scenario("counter refreshed every 1 s", "4 counter", (1, 4), ("counter",), gpu={"counter_update_s": 1.0}),
+    Scenario("coarse counter 200 ms / 10 mJ", "4 counter", (2, 6), ("counter",),
              gpu={"counter_update_s": 0.2, "counter_resolution_j": 0.01}),
-    Scenario("starved sampler", "sampler at 16 Hz (GIL held) on Volta's 20 ms sensor", (2, 6), ("polled",),
-             gpu={"name": "Tesla V100-SXM2-32GB", "architecture": 5, "power_update_s": 0.02, "power_window_s": 0.01},
-             stall_hz=16.0),
+    Scenario("refresh jitter ±3 ms, 10 Hz load", "5 jitter", (3, 8), load="square:0.1:0.5",
+             gpu={"power_jitter_s": 0.003, "counter_jitter_s": 0.003}),
+    Scenario("refresh jitter ±5 ms, 10 Hz load", "5 jitter", (3, 8), load="square:0.1:0.5",
+             gpu={"power_jitter_s": 0.005, "counter_jitter_s": 0.005}),
+    Scenario("throttling mid-cell", "6 state", (1, 4), ("counter",), flag="throttle"),
+    Scenario("other process mid-cell", "6 state", (1, 4), ("counter",), flag="foreign"),
+    Scenario("counter wraps (32 bit)", "7 backwards", (1, 4), ("counter",), counter_event="wrap"),
+    Scenario("counter reset", "7 backwards", (1, 4), ("counter",), counter_event="reset"),
+    Scenario("naive 1 Hz on T4, 6-12 s", "8 naive", (6, 12), ("naive",), gpu=T4),
+    Scenario("10 Hz load: cross-check", "9 cross-check", (3, 8), ("counter",), load="square:0.1:0.5"),
+    Scenario("10 Hz, sensor 100.3 ms", "phases", (3, 8), load="square:0.1:0.5", gpu={"power_update_s": 0.1003}),
+    Scenario("10 Hz, believed 99.6 ms", "phases", (3, 8), load="square:0.1:0.5", infer=False,
+             profile={"name": "p996", "power_update_s": 0.0996, "power_window_s": 0.025}),
+    Scenario("9.9 Hz square", "phases", (3, 8), load="square:0.10101:0.4"),
+    Scenario("20 Hz square", "phases", (3, 8), load="square:0.05:0.3"),
+    Scenario("A100 polled-only", "Yang sensors", (1, 4), ("polled",), gpu=A100),
+    Scenario("power.draw 1 s avg (Ada)", "Yang sensors", (2, 8), polled_source="power-usage",
+             gpu={"name": "NVIDIA L40S", "architecture": NVML.NVML_DEVICE_ARCH_ADA, "has_instant": False,
+                  "usage_window_s": 1.0, "idle_w": 35.0}, profile={"name": "l40", "architecture": "ada"}),
+    Scenario("Volta 20/10 ms", "Yang sensors", (1, 4), gpu=VOLTA),
+    Scenario("Turing 100/100 ms", "Yang sensors", (1, 4), ("polled",), gpu={**T4, "has_instant": True}),
+    Scenario("prefill plateau", "edges", (1, 4), ("counter",), load="prefill"),
+    Scenario("thermal ramp +15 %", "edges", (3, 8), load="ramp:0.15"),
+    Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
 ]
 
 
 def pieces_for(scenario: Scenario, rng: random.Random, seconds: float):
     kind, *args = scenario.load.split(":")
     if kind == "bursty":
-        return sim.llm_like_load(rng, seconds)
+        return loads.llm_like_load(rng, seconds)
     if kind == "square":
         period, duty = float(args[0]), float(args[1])
         offset = rng.uniform(0, period)
-        return [(offset, 110.0)] + sim.square_wave(period, duty, 420.0, 100.0, seconds - offset)
+        return [(offset, 110.0)] + loads.square_wave(period, duty, 420.0, 100.0, seconds - offset)
     if kind == "prefill":
-        return sim.prefill_then_decode(rng, seconds)
+        return loads.prefill_then_decode(rng, seconds)
     if kind == "ramp":
-        return sim.thermal_ramp(sim.llm_like_load(rng, seconds), float(args[0]))
+        return loads.thermal_ramp(loads.llm_like_load(rng, seconds), float(args[0]))
     raise ValueError(scenario.load)
 
 
@@ -124,7 +152,7 @@ def meter_config(scenario: Scenario, meter: str) -> dict:
     if meter == "naive":
         cfg = dict(NAIVE)
     else:
-        cfg = {"source": "counter" if meter == "counter" else scenario.polled_source}
+        cfg = {"source": "counter" if meter == "counter" else scenario.polled_source, "host": False}
         if not scenario.infer:
             cfg["infer_update_period_s"] = 0.0
     if scenario.profile is not None:
@@ -132,41 +160,73 @@ def meter_config(scenario: Scenario, meter: str) -> dict:
     return cfg
 
 
+class Cell:
+    """One scenario cell: the simulated GPU, its NVML and the faults scheduled on them."""
+
+    def __init__(self, scenario: Scenario, seed: int, prompts: int):
+        self.scenario, self.rng = scenario, random.Random(seed)
+        self.runtime_rng = random.Random(seed * 7919 + 1)  # run lengths: independent of how often a meter runs
+        self.clock = sim.SimClock(1000.0 + 17.3 * seed)
+        kwargs = {"power_phase_s": self.rng.uniform(0, 0.1), "counter_phase_s": self.rng.uniform(0, 0.1),
+                  **scenario.gpu}
+        if scenario.counter_event == "wrap":
+            kwargs.update(counter_bits=32, counter_start_mj=2**32 - int(1000 * self.rng.uniform(600, 2500)))
+        self.gpu = sim.SimGPU(self.clock, **kwargs)
+        self.nvml = sim.SimulatedNVML([self.gpu], self.clock)
+        self.failures: list[float] = []
+        expected = prompts * (statistics.mean(scenario.lengths) + 0.5) + 5.0
+        if scenario.glitches:
+            bursts, seconds, code = scenario.glitches
+            for _ in range(bursts):
+                t = self.clock.now() + self.rng.uniform(5.0, expected)
+                self.nvml.glitch(t, t + seconds, code)
+        if scenario.error_rate:
+            self.nvml.error_rate(scenario.error_rate[0], scenario.error_rate[1], seed)
+        if scenario.counter_event == "reset":
+            self.gpu.counter_reset_at = self.clock.now() + self.rng.uniform(8.0, expected * 0.7)
+        self.flagged = set(self.rng.sample(range(prompts), max(1, prompts // 3))) if scenario.flag else set()
+        if scenario.flag == "foreign":  # one process, present over a stretch of consecutive prompts
+            first = self.rng.randrange(prompts - 2)
+            self.flagged = set(range(first, first + 3))
+
+
 def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, prompts: int) -> dict:
-    rng = random.Random(seed)
-    clock = sim.SimClock(1000.0 + 17.3 * seed)
-    gpu_kwargs = {"power_phase_s": rng.uniform(0, 0.1), "counter_phase_s": rng.uniform(0, 0.1), **scenario.gpu}
-    gpu = sim.SimGPU(clock, **gpu_kwargs)
-    nvml = sim.SimulatedNVML([gpu], clock)
+    cell = Cell(scenario, seed, prompts)
+    clock, gpu, rng = cell.clock, cell.gpu, cell.rng
     begin = clock.now()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        energy_meter = make_energy_meter(meter_config(scenario, meter), [0], nvml=nvml, clock=clock)
+        energy_meter = make_energy_meter(meter_config(scenario, meter), [0], nvml=cell.nvml, clock=clock)
     if scenario.stall_hz:
         clock.stall(math.inf, 1 / scenario.stall_hz)
     off_time, rows = 0.0, []
-    for _ in range(prompts):
+    for i in range(prompts):
         seconds = rng.uniform(*scenario.lengths)
         shape = pieces_for(scenario, rng, seconds)
+        errors_before = cell.nvml.errors
+        flagged = i in cell.flagged
 
         def workload():
             start = clock.now()
             drift = gpu.idle_power(start) - gpu.idle_w if scenario.drift else 0.0
-            energy = gpu.run([(s, w + drift) for s, w in shape])
+            cv = scenario.runtime_cv
+            factor = cell.runtime_rng.uniform(1 - cv, 1 + cv) if cv else 1.0
+            if scenario.runtime_drift_s:
+                factor = 1 + cv * math.sin(2 * math.pi * start / scenario.runtime_drift_s)
+            pieces = loads.stretched(shape, factor) if scenario.runtime_cv else shape
+            if flagged and scenario.flag == "throttle":
+                gpu.throttle_reasons_active = NVML.nvmlClocksThrottleReasonSwPowerCap
+            if flagged and scenario.flag == "foreign":
+                gpu.add_process(4242 + i, 60.0, start, start + sum(s for s, _ in pieces))
+            energy = gpu.run([(s, w + drift) for s, w in pieces])
+            gpu.throttle_reasons_active = 0
             return energy, start, clock.now()
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             measured = energy_meter.measure("prompt", workload)
         results, reading = (measured.results, measured.reading) if hasattr(measured, "reading") else measured
-        gross = sum(r[0] for r in results)
-        net = sum(gpu.net_energy(r[1], r[2]) for r in results)
-        bound = getattr(reading, "error_bound", math.nan)
-        net_bound = getattr(reading, "net_error_bound", math.nan)
-        est_net = reading.net_energy_j * reading.repetitions
-        rows.append({"gross": (reading.total_energy_j - gross) / gross,
-                     "net": (est_net - net) / net if math.isfinite(est_net) else math.nan,
-                     "bound": bound, "net_bound": net_bound, "runs": len(results), "reason": reading.reason})
+        rows.append(_row(gpu, results, reading, flagged, touched=cell.nvml.errors > errors_before))
         off_time += results[0][2] - results[0][1]
         gpu.run([(0.1, 250.0)])  # the runner's output-perplexity pass on the GPU
         clock.sleep(0.1)          # and its CPU work
@@ -175,32 +235,70 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
     return {"rows": rows, "ratio": (clock.now() - begin) / off_time}
 
 
+def _row(gpu, results, reading, flagged: bool, touched: bool) -> dict:
+    gross = sum(r[0] for r in results)
+    net = sum(gpu.net_energy(r[1], r[2]) for r in results)
+    est_net = reading.net_energy_j * reading.repetitions
+    return {"gross": (reading.total_energy_j - gross) / gross,
+            "net": (est_net - net) / net if math.isfinite(est_net) and net > 0 else math.nan,
+            "bound": getattr(reading, "error_bound", math.nan), "net_bound": getattr(reading, "net_error_bound", math.nan),
+            "runs": len(results), "reason": reading.reason, "touched": touched, "truth_flag": flagged,
+            "flag": bool(getattr(reading, "throttled", None) or getattr(reading, "shared", None)),
+            "cross_flag": getattr(reading, "cross_check_flag", None) is True,
+            "suspect": getattr(reading, "cross_check_suspect", None)}
+
+
+def _share(rows, key_err: str, key_bound: str) -> float:
+    """Share of the prompts with a number whose |error| is within their bound — leaving out the prompts
+    the meter flagged (throttled, another process on the GPU: their energy is not the workload's alone)."""
+    usable = [r for r in rows if math.isfinite(r[key_err]) and math.isfinite(r[key_bound]) and not r["flag"]]
+    return sum(abs(r[key_err]) <= r[key_bound] for r in usable) / len(usable) if usable else math.nan
+
+
 def summarize(cells: list[dict]) -> dict:
     rows = [r for c in cells for r in c["rows"]]
     gross = [abs(r["gross"]) for r in rows if math.isfinite(r["gross"])]
     net = [abs(r["net"]) for r in rows if math.isfinite(r["net"])]
-    bounds = [r for r in rows if math.isfinite(r["bound"]) and math.isfinite(r["gross"])]
-    net_bounds = [r for r in rows if math.isfinite(r["net_bound"]) and math.isfinite(r["net"])]
-    return {"prompts": len(rows), "nan": sum(1 for r in rows if not math.isfinite(r["gross"])),
+    nan = [r for r in rows if not math.isfinite(r["gross"])]
+    stated = [r for r in rows if math.isfinite(r["gross"]) and math.isfinite(r["bound"])]
+    return {"prompts": len(rows), "nan": len(nan), "nan_touched": sum(r["touched"] for r in nan),
+            "touched": sum(r["touched"] for r in rows),
             "gross_mean": statistics.mean(gross) if gross else math.nan, "gross_worst": max(gross, default=math.nan),
             "net_mean": statistics.mean(net) if net else math.nan, "net_worst": max(net, default=math.nan),
             "runs_per_prompt": statistics.mean(r["runs"] for r in rows),
             "cost_ratio": statistics.mean(c["ratio"] for c in cells),
-            "bound_holds": (sum(abs(r["gross"]) <= r["bound"] for r in bounds) / len(bounds)) if bounds else math.nan,
-            "bound_median": statistics.median(r["bound"] for r in bounds) if bounds else math.nan,
-            "net_bound_holds": (sum(abs(r["net"]) <= r["net_bound"] for r in net_bounds) / len(net_bounds))
-            if net_bounds else math.nan}
+            "bound_holds": _share(rows, "gross", "bound"), "stated": len(stated),
+            "bound_median": statistics.median(r["bound"] for r in stated) if stated else math.nan,
+            "net_bound_holds": _share(rows, "net", "net_bound"),
+            "flags_hit": sum(r["flag"] and r["truth_flag"] for r in rows), "flags_truth": sum(r["truth_flag"] for r in rows),
+            "flags_false": sum(r["flag"] and not r["truth_flag"] for r in rows),
+            "cross_flags": sum(r["cross_flag"] for r in rows),
+            "suspects": sorted({r["suspect"] for r in rows if r["suspect"]}),
+            "reasons": sorted({(r["reason"] or "")[:90] for r in nan})}
 
 
 def pct(x: float) -> str:
     return "   n/a" if not math.isfinite(x) else f"{100 * x:6.2f}"
 
 
+def line(scenario: Scenario, meter: str, s: dict) -> str:
+    holds = "  n/a" if not math.isfinite(s["bound_holds"]) else f"{100 * s['bound_holds']:4.0f}%"
+    net_holds = "  n/a" if not math.isfinite(s["net_bound_holds"]) else f"{100 * s['net_bound_holds']:4.0f}%"
+    extra = f" NaN {s['nan']}/{s['prompts']} (touched {s['nan_touched']})" if s["nan"] else ""
+    if scenario.flag:
+        extra += f" flagged {s['flags_hit']}/{s['flags_truth']} (+{s['flags_false']} false)"
+    if s["cross_flags"]:
+        extra += f" cross-check flags {s['cross_flags']} ({','.join(s['suspects'])})"
+    return (f"{scenario.cls:13s} {scenario.name:34s} {meter:7s} {pct(s['gross_mean'])} {pct(s['gross_worst'])} "
+            f"{pct(s['net_mean'])} {pct(s['net_worst'])} {holds:>5s} {net_holds:>5s} {s['runs_per_prompt']:6.1f} "
+            f"{s['cost_ratio']:6.2f}{extra}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per cell")
-    parser.add_argument("--only", help="run scenarios whose name contains this")
+    parser.add_argument("--prompts", type=int, default=10, help="prompts per cell")
+    parser.add_argument("--only", help="run scenarios whose name or class contains this")
     parser.add_argument("--meters", default="counter,polled,naive")
     parser.add_argument("--baseline-root", help="measure with the harness of this checkout instead (before/after)")
     parser.add_argument("--json", help="write the table as JSON here")
@@ -211,24 +309,19 @@ def main(argv=None) -> int:
 
     wanted = set(args.meters.split(","))
     table = []
-    print(f"meter from {root}; {args.seeds} seeds × {args.prompts} prompts per scenario; errors in %")
-    print(f"{'scenario':28s} {'meter':8s} {'gross mean':>10s} {'worst':>7s} {'net mean':>9s} {'worst':>7s} "
-          f"{'runs/prompt':>11s} {'cost ×off':>9s} {'bound ok':>8s} {'bound med':>9s} {'net bd ok':>9s}")
+    print(f"meter from {root}; {args.seeds} seeds × {args.prompts} prompts per cell; errors in %")
+    print(f"{'class':13s} {'scenario':34s} {'meter':7s} {'gross':>6s} {'worst':>6s} {'net':>6s} {'worst':>6s} "
+          f"{'bound':>5s} {'net b':>5s} {'runs':>6s} {'cost':>6s}")
     for scenario in SCENARIOS:
-        if args.only and args.only not in scenario.name:
+        if args.only and args.only not in scenario.name and args.only not in scenario.cls:
             continue
         for meter in scenario.meters:
             if meter not in wanted:
                 continue
             cells = [run_cell(make_energy_meter, scenario, meter, seed, args.prompts) for seed in range(args.seeds)]
             s = summarize(cells)
-            table.append({"scenario": scenario.name, "note": scenario.note, "meter": meter, **s})
-            holds = "   n/a" if not math.isfinite(s["bound_holds"]) else f"{100 * s['bound_holds']:5.0f} %"
-            net_holds = "   n/a" if not math.isfinite(s["net_bound_holds"]) else f"{100 * s['net_bound_holds']:5.0f} %"
-            print(f"{scenario.name:28s} {meter:8s} {pct(s['gross_mean']):>10s} {pct(s['gross_worst']):>7s} "
-                  f"{pct(s['net_mean']):>9s} {pct(s['net_worst']):>7s} {s['runs_per_prompt']:11.1f} "
-                  f"{s['cost_ratio']:9.2f} {holds:>8s} {pct(s['bound_median']):>9s} {net_holds:>9s}"
-                  + (f"  ({s['nan']} NaN)" if s["nan"] else ""), flush=True)
+            table.append({"scenario": scenario.name, "class": scenario.cls, "meter": meter, **s})
+            print(line(scenario, meter, s), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=2))
     return 0

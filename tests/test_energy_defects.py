@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import warnings
 
 import pynvml
 import pytest
 
 from harness.energy import make_energy_meter
 from harness.energy.phases import largest_gap
-from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML, llm_like_load, prefill_then_decode, square_wave
+from harness.energy.simloads import llm_like_load, prefill_then_decode, square_wave
+from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 
 QUICK = {"idle_baseline_s": 0.5, "infer_update_period_s": 0.5}
 
@@ -225,7 +225,7 @@ def test_an_open_cell_window_keeps_bounded_history_and_stays_exact():
 
 def test_counter_measures_generations_of_a_second_or_more_once():
     """With 6-12 s generations the protocol ran each prompt 8 times to measure 4; with an energy
-    counter a generation spanning ≥ 10 updates is now measured once, edges on refreshes."""
+    counter a generation is measured once whenever its expected bound allows (edges on refreshes)."""
     clock, gpu, meter, rng = make(5)
     errors = []
     for seconds in (1.0, 1.7, 6.0, 12.0):
@@ -235,8 +235,8 @@ def test_counter_measures_generations_of_a_second_or_more_once():
         errors.append(rel(m.reading.energy_j, m.result))
         assert abs(errors[-1]) <= m.reading.error_bound < 0.005
     short_calls = []
-    m = meter.measure("short", lambda: short_calls.append(1) or gpu.run(llm_like_load(rng, 0.3)))
-    assert len(short_calls) > 1 and m.repetitions == len(short_calls)  # a short window is repeated
+    m = meter.measure("short", lambda: short_calls.append(1) or gpu.run(llm_like_load(rng, 0.05)))
+    assert len(short_calls) > 1 and m.repetitions == len(short_calls)  # a window too short for its bound is repeated
     meter.close()
     assert max(map(abs, errors)) < 0.002
 
@@ -271,16 +271,14 @@ def test_every_reading_states_a_bound_that_holds(source):
 
 
 def test_measurement_is_one_object():
-    clock, gpu, meter, rng = make(0, {"source": "counter", "min_window_s": 1.0})
+    clock, gpu, meter, rng = make(0, {"source": "counter", "min_window_s": 1.0, "target_bound": 1e-4})
     m = meter.measure("p", lambda: gpu.run([(0.25, 300.0)]))
     assert m.repetitions == len(m.results) == m.reading.repetitions > 1 and m.result is m.results[0]
     record = m.as_record(lambda joules: 10)
     assert record["energy.tokens"] == 10 * m.repetitions
     assert record["energy.j_per_token"] == pytest.approx(m.reading.total_energy_j / (10 * m.repetitions))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results, reading = m  # the former tuple, deprecated
-    assert results is m.results and reading is m.reading and caught
+    with pytest.raises(TypeError):  # the former (results, reading) tuple is gone (issue 21.8)
+        results, reading = m
     meter.close()
 
 

@@ -100,3 +100,41 @@ def attribute(times: list[float], joules: list[float], labels: dict[str, list[tu
             reason = (f"labels are mixed too evenly across the counter's intervals to be told apart (condition "
                       f"number {condition:.0f} > {MAX_CONDITION}); the split is not determined")
     return Attribution(energy, power, total_s, len(rows), float(residual), reason, float(condition), sigma)
+
+
+def _snap(state, channel, times: list[float]) -> list[float]:
+    """The sampler's timestamps of device 0's refreshes (± half a poll) moved onto the refresh grid
+    the meter's own 1 ms polling located (± microseconds once the period is refined; not for a
+    jittered sensor, whose refreshes are off the grid)."""
+    grid = state.sensors[channel.name].grid()
+    interval = state.cfg.interval_s
+    if grid.points < 3 or not math.isfinite(grid.period) or grid.jitter > interval / 8:
+        return list(times)
+    out = []
+    for t in times:
+        n = round((t - grid.t_ref) / grid.period)
+        on_grid = grid.t_ref + n * grid.period
+        ok = abs(n) * grid.sigma + grid.ref_sigma < interval / 4 and abs(t - on_grid) <= interval
+        out.append(on_grid if ok else t)
+    return out
+
+
+def split_counter(state, a: float, b: float, labels: dict[str, list[tuple[float, float]]],
+                  idle_around: bool = True) -> Attribution:
+    """Split a meter's counter energy of [a, b] (recent: within ``keep_samples_s``) among ``labels``,
+    summed over devices. ``idle_around``: the GPU idled just before ``a`` and after ``b`` (as around a
+    measurement's windows), at the tracked post-work idle."""
+    parts = []
+    idle = state.idle.edge_at((a + b) / 2)
+    for d, s in enumerate(state.sampler.snapshot(state.primary.name)):
+        times = _snap(state, state.primary, s.times) if d == 0 else s.times
+        outside = idle[d] if idle_around and math.isfinite(idle[d]) else None
+        parts.append(attribute(times, s.values, labels, (a, b), outside))
+    names = list(parts[0].energy_j)
+    return Attribution({n: sum(p.energy_j[n] for p in parts) for n in names},
+                       {n: sum(p.power_w[n] for p in parts) for n in names}, parts[0].seconds,
+                       min(p.intervals for p in parts), sum(p.residual_j for p in parts),
+                       next((p.reason for p in parts if p.reason), None), max(p.condition for p in parts),
+                       None if any(p.energy_sigma_j is None for p in parts) else
+                       {n: math.sqrt(sum(p.energy_sigma_j.get(n, 0.0) ** 2 for p in parts))
+                        for n in parts[0].energy_sigma_j})

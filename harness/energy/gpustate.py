@@ -3,8 +3,9 @@ reasons, persistence mode, other processes; and an optional bounded cool-down be
 
 A cell measured on a throttled GPU, on one shared with another process, or right after a hot
 cell is not comparable to the others; the state at the start and end of every cell goes into
-its summary (``gpu_state``) so the report can say so. Every field NVML cannot give is None with
-the reason under ``errors``.
+its summary (``gpu_state``) so the report can say so, and :class:`StateWatch` samples throttle
+reasons and processes *during* the cell so each prompt they touch is flagged (``energy.throttled``,
+``energy.shared``). Every field NVML cannot give is None with the reason under ``errors``.
 """
 from __future__ import annotations
 
@@ -26,43 +27,105 @@ def reason_names(mask: int) -> list[str]:
     return [name for name, bit in REASON_BITS.items() if mask & bit]
 
 
-def _call(errors: dict, key: str, fn, *args):
+def _call(errors: dict, key: str, nvml, names: str | tuple[str, ...], *args):
+    """``nvml.<name>(*args)`` for the first of ``names`` this binding has; None with the reason under
+    ``errors[key]`` where it has none of them or the call fails (a driver lacking one never crashes)."""
     try:
-        return fn(*args)
-    except Exception as e:  # NVMLError (not supported, lost GPU) or a missing binding
+        for name in (names,) if isinstance(names, str) else names:
+            fn = getattr(nvml, name, None)
+            if fn is not None:
+                return fn(*args)
+        raise AttributeError(f"this NVML binding has no {' or '.join((names,) if isinstance(names, str) else names)}")
+    except Exception as e:  # NVMLError (not supported, lost GPU), a missing binding or constant
         errors[key] = str(e) or type(e).__name__
         return None
+
+
+def _constant(nvml, name: str, default: int) -> int:
+    return getattr(nvml, name, default)
+
+
+THROTTLE_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 def device_state(nvml, handle) -> dict:
     """One GPU's state now."""
     errors: dict[str, str] = {}
     state: dict = {}
-    state["sm_clock_mhz"] = _call(errors, "sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-    state["mem_clock_mhz"] = _call(errors, "mem_clock_mhz", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
-    state["temperature_c"] = _call(errors, "temperature_c", nvml.nvmlDeviceGetTemperature, handle,
-                                   nvml.NVML_TEMPERATURE_GPU)
-    limit = _call(errors, "power_limit_w", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    sm, mem, gpu_sensor = (_constant(nvml, "NVML_CLOCK_SM", 1), _constant(nvml, "NVML_CLOCK_MEM", 2),
+                           _constant(nvml, "NVML_TEMPERATURE_GPU", 0))
+    state["sm_clock_mhz"] = _call(errors, "sm_clock_mhz", nvml, "nvmlDeviceGetClockInfo", handle, sm)
+    state["mem_clock_mhz"] = _call(errors, "mem_clock_mhz", nvml, "nvmlDeviceGetClockInfo", handle, mem)
+    state["temperature_c"] = _call(errors, "temperature_c", nvml, "nvmlDeviceGetTemperature", handle, gpu_sensor)
+    limit = _call(errors, "power_limit_w", nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
     state["power_limit_w"] = limit / 1000.0 if limit is not None else None
-    get_reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
-    mask = _call(errors, "throttle_reasons", get_reasons, handle)
+    mask = _call(errors, "throttle_reasons", nvml, THROTTLE_CALLS, handle)
     state["throttle_mask"] = mask
     state["throttle_reasons"] = reason_names(mask) if mask is not None else None
     state["throttled"] = bool(mask is not None and any(r in THROTTLING for r in reason_names(mask)))
-    state["persistence_mode"] = _call(errors, "persistence_mode", nvml.nvmlDeviceGetPersistenceMode, handle)
+    state["persistence_mode"] = _call(errors, "persistence_mode", nvml, "nvmlDeviceGetPersistenceMode", handle)
+    procs = processes(nvml, handle, errors)
+    state["processes"] = procs
+    state["other_processes"] = sorted({p["pid"] for p in procs if p["pid"] != os.getpid()})
+    state["errors"] = errors
+    return state
+
+
+def processes(nvml, handle, errors: dict) -> list[dict]:
+    """Compute and graphics processes on one GPU (pid, kind, memory)."""
     procs = []
     for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                      ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
-        found = _call(errors, f"{kind}_processes", getattr(nvml, fn), handle)
-        for p in found or []:
-            memory = getattr(p, "usedGpuMemory", None)
-            procs.append({"pid": int(p.pid), "kind": kind, "used_memory_bytes": memory})
-    me = os.getpid()
-    state["processes"] = procs
-    state["other_processes"] = sorted({p["pid"] for p in procs if p["pid"] != me})
-    state["errors"] = errors
-    return state
+        for p in _call(errors, f"{kind}_processes", nvml, fn, handle) or []:
+            procs.append({"pid": int(p.pid), "kind": kind, "used_memory_bytes": getattr(p, "usedGpuMemory", None)})
+    return procs
+
+
+class StateWatch:
+    """Throttle reasons and other processes sampled during the cell, from the sampler thread, so
+    that state seen only under load or only mid-cell flags the prompts it touches. Throttle reasons
+    are read every ``every_s`` (cheap), the process list every ``processes_every``-th time; runs of
+    equal state are kept as intervals [first seen, last seen]."""
+
+    def __init__(self, nvml, handles: list, clock, every_s: float = 0.1, processes_every: int = 5,
+                 keep_s: float = 3600.0):
+        self.nvml, self.handles, self.clock = nvml, list(handles), clock
+        self.every_s, self.processes_every, self.keep_s = every_s, processes_every, keep_s
+        self.due, self.ticks, self.failed = -math.inf, 0, 0
+        self.pids: tuple[int, ...] = ()
+        self.intervals: list[list] = []  # [start, end, reasons (tuple), other pids (tuple)]
+
+    def tick(self, now_with_processes: bool = False) -> None:
+        """Sample when due (from the sampler thread); ``now_with_processes``: now, the process list included."""
+        now = self.clock.now()
+        if now < self.due and not now_with_processes:
+            return
+        self.due = now + self.every_s
+        errors: dict[str, str] = {}
+        reasons: set[str] = set()
+        for handle in self.handles:
+            mask = _call(errors, "throttle_reasons", self.nvml, THROTTLE_CALLS, handle)
+            reasons.update(r for r in reason_names(mask or 0) if r in THROTTLING)
+        if now_with_processes or self.ticks % self.processes_every == 0:
+            pids = {p["pid"] for h in self.handles for p in processes(self.nvml, h, errors)} - {os.getpid()}
+            self.pids = tuple(sorted(pids)) if "compute_processes" not in errors else self.pids
+        self.ticks += 1
+        self.failed += bool(errors)
+        state = (tuple(sorted(reasons)), self.pids)
+        if self.intervals and (self.intervals[-1][2], self.intervals[-1][3]) == state:
+            self.intervals[-1][1] = now
+        else:
+            self.intervals.append([now, now, *state])
+        while self.intervals and self.intervals[0][1] < now - self.keep_s:
+            self.intervals.pop(0)
+
+    def between(self, a: float, b: float) -> dict:
+        """What was seen while [a, b] ran: throttling (and why), other processes, samples taken."""
+        seen = [iv for iv in self.intervals if iv[1] >= a and iv[0] <= b]
+        reasons = sorted({r for iv in seen for r in iv[2]})
+        pids = sorted({p for iv in seen for p in iv[3]})
+        return {"throttled": bool(reasons), "throttle_reasons": ",".join(reasons) or None, "shared": bool(pids),
+                "other_pids": ",".join(map(str, pids)) or None, "state_samples": len(seen)}
 
 
 def gpu_state(nvml, devices) -> list[dict]:

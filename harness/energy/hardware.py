@@ -1,38 +1,52 @@
-"""What a GPU's power reading means: how often it is refreshed and how long a stretch of
-time each reading averages (Yang, Adamek & Armour 2023; GUIDE §2).
+"""What a GPU's power reading means, and the ``gpu`` profile schema: the one place GPU facts live.
 
-A reading that averages ``window_s`` out of every ``update_s`` sees only that fraction of
-the run ("part-time" power: 25 ms of every 100 ms on A100/H100). These figures feed the
-coverage estimate, the timestamp alignment and the phase-shifting delays. The update period
-is also inferred on the machine by fast polling; the averaging window cannot be, so it comes
-from here or from a ``conf/gpu`` profile. ``None`` means not known: nothing is made up.
+A reading that averages ``window_s`` out of every ``update_s`` sees only that fraction of the
+run ("part-time" power: 25 ms of every 100 ms on A100/H100; Yang, Adamek & Armour 2023, GUIDE
+§2). These figures feed the coverage estimate, the timestamp alignment and the phase-shifting
+delays. The update period is also inferred on the machine by fast polling; the averaging window
+cannot be, so it comes from :data:`ARCHITECTURE_FACTS`, from a ``gpu`` profile's override, or
+from ``harness-gpu-check`` (which measures it). ``None`` means not known: nothing is made up.
+
+:class:`GpuProfile` is the ``gpu`` config group's schema (a Hydra structured config, stored as
+``schema/gpu``; every preset conforms: tests/test_energy_config.py); ``harness/conf/gpu/*.yaml``
+are presets naming GPUs (``match``, ``architecture``) and, for simulated GPUs, the simulator's
+settings. A preset repeats no figure of this module: ``power_update_s`` / ``power_window_s`` there
+override the architecture's facts (null: use them). The presets are not composed onto the schema,
+so a preset's content — and the ids of the cells measured under it — stays what it says.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
+
+from harness.energy.config import option
 
 
 @dataclass(frozen=True)
 class PowerSemantics:
-    """Refresh period and averaging window (seconds) of one power field on one GPU."""
+    """Refresh period and averaging window (seconds) of one power reading on one GPU."""
 
     update_s: float | None
     window_s: float | None
     note: str
 
 
-UNKNOWN = PowerSemantics(None, None, "not characterised; run harness-power-probe and set gpu.power_window_s")
+UNKNOWN = PowerSemantics(None, None, "not characterised; run harness-gpu-check and set gpu.power_window_s")
 
 # NVML architecture codes (pynvml.NVML_DEVICE_ARCH_*) to names.
 ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",
                  9: "hopper", 10: "blackwell"}
 
-_PASCAL_VOLTA = PowerSemantics(0.02, 0.01, "instantaneous: 10 ms average refreshed every 20 ms (Yang et al. 2023)")
-_TURING = PowerSemantics(0.1, 0.1, "100 ms average refreshed every 100 ms (Yang et al. 2023)")
-_PART_TIME = PowerSemantics(0.1, 0.025, "25 ms average refreshed every 100 ms: 25 % of run time seen "
-                                        "(Yang et al. 2023, A100/H100)")
-_ONE_SECOND = PowerSemantics(0.1, 1.0, "1 s running average (nvmlDeviceGetPowerUsage on Ampere and later, "
-                                       "except GA100)")
+PASCAL_VOLTA = PowerSemantics(0.02, 0.01, "instantaneous: 10 ms average refreshed every 20 ms (Yang et al. 2023)")
+TURING = PowerSemantics(0.1, 0.1, "100 ms average refreshed every 100 ms (Yang et al. 2023)")
+PART_TIME = PowerSemantics(0.1, 0.025, "25 ms average refreshed every 100 ms: 25 % of run time seen "
+                                       "(Yang et al. 2023, A100/H100)")
+ONE_SECOND = PowerSemantics(0.1, 1.0, "1 s running average (nvmlDeviceGetPowerUsage on Ampere and later, "
+                                      "except GA100)")
+
+# the facts per architecture (and reading where it matters): Yang, Adamek & Armour 2023 (GUIDE §2)
+ARCHITECTURE_FACTS: dict[str, PowerSemantics] = {"pascal": PASCAL_VOLTA, "volta": PASCAL_VOLTA, "turing": TURING,
+                                                 "hopper": PART_TIME}
 
 
 def is_ga100(name: str) -> bool:
@@ -40,22 +54,21 @@ def is_ga100(name: str) -> bool:
     return any(tag in name for tag in ("A100", "A30"))
 
 
-def power_semantics(architecture: str, name: str, field: str) -> PowerSemantics:
-    """Semantics of ``field`` ("instant" = NVML_FI_DEV_POWER_INSTANT, "usage" =
-    nvmlDeviceGetPowerUsage, "smi" = nvidia-smi power.draw) for a GPU by architecture and name."""
-    if architecture in ("pascal", "volta"):
-        return _PASCAL_VOLTA
-    if architecture == "turing":
-        return _TURING
-    if architecture == "hopper" or (architecture == "ampere" and is_ga100(name)):
-        return _PART_TIME
-    if architecture in ("ampere", "ada") and field in ("usage", "smi"):
-        return _ONE_SECOND
+def power_semantics(architecture: str, name: str, reading: str) -> PowerSemantics:
+    """Semantics of ``reading`` ("instant" = NVML_FI_DEV_POWER_INSTANT, "usage" =
+    nvmlDeviceGetPowerUsage, "smi" = nvidia-smi power.draw; see ``sources.READINGS``) for a GPU by
+    architecture and name."""
+    if architecture in ARCHITECTURE_FACTS:
+        return ARCHITECTURE_FACTS[architecture]
+    if architecture == "ampere" and is_ga100(name):
+        return PART_TIME
+    if architecture in ("ampere", "ada") and reading in ("usage", "smi"):
+        return ONE_SECOND
     return UNKNOWN
 
 
 def apply_profile(semantics: PowerSemantics, profile: dict | None) -> PowerSemantics:
-    """Override with a ``conf/gpu`` profile's ``power_update_s`` / ``power_window_s`` where set."""
+    """Override with a ``gpu`` profile's ``power_update_s`` / ``power_window_s`` where set."""
     profile = profile or {}
     update, window = profile.get("power_update_s"), profile.get("power_window_s")
     if update is None and window is None:
@@ -63,3 +76,27 @@ def apply_profile(semantics: PowerSemantics, profile: dict | None) -> PowerSeman
     return PowerSemantics(update if update is not None else semantics.update_s,
                           window if window is not None else semantics.window_s,
                           f"gpu profile '{profile.get('name', '?')}': {profile.get('notes', '')}".strip())
+
+
+@dataclass
+class GpuProfile:
+    """The ``gpu`` config group: which GPU a cell runs on and what its power readings mean."""
+
+    name: str = option("auto", "profile name; 'auto' = detect (the cell's gpu label is then this machine's)")
+    power_reading: str = option("auto", "auto | nvml | simulated | none (no power source: energy NaN with the reason)")
+    architecture: Optional[str] = option(None, "pascal | volta | turing | ampere | ada | hopper | blackwell; null = "
+                                               "detected through NVML")
+    match: list[str] = option([], "device-name fragments this profile applies to (others: detected figures)")
+    power_update_s: Optional[float] = option(None, "override the power reading's update period (null: inferred, else "
+                                                   "the architecture's documented figure)")
+    power_window_s: Optional[float] = option(None, "override the power reading's averaging window (null: the "
+                                                   "architecture's documented figure; harness-gpu-check measures it)")
+    notes: str = option("detected at run time", "where the figures come from")
+    simulated: Optional[dict[str, Any]] = option(None, "a simulated GPU (energy.source=simulated): the simulator's "
+                                                       "settings")
+
+
+def register_gpu_schema(cs) -> None:
+    """``schema/gpu`` in Hydra's ConfigStore: the schema of every ``conf/gpu`` preset (for a typed cell
+    config to compose)."""
+    cs.store(group="schema", name="gpu", node=GpuProfile)

@@ -1,71 +1,68 @@
-"""Idle power tracked through a cell, for net (idle-subtracted) energy.
+"""Idle power tracked through a cell: right after work (for window edges) and settled (for net energy).
 
-A single baseline taken when the meter starts goes stale: a GPU's idle power drifts with its
-temperature (60→90 W over a cell was observed in simulation of a thermal ramp, putting net
-energy off by 21 % on average). So idle is measured again after each measurement — one sensor
-update period of idle GPU right after the window's tail, which the meter waits through anyway to
-close the window on a refresh — and idle power at any time is the linear interpolation between
-the measurements around it (before the first: flat; after the last: the last trend continued for
-at most the last spacing, then flat). Net energy of a window subtracts the integral
-of that curve over the window, which is exact for a linear drift and off by the curvature
-between two measurements otherwise (a few tenths of a watt for a 60→90 W swing over minutes).
+A GPU does not fall to its idle floor the moment work ends: P-state hysteresis keeps its clocks up
+for a while (+40 W for 1.5 s was seen), and its idle wanders with temperature. Two kinds of
+measurement are kept, per device, as functions of time:
 
-Design choice: idle windows *after* each measurement (not before) because the reading is then
-bracketed — the previous measurement's idle point lies before it and the new one after it — and
-because the tail wait that closes a counter window on a refresh already leaves the GPU idle, so
-the extra cost is one update period (100 ms) rather than two.
+* **post-work** idle (:meth:`IdleTracker.add_post`): one sensor update right after each prompt,
+  which the meter waits through anyway to close a window on a refresh. It is what the GPU draws
+  around a window's edges, and it follows the idle's wandering prompt by prompt;
+* **settled** idle (:meth:`IdleTracker.add_settled`): measured after ``idle_settle_s`` of
+  idleness (once the decay has stopped) — at meter start-up, after the first prompt, and every
+  ``idle_settled_every_s`` — each right after a post-work measurement, so the post-work curve
+  there minus the settled value is the hysteresis *offset* at that moment.
+
+Net energy subtracts the settled floor: post-work idle interpolated to the window (it tracks the
+wandering) minus the offset (the median of the last few), or the settled curve alone where no
+post-work measurement exists. :meth:`net_uncertainty` says how well that is known (≈ 95 %): the
+post-work curve's roughness (how far its points fall from the line through their neighbours: a
+wandering idle is rough on the prompts' time scale), the offsets' scatter, and 1 % of idle.
+:meth:`definition` states which idle a record subtracted.
 """
 from __future__ import annotations
 
 import bisect
 import math
+import statistics
 
 NAN = math.nan
 
 
-class IdleTracker:
-    """Idle power per device as a function of time, from timed measurements."""
+class Curve:
+    """Timed measurements (one value per device), linearly interpolated; flat beyond the ends."""
 
     def __init__(self, devices: int, keep: int = 4096):
         self.devices, self.keep = devices, keep
         self.times: list[float] = []
         self.watts: list[list[float]] = []
-        self.last_added = -math.inf
 
-    def add(self, t: float, watts: list[float]) -> None:
-        """An idle measurement centred at ``t``, one value per device (NaN where not measured)."""
+    def add(self, t: float, watts: list[float]) -> bool:
         if len(watts) != self.devices or not all(math.isfinite(w) for w in watts):
-            return
+            return False
         i = bisect.bisect_right(self.times, t)
         self.times.insert(i, t)
         self.watts.insert(i, list(watts))
-        self.last_added = max(self.last_added, t)
         if len(self.times) > self.keep:
             del self.times[0], self.watts[0]
+        return True
 
     def __len__(self) -> int:
         return len(self.times)
 
     def at(self, t: float) -> list[float]:
-        """Idle power per device at ``t`` (NaN if nothing was measured)."""
         if not self.times:
             return [NAN] * self.devices
         i = bisect.bisect_right(self.times, t)
         if i == 0:
             return list(self.watts[0])
         if i == len(self.times):
-            if len(self.times) < 2:
-                return list(self.watts[-1])
-            # past the last measurement: continue the last trend, for at most the last spacing
-            t0, t1 = self.times[-2], self.times[-1]
-            f = min(t - t1, t1 - t0) / (t1 - t0) if t1 > t0 else 0.0
-            return [w1 + (w1 - w0) * f for w0, w1 in zip(self.watts[-2], self.watts[-1])]
+            return list(self.watts[-1])
         t0, t1 = self.times[i - 1], self.times[i]
         f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
         return [w0 + (w1 - w0) * f for w0, w1 in zip(self.watts[i - 1], self.watts[i])]
 
-    def energy(self, a: float, b: float) -> list[float]:
-        """∫ idle power over [a, b] per device (exact for the piecewise-linear curve)."""
+    def integral(self, a: float, b: float) -> list[float]:
+        """∫ over [a, b] per device (exact for the piecewise-linear curve)."""
         if not self.times:
             return [NAN] * self.devices
         knots = [a] + [t for t in self.times if a < t < b] + [b]
@@ -78,12 +75,141 @@ class IdleTracker:
             prev = cur
         return out
 
-    def spread(self, a: float, b: float) -> float:
-        """How much total idle power varied over the measurements around [a, b] (a few on either
-        side; W): the scale of the error of assuming a known idle power at a window's edges."""
-        if len(self.times) < 2:
+    def roughness(self, a: float, b: float, around: int = 4) -> float:
+        """RMS distance (W, devices summed) of the measurements near [a, b] from the line through
+        their two neighbours: how far linear interpolation between measurements can be off (NaN with
+        fewer than five measurements: too few to tell)."""
+        if len(self.times) < 5:
             return NAN
-        lo = max(bisect.bisect_right(self.times, a) - 3, 0)
-        hi = min(bisect.bisect_left(self.times, b) + 2, len(self.times) - 1)
-        totals = [sum(w) for w in self.watts[lo:hi + 1]]
-        return max(totals) - min(totals)
+        lo = max(bisect.bisect_right(self.times, a) - around, 1)
+        hi = min(bisect.bisect_left(self.times, b) + around, len(self.times) - 1)
+        dev = []
+        for i in range(lo, hi):
+            t0, t1, t2 = self.times[i - 1], self.times[i], self.times[i + 1]
+            f = (t1 - t0) / (t2 - t0) if t2 > t0 else 0.5
+            line = [w0 + (w2 - w0) * f for w0, w2 in zip(self.watts[i - 1], self.watts[i + 1])]
+            dev.append(sum(self.watts[i]) - sum(line))
+        return math.sqrt(sum(x * x for x in dev) / len(dev)) if dev else NAN
+
+
+def _range(curve: Curve) -> float:
+    totals = [sum(w) for w in curve.watts]
+    return max(totals) - min(totals) if len(totals) >= 2 else 0.0
+
+
+class IdleTracker:
+    """Post-work and settled idle per device through a cell (see the module docstring)."""
+
+    def __init__(self, devices: int):
+        self.devices = devices
+        self.post, self.settled = Curve(devices), Curve(devices)
+        self.last_post = -math.inf
+        self.last_settled = -math.inf
+        self.settle_s = 0.0
+
+    def add_post(self, t: float, watts: list[float]) -> None:
+        if self.post.add(t, watts):
+            self.last_post = max(self.last_post, t)
+
+    def add_settled(self, t: float, watts: list[float]) -> None:
+        """A settled measurement at ``t`` (taken right after a post-work one)."""
+        if self.settled.add(t, watts):
+            self.last_settled = max(self.last_settled, t)
+
+    @property
+    def offsets(self) -> list[tuple[float, list[float]]]:
+        """(t, post-work − settled idle per device) at each settled measurement taken after a post-work
+        one: the post-work curve there (interpolated between the prompts around it, so a wandering
+        idle does not pose as hysteresis) minus the settled value."""
+        if not len(self.post):
+            return []
+        first = self.post.times[0]
+        return [(t, [p - w for p, w in zip(self.post.at(t), watts)])
+                for t, watts in zip(self.settled.times, self.settled.watts) if t > first]
+
+    def __len__(self) -> int:
+        return len(self.post) + len(self.settled)
+
+    # ---- around a window's edges: what the GPU draws right after work ------------------------
+    def edge_at(self, t: float) -> list[float]:
+        return self.post.at(t) if len(self.post) else self.settled.at(t)
+
+    def edge_energy(self, a: float, b: float) -> list[float]:
+        return self.post.integral(a, b) if len(self.post) else self.settled.integral(a, b)
+
+    def edge_uncertainty(self, a: float, b: float) -> float:
+        """± W (devices summed) of the post-work idle near [a, b]: twice its roughness (before five
+        measurements: their range, ≥ 5 %), ≥ 2 % of it."""
+        level = sum(self.edge_at((a + b) / 2))
+        rough = self.post.roughness(a, b)
+        if not math.isfinite(level):
+            return NAN
+        return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
+
+    # ---- for net energy: the settled floor ----------------------------------------------------
+    def _settled_spread(self, t: float) -> float:
+        """Range (W, devices summed) of the last three settled measurements up to ``t`` + 60 s: how
+        far the floor itself moves (a wandering idle), against which an offset must stand out."""
+        totals = [sum(w) for s, w in zip(self.settled.times, self.settled.watts) if s <= t + 60.0][-3:]
+        return max(totals) - min(totals) if len(totals) >= 2 else 0.0
+
+    def _offset(self, t: float) -> list[float] | None:
+        """The hysteresis offset per device: the median of the last three, shrunk by how much the
+        settled floor itself moved (an idle that wanders as much as the offset leaves it unidentified)."""
+        offsets = self.offsets
+        if not offsets:
+            return None
+        recent = [o for s, o in offsets if s <= t + 60.0][-3:] or [offsets[0][1]]
+        median = [statistics.median(o[d] for o in recent) for d in range(self.devices)]
+        shrink = self._settled_spread(t) / self.devices
+        return [math.copysign(max(abs(o) - shrink, 0.0), o) for o in median]
+
+    def net_at(self, t: float) -> list[float]:
+        offset = self._offset(t)
+        if len(self.post) and offset is not None:
+            return [p - o for p, o in zip(self.post.at(t), offset)]
+        if len(self.settled):
+            return self.settled.at(t)
+        return self.post.at(t)
+
+    def net_energy(self, a: float, b: float) -> list[float]:
+        """∫ idle over [a, b] per device, as net energy subtracts it."""
+        offset = self._offset((a + b) / 2)
+        if len(self.post) and offset is not None:
+            return [p - o * (b - a) for p, o in zip(self.post.integral(a, b), offset)]
+        if len(self.settled):
+            return self.settled.integral(a, b)
+        return self.post.integral(a, b)
+
+    def net_uncertainty(self, a: float, b: float) -> float:
+        """± W (devices summed, ≈ 95 %) of the idle that net energy subtracts over [a, b]: twice the
+        tracked curve's roughness (before three measurements: the range of each kind's values so
+        far), with the offsets' scatter (one offset alone: as uncertain as the idle moves), plus 1 %."""
+        level = sum(self.net_at((a + b) / 2))
+        if not math.isfinite(level):
+            return NAN
+        tracked = self.post if len(self.post) else self.settled
+        rough = tracked.roughness(a, b)
+        spread = 2 * rough if math.isfinite(rough) else max(_range(self.settled), _range(self.post), 0.02 * level)
+        offsets = [sum(o) for s, o in self.offsets if s <= (a + b) / 2 + 60.0][-3:]
+        spread = math.hypot(spread, self._settled_spread((a + b) / 2))
+        if len(self.post) and self.settle_s > 0:
+            if len(offsets) >= 2:
+                spread = math.hypot(spread, max(offsets) - min(offsets))
+            elif offsets:  # one offset: it may be the idle moving as much as it does between measurements
+                spread = math.hypot(spread, min(abs(offsets[0]), spread))
+            else:
+                spread += 0.1 * level  # no settled point since work began: the hysteresis is unknown
+        return spread + 0.01 * level
+
+    def definition(self) -> str:
+        """Which idle net energy subtracts, in words (``energy.idle_definition``)."""
+        if self.offsets and len(self.post):
+            return (f"settled: idle after ≥ {self.settle_s:g} s without work ({len(self.settled)} measurements), "
+                    f"tracked by the post-work idle of each prompt minus the hysteresis offset "
+                    f"({len(self.offsets)} measured)")
+        if len(self.settled) and not len(self.post):
+            return f"settled: idle after ≥ {self.settle_s:g} s without work ({len(self.settled)} measurements)"
+        if len(self.post):
+            return "post-work: idle one sensor update after each prompt (not settled: energy.idle_settle_s=0)"
+        return "none"

@@ -48,34 +48,47 @@ class Refresh:
 
 class RefreshWatcher:
     """Polls a channel from the calling thread and notes each device's value changes (refreshes),
-    each located to ± half the time between the two reads around it."""
+    each located to ± half the time between the two successful reads around it. A failed read is a
+    glitch: it is counted and polling goes on (the next refresh is then located across the gap);
+    only a fatal error or failures without a break for ``max_gap_s`` stop the watcher."""
 
-    def __init__(self, channel, clock, poll_s: float):
-        self.channel, self.clock, self.poll_s = channel, clock, poll_s
+    def __init__(self, channel, clock, poll_s: float, max_gap_s: float = 5.0, on_failure=None):
+        self.channel, self.clock, self.poll_s, self.max_gap_s = channel, clock, poll_s, max_gap_s
+        self.on_failure = on_failure  # (time, message) of each failed read, for the readings to count
         self.seen: list[list[Refresh]] = [[] for _ in channel.handles]
         self.error: str | None = None
+        self.failures, self.failing_since = 0, None
+        self.last, self.t_prev = None, clock.now()
+        self._read()
+
+    def _read(self) -> bool:
+        from harness.energy.sources import is_fatal
+
         try:
-            self.last = channel.read()
-        except Exception as e:  # the sampler reports the failure with the window; here we just stop
-            self.last, self.error = None, f"{channel.name} read failed: {e or type(e).__name__}"
-        self.t_prev = clock.now()
+            values = self.channel.read()
+        except Exception as e:  # noqa: BLE001 — a glitch is retried; the windows it touches say so
+            now = self.clock.now()
+            self.failures += 1
+            self.failing_since = now if self.failing_since is None else self.failing_since
+            if self.on_failure is not None:
+                self.on_failure(now, f"{self.channel.name} read failed: {e or type(e).__name__}")
+            if is_fatal(e) or now - self.failing_since >= self.max_gap_s:
+                self.error = f"{self.channel.name} read failed: {e or type(e).__name__}"
+            return self.error is None
+        t = self.clock.now()
+        if self.last is not None:
+            for d, (old, new) in enumerate(zip(self.last, values)):
+                if new != old:
+                    self.seen[d].append(Refresh((self.t_prev + t) / 2, new, (t - self.t_prev) / 2))
+        self.last, self.t_prev, self.failing_since = values, t, None
+        return True
 
     def step(self, sleep_s: float | None = None) -> bool:
         """Sleep (one poll period by default), read once; False once the channel cannot be read."""
         if self.error is not None:
             return False
         self.clock.sleep(self.poll_s if sleep_s is None else max(0.0, sleep_s))
-        try:
-            values = self.channel.read()
-        except Exception as e:
-            self.error = f"{self.channel.name} read failed: {e or type(e).__name__}"
-            return False
-        t = self.clock.now()
-        for d, (old, new) in enumerate(zip(self.last, values)):
-            if new != old:
-                self.seen[d].append(Refresh((self.t_prev + t) / 2, new, (t - self.t_prev) / 2))
-        self.last, self.t_prev = values, t
-        return True
+        return self._read()
 
     def until_refreshes(self, want: int, timeout_s: float) -> list[list[Refresh]]:
         """Poll until every device showed ``want`` refreshes since this watcher began (or timeout);
@@ -87,46 +100,100 @@ class RefreshWatcher:
         return self.seen
 
 
-def refine_period(refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:
-    """Refine ``period`` (± ``sigma``) from refreshes of one device seen over many periods.
+@dataclass(frozen=True)
+class Grid:
+    """A sensor's refresh grid fitted to observed refreshes: ``t0 + n × period``, the period's
+    uncertainty, and the jitter of single refreshes about the grid (RMS, s)."""
 
-    Refreshes are numbered by rounding their distance from the first in periods — valid while the
-    period's uncertainty times that number stays under a quarter period — and the period is the
-    least-squares slope of time against number; its uncertainty (three standard errors, each time
-    known to ± its half-width) shrinks as the span grows, which lets farther refreshes be numbered
-    in turn. A few refreshes in an idle gap and a few seconds later pin the period to microseconds,
-    whatever its value was believed to be within a millisecond."""
+    period: float
+    sigma: float
+    t_ref: float = NAN      # a grid point (at the last numbered refresh)
+    ref_sigma: float = math.inf
+    jitter: float = 0.0
+    points: int = 0
+
+    def phase(self, t: float) -> tuple[float, float]:
+        """Phase of ``t`` on the grid and its uncertainty (s): the grid point's and the period's over
+        the periods between — both from the fit, so they grow with the jitter observed. The jitter
+        itself does not move a trial's phase: it scatters each reading about it (noise the readings'
+        scatter within the trial carries into the bound)."""
+        if not math.isfinite(self.t_ref) or not math.isfinite(self.period):
+            return NAN, math.inf
+        n = (t - self.t_ref) / self.period
+        return n % 1.0, self.ref_sigma + abs(n) * self.sigma
+
+
+def fit_grid(refreshes: list[Refresh], period: float, sigma: float) -> Grid:
+    """The sensor's refresh grid from refreshes of one device seen over many periods.
+
+    The period is found by folding: among candidate periods within ±3 % of ``period`` (spaced so
+    that the phase drifts by ≤ 2 % of a period across the refreshes' span), the one at which the
+    refreshes' phases bunch most tightly (the largest mean resultant of e^{2πi t/P}); each refresh is
+    then numbered by rounding, and the grid is the least-squares line of time against number — its
+    period's uncertainty three standard errors, its reference the grid point nearest the newest
+    refresh (where it is used next: aiming a trial). Folding needs no chain of closely spaced
+    refreshes, so refreshes seen in short bursts minutes apart, or jittered by milliseconds, still
+    pin the grid. The residuals beyond each refresh's own ± half-width are the sensor's jitter
+    (refreshes that do not come on a regular grid; a jittered sensor is never taken to be known
+    better than its jitter). With fewer than four refreshes, or phases that do not bunch (jitter
+    near a quarter period), the grid is left at ``period`` ± ``sigma``."""
+    import numpy as np
+
     times = sorted(refreshes, key=lambda r: r.t)
-    if len(times) < 2 or not math.isfinite(period) or period <= 0:
-        return period, sigma
-    first = times[0].t
-    numbered: list[tuple[int, float, float]] = [(0, first, times[0].halfwidth)]
-    best = (period, sigma)
-    for r in times[1:]:
-        p, s = best
-        n = round((r.t - first) / p)
-        if n <= numbered[-1][0] or n * s > p / 4:
-            continue
-        numbered.append((n, r.t, r.halfwidth))
-        if len(numbered) < 3:
-            continue
-        ns = [x[0] for x in numbered]
-        ts = [x[1] for x in numbered]
-        mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
-        sxx = sum((x - mean_n) ** 2 for x in ns)
-        slope = sum((x - mean_n) * (y - mean_t) for x, y in zip(ns, ts)) / sxx
-        noise = max(x[2] for x in numbered) / math.sqrt(3)
-        fit_sigma = 3 * noise / math.sqrt(sxx)
-        if fit_sigma < s:
-            best = (slope, fit_sigma)
-    return best
+    newest = times[-1] if times else None
+    if len(times) < 4 or not math.isfinite(period) or period <= 0:
+        return Grid(period, sigma, newest.t, newest.halfwidth) if newest else Grid(period, sigma)
+    t = np.array([r.t for r in times]) - times[0].t
+    span = max(t[-1], period)
+    step = 0.02 * period * period / span
+    count = min(int(0.06 * period / step) + 1, 20001)
+    candidates = np.linspace(0.97 * period, 1.03 * period, count)
+    resultant = np.abs(np.exp(2j * np.pi * np.outer(1.0 / candidates, t)).mean(axis=1))
+    best = int(np.argmax(resultant))
+    if resultant[best] < 0.5:
+        return Grid(period, sigma, newest.t, newest.halfwidth)
+    folded = candidates[best]
+    offset = np.angle(np.exp(2j * np.pi * t / folded).mean()) / (2 * np.pi) * folded
+    numbers = np.round((t - offset) / folded).astype(int)
+    numbered: dict[int, tuple[float, float]] = {}
+    for n, r in zip(numbers, times):
+        numbered.setdefault(int(n), (r.t, r.halfwidth))
+    if len(numbered) < 4:
+        return Grid(period, sigma, newest.t, newest.halfwidth)
+    return _least_squares(sorted((k, t0, h) for k, (t0, h) in numbered.items()), newest.t)
+
+
+def _least_squares(numbered: list[tuple[int, float, float]], newest: float) -> Grid:
+    ns = [x[0] for x in numbered]
+    ts = [x[1] for x in numbered]
+    mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
+    sxx = sum((x - mean_n) ** 2 for x in ns)
+    slope = sum((x - mean_n) * (y - mean_t) for x, y in zip(ns, ts)) / sxx
+    t0 = mean_t - slope * mean_n
+    reading_var = sum(x[2] ** 2 for x in numbered) / len(numbered) / 3  # ± half-width, uniform
+    residual_var = sum((y - t0 - slope * x) ** 2 for x, y in zip(ns, ts)) / max(len(ns) - 2, 1)
+    jitter = math.sqrt(max(residual_var - reading_var, 0.0)) if len(ns) > 3 else 0.0
+    noise = math.sqrt(max(residual_var, reading_var, max(x[2] for x in numbered) ** 2 / 3))
+    ref_n = round((newest - t0) / slope)  # the grid point nearest the newest refresh
+    ref_sigma = 3 * noise * math.sqrt(1 / len(ns) + (ref_n - mean_n) ** 2 / sxx)
+    return Grid(slope, 3 * noise / math.sqrt(sxx), t0 + slope * ref_n, ref_sigma, jitter, len(ns))
+
+
+def refine_period(refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:
+    """(period, its uncertainty) from :func:`fit_grid`."""
+    grid = fit_grid(refreshes, period, sigma)
+    return grid.period, grid.sigma
 
 
 def phase_of(t: float, refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:
-    """Phase (fraction of a period, in [0, 1)) of time ``t`` after the sensor's refreshes, from the
-    observed refresh nearest to ``t``, and its uncertainty in seconds."""
+    """Phase (fraction of a period, in [0, 1)) of time ``t`` on the grid fitted to the sensor's
+    refreshes (:meth:`Grid.phase`), else from the observed refresh nearest to ``t``; and its
+    uncertainty in seconds."""
     if not refreshes or not math.isfinite(period):
         return NAN, math.inf
+    grid = fit_grid(refreshes, period, sigma)
+    if grid.points >= 4:
+        return grid.phase(t)
     nearest = min(refreshes, key=lambda r: abs(r.t - t))
     periods = abs(t - nearest.t) / period
     return ((t - nearest.t) / period) % 1.0, nearest.halfwidth + math.ceil(periods) * sigma

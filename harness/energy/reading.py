@@ -59,6 +59,18 @@ class EnergyReading:
     phases_verified: bool | None = None
     cross_check_diff: float = NAN
     cross_check_flag: bool | None = None
+    cross_check_suspect: str | None = None
+    cross_check_evidence: str | None = None
+    idle_definition: str | None = None
+    failed_polls: int = 0
+    throttled: bool | None = None
+    throttle_reasons: str | None = None
+    shared: bool | None = None
+    other_pids: str | None = None
+    counter_resolution_j: float = NAN
+    counter_lag_s: float = NAN
+    refresh_jitter_s: float = NAN
+    run_time_cv: float = NAN
     host_cpu_energy_j: float = NAN
     host_dram_energy_j: float = NAN
     host_energy_j: float = NAN
@@ -113,6 +125,9 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         prefix + "prompts": len(records),
         prefix + "max_error_bound": max(bounds) if bounds and len(bounds) == len(records) else NAN,
         prefix + "cross_check_flagged": sum(1 for r in records if get(r, "cross_check_flag", None) is True),
+        prefix + "prompts_throttled": sum(1 for r in records if get(r, "throttled", None) is True),
+        prefix + "prompts_shared": sum(1 for r in records if get(r, "shared", None) is True),
+        prefix + "failed_polls": sum(get(r, "failed_polls", 0) or 0 for r in records),
         prefix + "host_j_per_token": sum(host) / tokens if records and tokens and all(map(_finite, host)) else NAN,
         prefix + "host_reason": "; ".join(host_reasons) if host_reasons else None,
     }

@@ -1,29 +1,25 @@
 """A simulated NVML over a known power waveform, for tests, studies and CPU-only runs.
 
-:class:`SimGPU` holds the true power: piecewise-constant levels (idle, or the pieces of a
-workload) plus a small sinusoidal ripple and an optional idle drift (a linear ramp and a slow
-sine: "idle drifting between 60 and 90 W"), so its exact integral is known at any time. Its
-readings follow GUIDE §2 (Yang, Adamek & Armour 2023): the power fields report the average of
-the last ``power_window_s`` (25 ms on A100/H100; 1 s for ``nvmlDeviceGetPowerUsage`` on
-Ampere+ when ``usage_window_s=1``), refreshed every ``power_update_s`` (which may be inexact,
-e.g. 100.3 ms); the energy counter (mJ) is refreshed at its own period and resolution. It also
-reports the state NVML gives per cell: clocks (high while a workload runs), a temperature
-following the power of the last ``thermal_tau_s``, power limit, throttle reasons, persistence
-mode and the processes on the GPU.
-
-:class:`SimulatedNVML` exposes all that under pynvml's names (raising pynvml's own
-``NVMLError``), so :mod:`harness.energy.sources` runs unchanged on it. :class:`SimClock` is
-virtual time: ``sleep`` advances it and fires the sampler's polls, so a minute of measurement
-takes milliseconds. With a real clock (``energy.source=simulated``, :func:`simulated_sources`)
-the simulated GPU draws its active power while the meter's workload runs, so the whole runner
-path can be exercised on a CPU and checked against the exact integral.
+:class:`SimGPU` holds the true power — piecewise-constant levels (idle, or a workload's pieces), a
+ripple, an idle drift or wander, other processes' power, P-state hysteresis (``hysteresis_w`` above
+the floor for ``hysteresis_s`` after work) — so its exact integral is known at any time. Its
+readings follow GUIDE §2 (Yang, Adamek & Armour 2023): power fields average the last
+``power_window_s`` (25 ms on A100/H100; 1 s for ``nvmlDeviceGetPowerUsage`` on Ampere+ with
+``usage_window_s=1``), refreshed every ``power_update_s`` (possibly inexact, and jittered); the
+energy counter (mJ) has its own period, resolution, lag and jitter, and may wrap or be reset. It
+reports clocks, temperature, power limit, throttle reasons (while busy), persistence mode and the
+processes on the GPU. :class:`SimulatedNVML` exposes all that under pynvml's names and errors, so
+:mod:`harness.energy.sources` runs unchanged on it; it fails on demand: from a time on
+(``fail_at``: a lost GPU), in bursts (``glitch``) or on a fraction of calls (``error_rate``).
+:class:`SimClock` is virtual time (a minute of measurement takes milliseconds). Load shapes:
+:mod:`harness.energy.simloads`; a GPU drawing power while the meter's workload runs
+(``energy.source=simulated``): :mod:`harness.energy.simworkload`.
 
 This module imports nothing from the harness, so a study can load it next to an older meter.
 """
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 import random
 import threading
@@ -31,6 +27,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pynvml
+
+MASK64 = (1 << 64) - 1
 
 
 @dataclass
@@ -82,36 +80,65 @@ class SimClock:
         return timer
 
 
+def _unit(k: int, salt: int) -> float:
+    """A deterministic pseudo-random number in [-1, 1] for refresh ``k`` (splitmix64)."""
+    z = (k * 0x9E3779B97F4A7C15 + salt * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return ((z ^ (z >> 31)) / MASK64) * 2.0 - 1.0
+
+
+def last_refresh(t: float, period: float, phase: float, jitter: float = 0.0, salt: int = 0) -> float:
+    """Time of the latest refresh at or before ``t`` of a sensor refreshed every ``period`` from
+    ``phase``, each refresh moved by up to ± ``jitter`` (< period / 2)."""
+    k = math.floor((t - phase) / period)
+    if not jitter:
+        return phase + k * period
+    for kk in (k + 1, k, k - 1):
+        tk = phase + kk * period + jitter * _unit(kk, salt)
+        if tk <= t:
+            return tk
+    return phase + (k - 2) * period
+
+
 class SimGPU:
     """One simulated GPU: a known power waveform and sensor readings derived from it."""
 
     def __init__(self, clock, *, name: str = "NVIDIA H100 80GB HBM3", architecture: int = pynvml.NVML_DEVICE_ARCH_HOPPER,
                  idle_w: float = 70.0, ripple_w: float = 1.0, ripple_period_s: float = 0.173,
                  power_update_s: float = 0.1, power_window_s: float = 0.025, power_phase_s: float = 0.0371,
-                 usage_window_s: float | None = None, counter_update_s: float = 0.1, counter_phase_s: float = 0.0123,
-                 counter_resolution_j: float = 0.001, has_counter: bool = True, has_instant: bool = True,
+                 usage_window_s: float | None = None, power_jitter_s: float = 0.0,
+                 counter_update_s: float = 0.1, counter_phase_s: float = 0.0123, counter_resolution_j: float = 0.001,
+                 counter_lag_s: float = 0.0, counter_jitter_s: float = 0.0, counter_bits: int | None = None,
+                 counter_start_mj: int = 10**9, has_counter: bool = True, has_instant: bool = True,
                  uuid: str = "GPU-00000000-sim0", power_limit_w: float = 700.0,
                  idle_ramp_w_per_s: float = 0.0, idle_wave_w: float = 0.0, idle_wave_period_s: float = 600.0,
-                 idle_wave_phase: float = 0.0, ambient_c: float = 30.0, thermal_c_per_w: float = 0.12,
-                 thermal_tau_s: float = 20.0, sm_clocks_mhz: tuple[int, int] = (345, 1980),
-                 mem_clocks_mhz: tuple[int, int] = (1593, 2619), persistence_mode: int = 1):
+                 idle_wave_phase: float = 0.0, hysteresis_w: float = 0.0, hysteresis_s: float = 0.0,
+                 ambient_c: float = 30.0, thermal_c_per_w: float = 0.12, thermal_tau_s: float = 20.0,
+                 sm_clocks_mhz: tuple[int, int] = (345, 1980), mem_clocks_mhz: tuple[int, int] = (1593, 2619),
+                 persistence_mode: int = 1):
         self.clock, self.name, self.architecture, self.uuid = clock, name, architecture, uuid
         self.power_limit_w = power_limit_w
         self.idle_w, self.ripple_w, self.ripple_period_s = idle_w, ripple_w, ripple_period_s
         self.power_update_s, self.power_window_s, self.power_phase_s = power_update_s, power_window_s, power_phase_s
         self.usage_window_s = usage_window_s if usage_window_s is not None else power_window_s
+        self.power_jitter_s = power_jitter_s
         self.counter_update_s, self.counter_phase_s = counter_update_s, counter_phase_s
-        self.counter_resolution_j = counter_resolution_j
+        self.counter_resolution_j, self.counter_lag_s = counter_resolution_j, counter_lag_s
+        self.counter_jitter_s, self.counter_bits, self.counter_start_mj = counter_jitter_s, counter_bits, counter_start_mj
+        self.counter_reset_at: float | None = None
         self.has_counter, self.has_instant = has_counter, has_instant
         self.idle_ramp_w_per_s, self.idle_wave_w = idle_ramp_w_per_s, idle_wave_w
         self.idle_wave_period_s, self.idle_wave_phase = idle_wave_period_s, idle_wave_phase
+        self.hysteresis_w, self.hysteresis_s = hysteresis_w, hysteresis_s
         self.ambient_c, self.thermal_c_per_w, self.thermal_tau_s = ambient_c, thermal_c_per_w, thermal_tau_s
         self.sm_clocks_mhz, self.mem_clocks_mhz = sm_clocks_mhz, mem_clocks_mhz
         self.persistence_mode = persistence_mode
         self.throttle_reasons_active = 0  # e.g. pynvml.nvmlClocksThrottleReasonSwPowerCap: reported while busy
-        self.processes: list[SimpleNamespace] = []  # other processes on this GPU (pid, usedGpuMemory)
+        self.processes: list[SimpleNamespace] = []  # other processes on this GPU for its whole life
+        self.foreign: list[tuple[float, float, float, SimpleNamespace]] = []  # (start, end, watts, process)
         self.t0 = clock.now()
-        self.breaks, self.levels, self.cumulative = [self.t0], [idle_w], [0.0]
+        self.breaks, self.levels, self.cumulative, self.kinds = [self.t0], [idle_w], [0.0], ["idle"]
         self.lock = threading.Lock()  # a real-time sampler thread reads while the workload sets levels
 
     # ---- the true waveform ----------------------------------------------------------------
@@ -121,8 +148,7 @@ class SimGPU:
         i = max(bisect.bisect_right(self.breaks, t) - 1, 0)
         return self.cumulative[i] + self.levels[i] * (t - self.breaks[i])
 
-    def _drift_energy(self, t: float) -> float:
-        """∫ from t0 to t of the idle drift (ramp + sine) and the ripple, exactly."""
+    def _drift_energy(self, t: float) -> float:  # ∫ from t0 to t of the idle drift (ramp + sine) and ripple
         x = t - self.t0
         e = self.idle_ramp_w_per_s * x * x / 2
         if self.idle_wave_w:
@@ -131,20 +157,24 @@ class SimGPU:
         phase = 2 * math.pi * x / self.ripple_period_s
         return e + self.ripple_w * self.ripple_period_s / (2 * math.pi) * (1 - math.cos(phase))
 
+    def _foreign_energy(self, t: float) -> float:
+        return sum(w * max(0.0, min(t, end) - max(self.t0, start)) for start, end, w, _ in self.foreign)
+
     def energy(self, t: float) -> float:
         """Exact energy (J) from creation to ``t``."""
         with self.lock:
-            return self._base_energy(t) + self._drift_energy(t)
+            return self._base_energy(t) + self._drift_energy(t) + self._foreign_energy(t)
 
     def idle_power(self, t: float) -> float:
-        """What the GPU draws at ``t`` when idle (nominal idle + drift + ripple)."""
+        """What the GPU draws at ``t`` when idle and settled (nominal idle + drift + ripple)."""
         x = t - self.t0
         wave = self.idle_wave_w * math.sin(2 * math.pi * x / self.idle_wave_period_s + self.idle_wave_phase)
         ripple = self.ripple_w * math.sin(2 * math.pi * x / self.ripple_period_s)
         return self.idle_w + self.idle_ramp_w_per_s * x + wave + ripple
 
     def net_energy(self, a: float, b: float) -> float:
-        """Exact energy above idle over [a, b] (what net energy should report)."""
+        """Exact energy above the settled idle over [a, b] (what net energy should report), without
+        other processes' energy."""
         with self.lock:
             return self._base_energy(b) - self._base_energy(a) - self.idle_w * (b - a)
 
@@ -152,17 +182,30 @@ class SimGPU:
         with self.lock:
             return self.levels[max(bisect.bisect_right(self.breaks, t) - 1, 0)]
 
+    def _append(self, t: float, watts: float, kind: str) -> None:
+        if t == self.breaks[-1]:
+            self.levels[-1], self.kinds[-1] = watts, kind
+            return
+        self.cumulative.append(self._base_energy(t))
+        self.breaks.append(t)
+        self.levels.append(watts)
+        self.kinds.append(kind)
+
     def _set_level(self, t: float, watts: float) -> None:
+        kind = "idle" if watts <= self.idle_w + 1.0 else "work"
         with self.lock:
             i = bisect.bisect_right(self.breaks, t)
+            before, start = self.kinds[i - 1], self.breaks[i - 1]
             if i < len(self.breaks):  # drop levels scheduled after t (a workload ended early)
-                del self.breaks[i:], self.levels[i:], self.cumulative[i:]
-            if t == self.breaks[-1]:
-                self.levels[-1] = watts
+                del self.breaks[i:], self.levels[i:], self.cumulative[i:], self.kinds[i:]
+            if kind == "idle" and self.hysteresis_s > 0 and before in ("work", "hyst"):
+                # P-state hysteresis: the clocks stay up for a while after work
+                begin = t if before == "work" else start
+                if before == "work":
+                    self._append(t, self.idle_w + self.hysteresis_w, "hyst")
+                self._append(max(begin + self.hysteresis_s, t), watts, "idle")
                 return
-            self.cumulative.append(self._base_energy(t))
-            self.breaks.append(t)
-            self.levels.append(watts)
+            self._append(t, watts, kind)
 
     def hold(self, watts: float) -> None:
         """Draw ``watts`` from now on (until the next :meth:`hold` or :meth:`run`), without advancing time."""
@@ -185,23 +228,33 @@ class SimGPU:
         self.clock.sleep(end - self.clock.now())
         return self.energy(end) - self.energy(start)
 
-    # ---- sensor readings -----------------------------------------------------------------
-    @staticmethod
-    def _last_update(t: float, period: float, phase: float) -> float:
-        return phase + math.floor((t - phase) / period) * period
+    def add_process(self, pid: int, watts: float = 0.0, start: float | None = None, end: float = math.inf,
+                    memory: int = 2**30) -> None:
+        """Another process on this GPU from ``start`` (default now) to ``end``, drawing ``watts``."""
+        start = self.clock.now() if start is None else start
+        with self.lock:
+            self.foreign.append((start, end, watts, SimpleNamespace(pid=pid, usedGpuMemory=memory)))
 
+    # ---- sensor readings -----------------------------------------------------------------
     def averaged_power(self, t: float, window_s: float) -> float:
-        tk = self._last_update(t, self.power_update_s, self.t0 + self.power_phase_s)
+        tk = last_refresh(t, self.power_update_s, self.t0 + self.power_phase_s, self.power_jitter_s, 1)
         return (self.energy(tk) - self.energy(tk - window_s)) / window_s
 
     def counter_mj(self, t: float) -> int:
-        tk = self._last_update(t, self.counter_update_s, self.t0 + self.counter_phase_s)
-        steps = math.floor(self.energy(tk) / self.counter_resolution_j)
-        return 10**9 + round(steps * self.counter_resolution_j * 1000)
+        tk = last_refresh(t, self.counter_update_s, self.t0 + self.counter_phase_s, self.counter_jitter_s, 2)
+        joules, start = self.energy(tk - self.counter_lag_s), self.counter_start_mj
+        if self.counter_reset_at is not None and tk >= self.counter_reset_at:
+            joules, start = joules - self.energy(self.counter_reset_at - self.counter_lag_s), 0
+        steps = math.floor(joules / self.counter_resolution_j)
+        value = start + round(steps * self.counter_resolution_j * 1000)
+        return value % (1 << self.counter_bits) if self.counter_bits else value
 
     # ---- state -----------------------------------------------------------------------------
     def busy(self, t: float) -> bool:
         return self.level(t) > self.idle_w + 1.0
+
+    def running_processes(self, t: float) -> list[SimpleNamespace]:
+        return list(self.processes) + [p for start, end, _, p in self.foreign if start <= t < end]
 
     def temperature_c(self, t: float) -> float:
         """First-order thermal model: ambient + k × mean power over the last ``thermal_tau_s``."""
@@ -217,7 +270,9 @@ class SimulatedNVML:
     def __init__(self, gpus: list[SimGPU], clock, driver: str = "550.54.15"):
         self.gpus, self.clock, self.driver = gpus, clock, driver
         self.failure: tuple[float, int] | None = None
-        self.init_count = self.shutdown_count = 0
+        self.bursts: list[tuple[float, float, int]] = []
+        self.rate, self.rate_code, self.rng = 0.0, pynvml.NVML_ERROR_UNKNOWN, random.Random(0)
+        self.calls = self.errors = self.init_count = self.shutdown_count = 0
 
     def __getattr__(self, name: str):
         if name.startswith("NVML_") or name.startswith("nvmlClocks"):
@@ -228,9 +283,26 @@ class SimulatedNVML:
         """From virtual/real time ``t`` on, every device call raises ``NVMLError(code)``."""
         self.failure = (t, code)
 
+    def glitch(self, start: float, end: float, code: int = pynvml.NVML_ERROR_TIMEOUT) -> None:
+        """Every device call in [start, end) raises ``NVMLError(code)`` (a burst of timeouts)."""
+        self.bursts.append((start, end, code))
+
+    def error_rate(self, rate: float, code: int = pynvml.NVML_ERROR_UNKNOWN, seed: int = 0) -> None:
+        """A fraction ``rate`` of device calls, at random, raises ``NVMLError(code)``."""
+        self.rate, self.rate_code, self.rng = rate, code, random.Random(seed)
+
     def _gpu(self, handle) -> SimGPU:
-        if self.failure is not None and self.clock.now() >= self.failure[0]:
-            raise pynvml.NVMLError(self.failure[1])
+        now = self.clock.now()
+        self.calls += 1
+        code = None
+        if self.failure is not None and now >= self.failure[0]:
+            code = self.failure[1]
+        code = code or next((c for a, b, c in self.bursts if a <= now < b), None)
+        if code is None and self.rate and self.rng.random() < self.rate:
+            code = self.rate_code
+        if code is not None:
+            self.errors += 1
+            raise pynvml.NVMLError(code)
         return self.gpus[handle]
 
     # exact figures for tests and the simulated source (not part of pynvml)
@@ -275,8 +347,7 @@ class SimulatedNVML:
     def nvmlDeviceGetPowerManagementLimit(self, handle) -> int:
         return round(1000 * self._gpu(handle).power_limit_w)
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle) -> int:
-        return round(1000 * self._gpu(handle).power_limit_w)
+    nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetPowerManagementLimit
 
     def nvmlDeviceGetPowerUsage(self, handle) -> int:
         gpu = self._gpu(handle)
@@ -322,110 +393,8 @@ class SimulatedNVML:
         return self._gpu(handle).persistence_mode
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
-        return list(self._gpu(handle).processes)
+        return self._gpu(handle).running_processes(self.clock.now())
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
         self._gpu(handle)
         return []
-
-
-# ---- loads ------------------------------------------------------------------------------------
-
-def llm_like_load(rng: random.Random, seconds: float) -> list[tuple[float, float]]:
-    """Bursty power pieces for one simulated generation of about ``seconds``: a prefill burst,
-    then decode steps (kernel bursts and short gaps) with occasional host-side stalls."""
-    pieces = [(rng.uniform(0.02, 0.06), rng.uniform(350, 450))]
-    total = pieces[0][0]
-    while total < seconds:
-        if rng.random() < 0.02:
-            piece = (rng.uniform(0.01, 0.04), rng.uniform(90, 120))
-        elif len(pieces) % 2:
-            piece = (rng.uniform(0.003, 0.015), rng.uniform(250, 420))
-        else:
-            piece = (rng.uniform(0.001, 0.006), rng.uniform(90, 160))
-        pieces.append(piece)
-        total += piece[0]
-    return pieces
-
-
-def square_wave(period_s: float, duty: float, high_w: float, low_w: float, seconds: float) -> list[tuple[float, float]]:
-    """A periodic load: ``duty`` of every ``period_s`` at ``high_w``, the rest at ``low_w``."""
-    pieces, t = [], 0.0
-    while t < seconds - 1e-12:
-        high = min(duty * period_s, seconds - t)
-        low = min(period_s - duty * period_s, seconds - t - high)
-        pieces.append((high, high_w))
-        if low > 0:
-            pieces.append((low, low_w))
-        t += high + max(low, 0.0)
-    return pieces
-
-
-def prefill_then_decode(rng: random.Random, seconds: float, prefill_s: float = 0.12, prefill_w: float = 520.0,
-                        step_s: float = 0.02, decode_w: tuple[float, float] = (230.0, 330.0)) -> list[tuple[float, float]]:
-    """A generation opening on a prefill plateau (long prompt, high power), then regular decode
-    steps: the case where a counter window filling its edges with the window's mean is biased."""
-    pieces = [(prefill_s, prefill_w)]
-    t = prefill_s
-    while t < seconds:
-        busy = step_s * rng.uniform(0.7, 0.9)
-        pieces += [(busy, rng.uniform(*decode_w)), (step_s - busy, 110.0)]
-        t += step_s
-    return pieces
-
-
-def thermal_ramp(pieces: list[tuple[float, float]], rise: float) -> list[tuple[float, float]]:
-    """Scale the pieces' power from ×1 at the start to ×(1 + ``rise``) at the end (a GPU heating up)."""
-    total = sum(s for s, _ in pieces)
-    out, t = [], 0.0
-    for s, w in pieces:
-        out.append((s, w * (1 + rise * (t + s / 2) / total)))
-        t += s
-    return out
-
-
-# ---- a simulated GPU selected from configuration (energy.source=simulated) -----------------------
-
-ARCHITECTURE_CODES = {"pascal": pynvml.NVML_DEVICE_ARCH_PASCAL, "volta": pynvml.NVML_DEVICE_ARCH_VOLTA,
-                      "turing": pynvml.NVML_DEVICE_ARCH_TURING, "ampere": pynvml.NVML_DEVICE_ARCH_AMPERE,
-                      "ada": pynvml.NVML_DEVICE_ARCH_ADA, "hopper": pynvml.NVML_DEVICE_ARCH_HOPPER}
-SIM_GPU_KEYS = ("name", "idle_w", "ripple_w", "power_update_s", "power_window_s", "usage_window_s", "counter_update_s",
-                "counter_resolution_j", "has_counter", "has_instant", "power_limit_w", "idle_ramp_w_per_s",
-                "idle_wave_w", "idle_wave_period_s")
-WORKLOAD_KEYS = ("active_w", "prefill_w", "prefill_s")
-
-
-class SimulatedWorkloadGPUs:
-    """Simulated GPUs whose power follows the meter's workload: ``activity()`` wraps each run of
-    the workload (the decoder's generation), during which every GPU draws ``prefill_w`` for the
-    first ``prefill_s`` then ``active_w``; idle otherwise. Built from a ``conf/gpu`` profile's
-    ``simulated`` section."""
-
-    def __init__(self, spec: dict, clock):
-        spec = dict(spec)
-        unknown = sorted(set(spec) - set(SIM_GPU_KEYS) - set(WORKLOAD_KEYS) - {"gpus", "architecture"})
-        if unknown:
-            raise ValueError(f"unknown gpu.simulated option(s) {unknown}; valid: "
-                             f"{', '.join(sorted(SIM_GPU_KEYS + WORKLOAD_KEYS + ('gpus', 'architecture')))}")
-        self.active_w = float(spec.get("active_w", 300.0))
-        self.prefill_w = float(spec.get("prefill_w", self.active_w))
-        self.prefill_s = float(spec.get("prefill_s", 0.0))
-        arch = spec.get("architecture", "hopper")
-        kwargs = {k: spec[k] for k in SIM_GPU_KEYS if spec.get(k) is not None}
-        kwargs.setdefault("name", "Simulated GPU")
-        kwargs["architecture"] = ARCHITECTURE_CODES.get(arch, pynvml.NVML_DEVICE_ARCH_HOPPER)
-        rng = random.Random(0)
-        self.gpus = [SimGPU(clock, uuid=f"GPU-simulated-{i}", power_phase_s=rng.uniform(0, 0.1),
-                            counter_phase_s=rng.uniform(0, 0.1), **kwargs) for i in range(int(spec.get("gpus", 1)))]
-        self.nvml = SimulatedNVML(self.gpus, clock)
-
-    @contextlib.contextmanager
-    def activity(self):
-        pieces = [(self.prefill_s, self.prefill_w)] if self.prefill_s > 0 else []
-        for gpu in self.gpus:
-            gpu.schedule(pieces, then=self.active_w)
-        try:
-            yield
-        finally:
-            for gpu in self.gpus:
-                gpu.hold(gpu.idle_w)

@@ -7,6 +7,12 @@ else ``nvmlDeviceGetPowerUsage``; or the ``nvidia-smi --query-gpu=power.draw`` C
 last resort). Devices are kept apart (each has its own update times) and summed per window.
 ``nvml`` is the ``pynvml`` module or a stand-in with the same names
 (:mod:`harness.energy.simulated`), so tests run the very code that reads a real GPU.
+
+One name per reading, used for the channel, in records (``energy.source``) and in the
+reading's semantics (:func:`harness.energy.hardware.power_semantics`): :data:`READINGS`.
+
+A failed read is a glitch unless it says the GPU is gone (:func:`is_fatal`): the sampler and
+the refresh watchers retry it and count it; opening a source retries it a few times.
 """
 from __future__ import annotations
 
@@ -17,6 +23,51 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.energy.hardware import ARCHITECTURES, PowerSemantics, power_semantics
+
+# reading → channel name (one name per reading): the energy counter, NVML's instant and average
+# power fields, nvmlDeviceGetPowerUsage (what nvidia-smi reports as power.draw), the nvidia-smi CLI
+READINGS = {"counter": "nvml-counter", "instant": "nvml-power-instant", "average": "nvml-power-average",
+            "usage": "nvml-power-usage", "smi": "nvidia-smi"}
+# NVML errors after which the device cannot be read again in this process; every other error is a glitch
+FATAL_NVML = ("NVML_ERROR_UNINITIALIZED", "NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_GPU_IS_LOST",
+              "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "NVML_ERROR_GPU_NOT_FOUND",
+              "NVML_ERROR_LIBRARY_NOT_FOUND")
+DEFINITE_NVML = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NO_PERMISSION",
+                 "NVML_ERROR_INVALID_ARGUMENT")
+
+
+def _nvml_code(exc) -> int | None:
+    return getattr(exc, "value", None) if type(exc).__name__.startswith("NVMLError") else None
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether a failed read means the device is gone (GPU lost, driver unloaded, a dead
+    nvidia-smi), rather than a glitch worth retrying (timeout, "in use", "unknown error")."""
+    code = _nvml_code(exc)
+    if code is not None:
+        import pynvml
+
+        return code in {getattr(pynvml, name) for name in FATAL_NVML}
+    return isinstance(exc, SmiExited)
+
+
+def retrying(fn, *args, tries: int = 5):
+    """``fn(*args)``, retried on NVML glitches (not on fatal or definite answers such as 'not supported')."""
+    import pynvml
+
+    definite = {getattr(pynvml, name) for name in FATAL_NVML + DEFINITE_NVML}
+    for attempt in range(tries):
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 — re-raised unless it is a glitch
+            code = _nvml_code(e)
+            if code is None or code in definite or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class SmiExited(RuntimeError):
+    """nvidia-smi stopped streaming readings."""
 
 
 @dataclass
@@ -35,7 +86,7 @@ class Channel:
 
     kind = "power"
     name = "channel"
-    field = ""  # which power reading: "instant", "average", "usage" or "smi" (see hardware.power_semantics)
+    reading = ""  # a key of READINGS (see hardware.power_semantics)
     semantics: PowerSemantics | None = None
     handles: list = []
 
@@ -54,7 +105,8 @@ class NvmlCounter(Channel):
     """Total energy since driver load (mJ → J), Volta and newer."""
 
     kind = "energy"
-    name = "nvml-counter"
+    name = READINGS["counter"]
+    reading = "counter"
 
     def __init__(self, nvml, devices: list[GpuDevice]):
         self.nvml, self.handles = nvml, [d.handle for d in devices]
@@ -81,21 +133,20 @@ def read_field(nvml, handle, field_id: int) -> float:
 
 
 class NvmlPower(Channel):
-    """Board power in W: ``field`` "instant" (NVML_FI_DEV_POWER_INSTANT), "average"
+    """Board power in W: ``reading`` "instant" (NVML_FI_DEV_POWER_INSTANT), "average"
     (NVML_FI_DEV_POWER_AVERAGE) or "usage" (``nvmlDeviceGetPowerUsage``)."""
 
     kind = "power"
-    NAMES = {"instant": "nvml-power-instant", "average": "nvml-power-average", "usage": "nvml-power"}
 
-    def __init__(self, nvml, devices: list[GpuDevice], field: str):
-        self.nvml, self.handles, self.field = nvml, [d.handle for d in devices], field
-        self.name = self.NAMES[field]
-        self.semantics = power_semantics(devices[0].architecture, devices[0].name, field)
+    def __init__(self, nvml, devices: list[GpuDevice], reading: str):
+        self.nvml, self.handles, self.reading = nvml, [d.handle for d in devices], reading
+        self.name = READINGS[reading]
+        self.semantics = power_semantics(devices[0].architecture, devices[0].name, reading)
 
     def read_one(self, handle) -> float:
-        if self.field == "usage":
+        if self.reading == "usage":
             return self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
-        field_id = self.nvml.NVML_FI_DEV_POWER_INSTANT if self.field == "instant" else self.nvml.NVML_FI_DEV_POWER_AVERAGE
+        field_id = self.nvml.NVML_FI_DEV_POWER_INSTANT if self.reading == "instant" else self.nvml.NVML_FI_DEV_POWER_AVERAGE
         return read_field(self.nvml, handle, field_id) / 1000.0
 
 
@@ -108,8 +159,8 @@ class SmiPower(Channel):
     """
 
     kind = "power"
-    name = "nvidia-smi"
-    field = "smi"
+    name = READINGS["smi"]
+    reading = "smi"
 
     def __init__(self, gpu_ids: list[str], semantics: PowerSemantics, interval_ms: int = 20,
                  first_reading_timeout_s: float = 5.0):
@@ -146,7 +197,7 @@ class SmiPower(Channel):
 
     def read(self) -> list[float]:
         if self.error is not None:
-            raise RuntimeError(self.error)
+            raise SmiExited(self.error)
         return self.latest
 
     def close(self) -> None:
@@ -222,18 +273,18 @@ def _text(value) -> str:
 
 def describe_device(nvml, cuda_index: int, handle) -> GpuDevice:
     try:
-        arch = ARCHITECTURES.get(nvml.nvmlDeviceGetArchitecture(handle), "unknown")
+        arch = ARCHITECTURES.get(retrying(nvml.nvmlDeviceGetArchitecture, handle), "unknown")
     except nvml.NVMLError:
         arch = "unknown"
-    return GpuDevice(cuda_index, handle, _text(nvml.nvmlDeviceGetName(handle)), arch,
-                     _text(nvml.nvmlDeviceGetUUID(handle)))
+    return GpuDevice(cuda_index, handle, _text(retrying(nvml.nvmlDeviceGetName, handle)), arch,
+                     _text(retrying(nvml.nvmlDeviceGetUUID, handle)))
 
 
 def unsupported_reason(nvml, read, handles) -> str | None:
-    """None if ``read`` works on every handle, else the NVML error text."""
+    """None if ``read`` works on every handle (glitches retried), else the NVML error text."""
     try:
         for h in handles:
-            read(h)
+            retrying(read, h)
     except nvml.NVMLError as e:
         return str(e)
     return None
@@ -274,8 +325,8 @@ def open_sources(cuda_devices: list[int], want: str = "auto", nvml=None, by_inde
 def _open_nvml(sources: Sources, nvml, cuda_devices: list[int], want: str, by_index: bool = False) -> None:
     handle = nvml.nvmlDeviceGetHandleByIndex if by_index else (lambda i: nvml_handle(nvml, i))
     try:
-        sources.driver = _text(nvml.nvmlSystemGetDriverVersion())
-        sources.devices = [describe_device(nvml, i, handle(i)) for i in cuda_devices]
+        sources.driver = _text(retrying(nvml.nvmlSystemGetDriverVersion))
+        sources.devices = [describe_device(nvml, i, retrying(handle, i)) for i in cuda_devices]
     except nvml.NVMLError as e:
         sources.missing["nvml"] = f"NVML could not open CUDA devices {cuda_devices}: {e}"
         return
@@ -285,19 +336,19 @@ def _open_nvml(sources: Sources, nvml, cuda_devices: list[int], want: str, by_in
         if why is None:
             sources.counter = NvmlCounter(nvml, sources.devices)
         else:
-            sources.missing["nvml-counter"] = f"nvmlDeviceGetTotalEnergyConsumption: {why}"
+            sources.missing[READINGS["counter"]] = f"nvmlDeviceGetTotalEnergyConsumption: {why}"
     if want in ("auto", "counter", "power"):
         why = unsupported_reason(nvml, NvmlPower(nvml, sources.devices, "instant").read_one, handles)
         if why is None:
             sources.power = NvmlPower(nvml, sources.devices, "instant")
             return
-        sources.missing["nvml-power-instant"] = f"NVML_FI_DEV_POWER_INSTANT: {why}"
+        sources.missing[READINGS["instant"]] = f"NVML_FI_DEV_POWER_INSTANT: {why}"
     if want in ("auto", "counter", "power", "power-usage"):
         why = unsupported_reason(nvml, nvml.nvmlDeviceGetPowerUsage, handles)
         if why is None:
             sources.power = NvmlPower(nvml, sources.devices, "usage")
         else:
-            sources.missing["nvml-power"] = f"nvmlDeviceGetPowerUsage: {why}"
+            sources.missing[READINGS["usage"]] = f"nvmlDeviceGetPowerUsage: {why}"
 
 
 def _open_smi(sources: Sources, cuda_devices: list[int]) -> None:

@@ -1,12 +1,12 @@
 """Measurement windows and the estimators that turn a sensor's readings into energy.
 
-Windows are plain intervals over the sampler's shared series (:mod:`harness.energy.sampler`),
+Windows are plain intervals over the sampler's shared series (:mod:`harness.energy.sampler`, :mod:`harness.energy.series`),
 so they may nest or overlap freely (per prompt, per cell). Each estimator is a running integral
 of a series, and a window's energy is its value at the end minus its value at the start:
 
 * counter: the cumulative energy counter interpolated between its refreshes (exact to the
   counter's resolution at the refreshes; the meter's own windows align their edges with
-  refreshes instead of interpolating, see :mod:`harness.energy.protocol`);
+  refreshes instead of interpolating, see :mod:`harness.energy.counter`);
 * trapezoid (``linear``): power interpolated linearly between readings, each placed at the
   middle of its averaging window (half the window before its refresh);
 * hold: each reading held from its refresh to the next — with the window extended by the
@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.energy.sampler import COUNTER, HOLD, LINEAR, SUM, Anchor, Series
+from harness.energy.sampler import Anchor
+from harness.energy.series import COUNTER, HOLD, LINEAR, SUM, Series
 
 ESTIMATORS = ("counter", "trapezoid", "sum")
 CUMULATIVE = {"counter": COUNTER, "trapezoid": LINEAR, "sum": SUM, "hold": HOLD}

@@ -13,8 +13,9 @@ import math
 import shutil
 import sys
 
-from harness.energy.protocol import infer_update_periods
-from harness.energy.sampler import HOLD, RealClock, Sampler
+from harness.energy.sensors import characterize
+from harness.energy.sampler import RealClock, Sampler
+from harness.energy.series import HOLD
 from harness.energy.sources import NvmlCounter, NvmlPower, describe_device, init_nvml, unsupported_reason
 
 
@@ -37,7 +38,7 @@ def mean_power(series, a: float, b: float) -> float:
 
 def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clock) -> dict:
     device = describe_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
-    channels = [NvmlCounter(nvml, [device])] + [NvmlPower(nvml, [device], f) for f in ("instant", "average", "usage")]
+    channels = [NvmlCounter(nvml, [device])] + [NvmlPower(nvml, [device], r) for r in ("instant", "average", "usage")]
     available, missing = [], {}
     for channel in channels:
         why = unsupported_reason(nvml, lambda h, c=channel: c.read_one(h), [device.handle])
@@ -45,7 +46,8 @@ def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clo
             available.append(channel)
         else:
             missing[channel.name] = why
-    periods = infer_update_periods(available, clock, poll_seconds) if poll_seconds > 0 else {}
+    sensors = characterize(available, clock, poll_seconds) if poll_seconds > 0 else {}
+    periods = {name: sensor.inferred_update_s for name, sensor in sensors.items()}
     idle = {}
     if idle_seconds > 0 and available:
         sampler = Sampler(available, clock, 0.01, skip_unchanged=True, align_timestamps=False)
@@ -67,6 +69,8 @@ def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clo
             "available": c in available,
             "why_not": missing.get(c.name),
             "inferred_update_s": periods.get(c.name, math.nan),
+            "jitter_s": sensors[c.name].jitter() if c.name in sensors else math.nan,
+            "resolution_j": sensors[c.name].resolution_j if c.name in sensors else math.nan,
             "documented_update_s": c.semantics.update_s if c.semantics else None,
             "documented_window_s": c.semantics.window_s if c.semantics else None,
             "semantics": c.semantics.note if c.semantics else "cumulative energy (mJ since driver load)",

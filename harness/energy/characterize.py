@@ -1,0 +1,226 @@
+"""Sensor properties measured on a known load, for ``harness-gpu-check`` (issue 23 item 11): how
+often each source refreshes (and how irregularly), the counter's resolution and lag, the power
+reading's averaging window, and how long the GPU stays above its idle floor after work.
+
+``busy(seconds)`` runs a constant load on the device for ``seconds`` and returns when it is done (a
+matrix-multiply loop on a GPU; a :class:`~harness.energy.simulated.SimGPU` plateau in tests). A
+:class:`FastLog` polls the sources every millisecond meanwhile (the clock's ``periodic``: a real
+thread, or virtual time), so each refresh is located to ± half a millisecond. Then, over
+``steps`` load steps opened at random phases of the sensors' refreshes:
+
+* **counter lag**: the counter interval straddling each edge of the step holds idle power up to
+  the moment the counter saw the edge and busy power after (or the reverse); with the idle and
+  busy powers from the intervals wholly on either side, that moment minus the true edge is the lag;
+* **averaging window**: a power reading refreshed less than one window after an edge is part idle,
+  part busy: (refresh − edge) ÷ (its busy fraction) is the window;
+* **post-load idle**: after a longer load, power in 0.25 s bins until it stays within 2 % of its
+  final level: the settle time (``energy.idle_settle_s`` should exceed it) and the excess right
+  after work.
+
+Every figure says how it was obtained: ``measured``, ``inferred`` (e.g. an upper bound, or a
+documented value) or ``not measured`` (and why).
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import threading
+from dataclasses import asdict, dataclass
+
+from harness.energy.sensors import characterize
+
+NAN = math.nan
+
+
+@dataclass
+class Figure:
+    value: float | None
+    unit: str
+    status: str  # measured | inferred | not measured
+    how: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _missing(unit: str, why: str) -> Figure:
+    return Figure(None, unit, "not measured", why)
+
+
+class FastLog:
+    """Every channel polled each ``poll_s`` through ``clock.periodic``; value changes logged as
+    (time ± half-width, values) per channel."""
+
+    def __init__(self, channels, clock, poll_s: float = 0.001):
+        self.channels, self.clock = list(channels), clock
+        self.changes: dict[str, list[tuple[float, float, list[float]]]] = {c.name: [] for c in channels}
+        self.last: dict[str, tuple[float, list[float]]] = {}
+        self.lock = threading.Lock()
+        self.timer = clock.periodic(poll_s, self.poll)
+
+    def poll(self) -> None:
+        for channel in self.channels:
+            try:
+                values = channel.read()
+            except Exception:  # noqa: BLE001 — a glitch: this poll is skipped
+                continue
+            now = self.clock.now()
+            with self.lock:
+                before = self.last.get(channel.name)
+                if before is not None and values != before[1]:
+                    self.changes[channel.name].append(((before[0] + now) / 2, (now - before[0]) / 2, list(values)))
+                self.last[channel.name] = (now, values)
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def series(self, name: str) -> list[tuple[float, float]]:
+        """(refresh time, device-0 value) of channel ``name``."""
+        with self.lock:
+            return [(t, v[0]) for t, _, v in self.changes[name]]
+
+
+def _rates(points: list[tuple[float, float]]) -> list[tuple[float, float, float]]:
+    return [(a[0], b[0], (b[1] - a[1]) / (b[0] - a[0])) for a, b in zip(points, points[1:]) if b[0] > a[0]]
+
+
+def levels(rates: list[tuple[float, float, float]], edges: list[tuple[float, bool]], margin: float = 0.12):
+    """Median power of the intervals wholly idle and wholly busy (``margin`` away from every edge)."""
+    busy_spans = [(t0, t1) for (t0, r0), (t1, r1) in zip(edges, edges[1:]) if r0 and not r1]
+    near = lambda a, b: any(a - margin < t < b + margin for t, _ in edges)  # noqa: E731
+    busy = [r for a, b, r in rates if not near(a, b) and any(s0 < a and b < s1 for s0, s1 in busy_spans)]
+    idle = [r for a, b, r in rates if not near(a, b) and not any(s0 < b and a < s1 for s0, s1 in busy_spans)]
+    return (statistics.median(idle) if idle else NAN), (statistics.median(busy) if busy else NAN)
+
+
+def counter_lag(points: list[tuple[float, float]], edges: list[tuple[float, bool]]) -> list[float]:
+    """Lag estimates (s) from counter refreshes around known load edges ((time, rising)): in the
+    interval whose power lies between the idle and busy levels, the moment the counter moved."""
+    rates = _rates(points)
+    idle, busy = levels(rates, edges)
+    if not math.isfinite(idle) or not math.isfinite(busy) or busy - idle < 1.0:
+        return []
+    out = []
+    for edge, rising in edges:
+        p0, p1 = (idle, busy) if rising else (busy, idle)
+        for a, b, rate in rates:
+            if b <= edge or a > edge + 0.3:
+                continue
+            frac = (rate - p0) / (p1 - p0)  # the share of the interval already at the new level
+            if 0.02 < frac < 0.98:
+                out.append(b - frac * (b - a) - edge)
+                break
+            if frac >= 0.98:
+                break
+    return out
+
+
+def averaging_window(points: list[tuple[float, float]], edges: list[tuple[float, bool]], busy: float) -> list[float]:
+    """Window estimates (s) from power readings refreshed just after rising load edges, before the
+    next edge: part idle (the reading just before the edge, where the two before it agree: the
+    window no longer holds the previous load), part ``busy``."""
+    out = []
+    for i, (edge, rising) in enumerate(edges):
+        following = edges[i + 1][0] if i + 1 < len(edges) else math.inf
+        before = [v for t, v in points if t <= edge]
+        if not rising or len(before) < 2 or busy - before[-1] < 5.0 or \
+                abs(before[-1] - before[-2]) > max(2.0, 0.02 * before[-1]):
+            continue
+        for t, value in points:
+            if t <= edge or t >= following:
+                continue
+            frac = (value - before[-1]) / (busy - before[-1])
+            if 0.05 < frac < 0.95:
+                out.append((t - edge) / frac)
+            if frac >= 0.95:
+                break
+    return out
+
+
+def post_load_idle(points: list[tuple[float, float]], kind: str, work_end: float, bin_s: float = 0.25) -> dict:
+    """Settle time after a load, and the excess above the final idle right after it."""
+    if kind == "energy":
+        rates = [((a + b) / 2, r) for a, b, r in _rates([p for p in points if p[0] >= work_end])]
+    else:
+        rates = [(t, v) for t, v in points if t >= work_end]
+    if len(rates) < 4:
+        return {}
+    end = rates[-1][0]
+    bins: dict[int, list[float]] = {}
+    for t, r in rates:
+        bins.setdefault(int((t - work_end) / bin_s), []).append(r)
+    levels = sorted((k * bin_s + bin_s / 2, statistics.mean(v)) for k, v in bins.items())
+    final = statistics.mean(r for t, r in rates if t >= end - 2.0)
+    tol = max(0.02 * final, 1.0)
+    settle = next((t for i, (t, _) in enumerate(levels) if all(abs(v - final) <= tol for _, v in levels[i:])), NAN)
+    return {"settle_s": settle, "final_w": final, "excess_w": levels[0][1] - final}
+
+
+def run_steps(sources, busy, clock, steps: int = 12, on_s: float = 0.4, rng: random.Random | None = None):
+    """``steps`` load steps of ``on_s`` opened at random phases, then a 3 s load; the log and the edges."""
+    rng = rng or random.Random(0)
+    log = FastLog(sources.channels(), clock)
+    edges = []
+    clock.sleep(0.5)
+    for _ in range(steps):
+        clock.sleep(rng.uniform(0.4, 0.7))
+        t0 = clock.now()
+        busy(on_s)
+        edges += [(t0, True), (clock.now(), False)]
+    clock.sleep(2.5)  # a long idle before the long load: its rising edge suits a long averaging window too
+    t0 = clock.now()
+    busy(3.0)
+    work_end = clock.now()
+    return log, edges + [(t0, True), (work_end, False)], work_end
+
+
+def characterize_sources(sources, busy, clock, quick: bool = False) -> dict[str, Figure]:
+    """Every figure of the module docstring for one device (``sources`` opened on it)."""
+    channels = sources.channels()
+    sensors = characterize(channels, clock, 1.0 if quick else 2.0)
+    log, edges, work_end = run_steps(sources, busy, clock, steps=10 if quick else 16)
+    clock.sleep(5.0 if quick else 12.0)
+    log.stop()
+    figures: dict[str, Figure] = {}
+    for c in channels:
+        s, name = sensors[c.name], c.name
+        period = s.inferred_update_s
+        figures[f"{name} update period"] = Figure(period, "s", "measured", "median time between value changes, "
+                                                  "1 ms polling at idle") if math.isfinite(period) else \
+            _missing("s", "fewer than three changes while polled")
+        figures[f"{name} refresh jitter"] = Figure(s.jitter(), "s", "measured", "RMS of refresh times about the "
+                                                   "fitted grid") if s.grid().points >= 4 else \
+            _missing("s", "too few refreshes to fit a grid")
+        figures.update(_channel_figures(c, s, log.series(c.name), edges, work_end))
+    return figures
+
+
+def _channel_figures(channel, sensor, points, edges, work_end) -> dict[str, Figure]:
+    name, out = channel.name, {}
+    idle = post_load_idle(points, channel.kind, work_end)
+    if idle and not math.isfinite(idle["settle_s"]):
+        out[f"{name} post-load idle settle time"] = _missing("s", "never within 2 % of its final level (too coarse "
+                                                                  "or still drifting)")
+    elif idle:
+        out[f"{name} post-load idle settle time"] = Figure(idle["settle_s"], "s", "measured",
+                                                           f"power within 2 % of its final {idle['final_w']:.1f} W "
+                                                           f"after a 3 s load; {idle['excess_w']:+.1f} W at first")
+    if channel.kind == "energy":
+        q, note = sensor.resolution_j, sensor.resolution_note
+        out[f"{name} resolution"] = Figure(q, "J", "inferred" if note.startswith("≤") else "measured", note)
+        lags = counter_lag(points, edges)
+        out[f"{name} lag"] = Figure(statistics.median(lags), "s", "measured", f"median of {len(lags)} load edges") \
+            if len(lags) >= 3 else _missing("s", f"only {len(lags)} usable load edges")
+        return out
+    loaded = [v for t, v in points if work_end - 1.0 <= t <= work_end]  # the end of the 3 s load
+    windows = averaging_window(points, edges, statistics.median(loaded)) if loaded else []
+    documented = channel.semantics.window_s if channel.semantics is not None else None
+    if len(windows) >= 2:
+        out[f"{name} averaging window"] = Figure(statistics.median(windows), "s", "measured",
+                                                 f"median of {len(windows)} readings part-way through a load edge")
+    elif documented is not None:
+        out[f"{name} averaging window"] = Figure(documented, "s", "inferred", channel.semantics.note)
+    else:
+        out[f"{name} averaging window"] = _missing("s", "no reading caught part-way through an edge, none documented")
+    return out

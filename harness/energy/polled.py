@@ -1,0 +1,289 @@
+"""Measuring a workload with polled power only (no energy counter): how it runs, its reading and
+its error bound — the protocol of Yang, Adamek & Armour 2023 ("Part-time Power Measurements:
+nvidia-smi's Lack of Attention", arXiv 2312.02741; GUIDE §2): ``trials`` trials of runs lasting
+``min_window_s`` or ``min_repetitions``, with these changes:
+
+* phases are aimed from the refresh grid fitted to the refreshes seen so far (not from one
+  refresh, whose own jitter would move the aim) and measured afterwards with their uncertainty,
+  which includes the jitter actually observed (:mod:`harness.energy.phases`);
+* edges: each trial is preceded by ≥ W + P of idle and followed by ≥ W + 1.5 P of idle (W the
+  sensor's averaging window, P its update period) and integrates the held readings over
+  [a, b + W + 1.5 P] minus post-work idle over the extension: every reading that saw any of the
+  window is counted once and none of the idle around it;
+* the power rise is measured rather than discarded (``discard_rise_s: 0``);
+* trials are strata (phases of the update period) and weigh equally as **mean power**: energy =
+  mean over trials of (trial energy ÷ trial time) × measured time. Weighting per run instead
+  over-weighted trials of slower runs (+4 % with ±30 % run-time variation); how much the estimate
+  would move between equal and time weights goes into the bound (``run_time_cv`` is recorded);
+* a trial in which a failed poll hid a sensor refresh is run again (``glitch_retries``).
+
+Expected error (≈ 95 %), by case: part-time reading with phases verified to tile the update
+period — the readings' sampling noise within each trial plus the tiling mismatch; part-time, not
+verified — a t-interval over trials (or the readings' noise) plus the aliasing a part-time
+reading can suffer (the unseen fraction times the range from idle to the power limit); full
+coverage — a t-interval over trials; always the post-work idle's uncertainty over the extensions
+and the run-time weighting term.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable
+
+from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, largest_gap, next_open, phase_of
+from harness.energy.readout import build_reading
+from harness.energy.reading import EnergyReading
+from harness.energy.series import HOLD
+from harness.energy.trials import Runs, Trial, release
+
+NAN = math.nan
+
+
+def _t975(dof: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
+
+
+def phase_shifting(state) -> bool:
+    """Phase shifting applies to a part-time power reading (window shorter than its period)."""
+    power = state.primary
+    if power.kind != "power" or state.cfg.phase_shifts == 1:
+        return False
+    window, update = state.power_window(power), state.update_period(power)
+    return window is not None and math.isfinite(update) and window < update
+
+
+def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
+    """Measure ``workload`` with polled power: phase-aimed trials, edge-exact integration."""
+    cfg, clock, power = state.cfg, state.clock, state.primary
+    period, window = state.update_period(power), state.power_window(power)
+    p_eff = period if math.isfinite(period) else 0.1
+    w_eff = window if window is not None else p_eff
+    shifting = phase_shifting(state)
+    n_trials = max(cfg.trials, cfg.phase_shifts) if shifting else cfg.trials
+    phases = min(cfg.phase_shifts, n_trials)
+    offset = state.rng.random()
+    refreshes: list[Refresh] = list(state.sensors[power.name].refreshes[-64:])  # device 0's, earlier and now
+    earlier = len(refreshes)
+    results: list = []
+    trials: list[Trial] = []
+    retries, glitch = 0, None
+    state.synchronize()
+    began = clock.now()
+    while len(trials) < n_trials:
+        k = len(trials)
+        target = (offset + (k % phases) / phases) % 1.0 if shifting else None
+        if shifting and trials and not trials[0].aimed:  # trial 0 opened unaimed (no refresh seen): aim from it
+            first, _ = phase_of(trials[0].opened, refreshes, p_eff, 1e-3)
+            target = (first + (k % phases) / phases) % 1.0 if math.isfinite(first) else target
+        watcher = RefreshWatcher(power, clock, cfg.phase_poll_s, cfg.max_gap_s)
+        not_before = clock.now() + max(state.rng.uniform(*cfg.trial_delay_s), w_eff + p_eff)
+        opened, aimed = aim(watcher, not_before, target, refreshes, p_eff)
+        refreshes.extend(watcher.seen[0])
+        trial = Trial(opened=opened, watched_from=began, aimed=aimed)
+        runs = Runs(state, trial, workload, results)
+        while True:
+            runs.run()
+            if runs.enough():
+                break
+        runs.close()
+        _tail(state, trial, refreshes, p_eff, w_eff)
+        why, _ = state.trouble(power, trial.a - w_eff - p_eff, trial.ext_b, hidden_ok=False)
+        if why is not None and state.sampler.failure(power.name) is None:
+            if retries < cfg.glitch_retries:  # run this trial again
+                retries += 1
+                runs.drop()
+                release(state.sampler, [trial])
+                continue
+            glitch = f"{why}; {retries} trial(s) rerun, the last still touched"
+        trials.append(trial)
+    state.note(power, [refreshes[earlier:]])
+    return results, reading(state, label, trials, refreshes, glitch, retries), trials
+
+
+def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: float) -> None:
+    """Wait until every reading whose averaging window touched [a, b] is in, however late the
+    sampler saw it; the idle after it is the post-work idle."""
+    cfg, clock, power = state.cfg, state.clock, state.primary
+    lag = max(state.sampler.max_poll_gap(power.name, trial.a) - cfg.interval_s, 0.0)
+    trial.ext_b = trial.b + w_eff + 1.5 * p_eff + lag
+    trial.anchor_ext = state.sampler.anchor(trial.ext_b)
+    tail = RefreshWatcher(power, clock, cfg.phase_poll_s, cfg.max_gap_s)
+    deadline = trial.ext_b + 3 * p_eff + 0.1
+    while not (clock.now() >= trial.ext_b and state.sampler.settled(trial.ext_b)) and clock.now() < deadline:
+        if not tail.step():
+            break
+    refreshes.extend(tail.seen[0])
+    _idle_from_watch(state, tail, trial.b, p_eff, w_eff)
+    if state.settled_due():
+        state.settle_idle(trial.b)
+
+
+def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: float, window: float) -> None:
+    """Post-work idle from the power readings the meter's own polling saw right after a trial
+    (since ``idle_since``, the trial's end): every refresh whose averaging window lies after it, and
+    the current reading if it is recent enough. Independent of the sampler thread's rate. Only a
+    trial's tail measures it, so every post-work measurement is taken as soon after work."""
+    if watcher.error is not None or watcher.last is None:
+        return
+    now = state.clock.now()
+    watts, times = [], []
+    for d, seen in enumerate(watcher.seen):
+        values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+        if now - period - window >= idle_since:
+            values.append((now, watcher.last[d]))
+        if not values:
+            return
+        watts.append(sum(v for _, v in values) / len(values))
+        times += [t for t, _ in values]
+    state.idle.add_post((min(times) + max(times)) / 2, watts)
+
+
+def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlier: list[Refresh],
+        period: float) -> tuple[float, bool]:
+    """Wait until ``not_before``, then (if ``target`` is a phase) until the next instant at that
+    phase of the refresh grid fitted to the refreshes seen on device 0 — refitted whenever a newer
+    refresh shows up. Without any refresh within 2.5 periods, open unaimed. Returns (opening
+    time, aimed)."""
+    clock = watcher.clock
+    while clock.now() < not_before:
+        if not watcher.step(min(watcher.poll_s, max(0.0, not_before - clock.now()))):
+            return clock.now(), False
+    if target is None:
+        return clock.now(), False
+    give_up = clock.now() + 2.5 * period
+    start = clock.now()
+    fitted: tuple[int, float, float] | None = None  # (refreshes fitted, reference time, period)
+    while True:
+        known = list(earlier) + watcher.seen[0]
+        now = clock.now()
+        if known:
+            if fitted is None or fitted[0] != len(known):
+                grid = fit_grid(known[-64:], period, 1e-3)
+                good = grid.points >= 4 and grid.ref_sigma < grid.period / 8
+                fitted = (len(known), grid.t_ref, grid.period) if good else (len(known), known[-1].t, period)
+            open_at = next_open(fitted[1], fitted[2], target, start)
+            if open_at - now <= watcher.poll_s / 2:
+                return now, True
+            if not watcher.step(min(watcher.poll_s, open_at - now)):
+                return clock.now(), False
+            continue
+        if now >= give_up or not watcher.step():
+            return clock.now(), False
+
+
+def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple[float, float]], float]:
+    """Per trial: energy over [a, ext_b] minus post-work idle over the extension; the readings'
+    (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J)."""
+    power = state.primary
+    energies, stats, idle_unc_j = [], [], 0.0
+    for trial in trials:
+        va, vb, ve = (state.values(trial.anchor_a, power), state.values(trial.anchor_b, power),
+                      state.values(trial.anchor_ext, power))
+        idle_ext = state.idle.edge_energy(trial.b, trial.ext_b)
+        energy, n, s1, s2 = 0.0, 0, 0.0, 0.0
+        for d in range(state.devices):
+            energy += ve[d][HOLD] - va[d][HOLD] - idle_ext[d]
+            n += vb[d]["count"][0] - va[d]["count"][0]
+            s1 += vb[d]["count"][1] - va[d]["count"][1]
+            s2 += vb[d]["count"][2] - va[d]["count"][2]
+        mean_r = s1 / n if n else NAN
+        cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
+        stats.append((cv, max(n / state.devices, 1.0)))
+        idle_unc_j += state.idle.edge_uncertainty(trial.b, trial.ext_b) * (trial.ext_b - trial.b)
+        energies.append(energy)
+    return energies, stats, idle_unc_j
+
+
+def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], glitch: str | None = None,
+            retries: int = 0) -> EnergyReading:
+    """Polled trials: held readings over [a, b + W + 1.5 P], idle subtracted over the extension
+    (error bound: see the module docstring)."""
+    power = state.primary
+    state.await_settled(max(t.ext_b for t in trials))
+    period, window = state.update_period(power), state.power_window(power)
+    p_eff = period if math.isfinite(period) else 0.1
+    reason = glitch
+    for t in trials:
+        reason = reason or state.trouble(power, t.a - (window or p_eff) - p_eff, t.ext_b, hidden_ok=False)[0]
+    failed = state.sampler.glitches(power.name, trials[0].watched_from, state.clock.now())[0]
+    energies, stats, idle_unc_j = _trial_energies(state, trials)
+    if reason is None and not all(math.isfinite(e) for e in energies):
+        reason = f"{power.name}: no idle power measured around the trials (needed at the window's edges)"
+    seconds = [t.seconds for t in trials]
+    powers = [e / s for e, s in zip(energies, seconds)]
+    k, measured = len(trials), sum(seconds)
+    finite = all(math.isfinite(p) for p in powers) and statistics.mean(powers) > 0
+    mean_p = statistics.mean(powers) if finite else NAN
+    total = mean_p * measured
+    terms = _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite)
+    idle_term = idle_unc_j / total if finite and total > 0 and math.isfinite(idle_unc_j) else 0.0
+    bound = terms["stat"] + terms["alias"] + terms["runtime"] + idle_term
+    durations = [d for t in trials for d in t.durations]
+    cv_runs = statistics.stdev(durations) / statistics.mean(durations) if len(durations) > 1 else 0.0
+    w_text = f"{window * 1e3:.0f} ms" if window is not None else "unknown (taken as one update)"
+    basis = (f"{power.name} polled (update {p_eff * 1e3:.1f} ms, averaging {w_text}, jitter "
+             f"{state.sensors[power.name].jitter() * 1e3:.1f} ms), {sum(t.runs for t in trials)} runs in {k} trials "
+             f"weighted as mean power per trial, each integrated over its window + averaging window + 1.5 updates "
+             f"of idle: {terms['basis']}; run-time weighting {100 * terms['runtime']:.2f} % (runs' cv "
+             f"{100 * cv_runs:.0f} %); idle at the edges {100 * idle_term:.2f} %"
+             + (f"; {retries} trial(s) rerun after failed polls" if retries else ""))
+    out = build_reading(state, label, "polled-trials", trials, energies, reason, bound, basis,
+                        total=total if finite else NAN, failed_polls=failed, phase_gap=terms["gap"],
+                        phases_verified=terms["verified"], run_time_cv=cv_runs)
+    release(state.sampler, trials)
+    return out
+
+
+def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> dict:
+    """The statistical, aliasing and run-time terms of the polled bound, and the phases' facts."""
+    power = state.primary
+    period, window = state.update_period(power), state.power_window(power)
+    part = min(1.0, window / period) if window is not None and math.isfinite(period) else NAN
+    unseen = 1 - (part if math.isfinite(part) else 0.0)
+    k, total_s = len(trials), sum(seconds)
+    out = {"stat": 0.0, "alias": 0.0, "runtime": 0.0, "gap": NAN, "verified": None, "basis": ""}
+    if not finite:
+        return {**out, "stat": NAN}
+    sampling = 2 * math.sqrt(sum((cv * math.sqrt(unseen / n) * p) ** 2 for (cv, n), p in zip(stats, powers))) / (
+        k * mean_p)
+    t_interval = _t975(k - 1) * statistics.stdev(powers) / math.sqrt(k) / mean_p if k > 1 else NAN
+    out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
+    if unseen <= 0:
+        stat = t_interval if math.isfinite(t_interval) else 0.0
+        return {**out, "stat": stat, "basis": f"t-interval over {k} trials {100 * stat:.2f} %" if k > 1
+                else "full coverage, one trial: no sampling error"}
+    ref_period = fit_grid(refreshes, period, 1e-3).period
+    phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
+    out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
+                                                                 window, ref_period))
+    if all(math.isfinite(p) for p, _ in phases):
+        out["gap"] = largest_gap([p for p, _ in phases])
+    if out["verified"]:
+        # tiling mismatch: gaps off 1/K, and each phase's uncertainty × how fast the trials' power changes with phase
+        order = sorted(range(k), key=lambda i: phases[i][0])
+        m = [powers[i] for i in order]
+        gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
+        tiling = sum(abs(g - 1 / k) * abs(m[j] - mean_p) for j, g in enumerate(gaps))
+        # each phase known to ± its uncertainty (≈ 3 standard errors), errors independent: added in quadrature
+        tiling += math.sqrt(sum(((abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 / (1 / k)
+                                 * phases[order[j]][1] / ref_period / k) ** 2 for j in range(k)))
+        tiling /= mean_p
+        durations = [d for t in trials for d in t.durations]
+        varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+        if varied and math.isfinite(t_interval) and t_interval > sampling + tiling:
+            # runs that differ are no longer identical strata: the trials' own scatter is the honest figure
+            return {**out, "stat": t_interval, "basis": f"{k} phases verified to tile the update period, runs of "
+                    f"varying length: t-interval over trials {100 * t_interval:.2f} %"}
+        return {**out, "stat": sampling + tiling, "basis": f"stratified over {k} phases verified to tile the update "
+                f"period: readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %"}
+    # the unseen fraction of each period could have drawn anything from idle to the power limit
+    idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
+    limit = state.power_limit_w()
+    ceiling = max(limit - mean_p, mean_p - idle_w) / mean_p if math.isfinite(limit) and mean_p > 0 else 1.0
+    stat = t_interval if math.isfinite(t_interval) else sampling
+    return {**out, "stat": stat, "alias": unseen * ceiling,
+            "basis": f"{'t-interval over trials' if math.isfinite(t_interval) else 'readings noise'} {100 * stat:.2f} % "
+                     f"+ aliasing of a part-time reading {100 * unseen * ceiling:.1f} % (trial phases not known to tile "
+                     "the update period)"}

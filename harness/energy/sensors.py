@@ -1,0 +1,149 @@
+"""What the meter knows about each sensor, measured on the machine: update period, refresh grid and
+jitter, counter resolution and counter lag.
+
+At start-up (:func:`characterize`) every channel is polled every millisecond for
+``infer_update_period_s`` (longer, up to five times, until three refreshes were seen: a counter
+refreshed once a second is then still characterised): the median time between value changes is
+the update period, the changes themselves seed the refresh grid (:func:`harness.energy.phases.fit_grid`,
+whose residuals are the jitter), and a counter's increments give its resolution (their greatest
+common divisor in mJ, the unit NVML counts in). The counter's lag — how long after the GPU
+draws energy the counter shows it — cannot be seen at idle; each counter window's tail narrows it
+down (:meth:`Sensor.lag_seen`: was the first refresh after the window's end already caught up?),
+and ``harness-gpu-check`` measures it on a known step of load.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import reduce
+
+from harness.energy.phases import Grid, Refresh, fit_grid
+
+NAN = math.nan
+KEEP_REFRESHES = 256
+
+
+@dataclass
+class Sensor:
+    """One channel's refresh behaviour as measured (device 0 for timing; all devices for resolution)."""
+
+    name: str
+    kind: str
+    documented_update_s: float | None = None
+    inferred_update_s: float = NAN
+    refreshes: list[Refresh] = field(default_factory=list)
+    resolution_j: float = NAN          # counter: the smallest step it moves in
+    resolution_note: str = "not measured"
+    lag_lo: float = 0.0                # counter: the lag is above this (a tail refresh this soon was behind) ...
+    lag_hi: float = math.inf           # ... and at most this (a tail refresh this soon had caught up)
+    lag_tests: int = 0
+    _grid: tuple[int, Grid] | None = None
+
+    def update_period(self) -> float:
+        """Inferred, else documented, else the median spacing of refreshes seen since, else NaN."""
+        if math.isfinite(self.inferred_update_s):
+            return self.inferred_update_s
+        if self.documented_update_s is not None:
+            return self.documented_update_s
+        seen = sorted(r.t for r in self.refreshes)
+        spacings = [b - a for a, b in zip(seen, seen[1:]) if 0 < b - a < 2.0]
+        return statistics.median(spacings) if spacings else NAN
+
+    def note(self, seen: list[Refresh]) -> None:
+        """Keep refreshes of device 0 seen by the meter's own polling (to refine the grid)."""
+        self.refreshes.extend(seen)
+        del self.refreshes[:-KEEP_REFRESHES]
+
+    def grid(self) -> Grid:
+        """The refresh grid fitted to the refreshes seen (cached until more are seen)."""
+        if self._grid is None or self._grid[0] != len(self.refreshes) or self.refreshes and \
+                self._grid[1].points == 0:
+            self._grid = (len(self.refreshes), fit_grid(self.refreshes, self.update_period(), 1e-3))
+        return self._grid[1]
+
+    def jitter(self) -> float:
+        grid = self.grid()
+        return grid.jitter if grid.points >= 4 else 0.0
+
+    def lag_seen(self, after_s: float, behind: bool) -> None:
+        """A window's tail: the first refresh ``after_s`` after the window's end had (not) caught up
+        with it. The lag lies between the longest delay that was behind and the shortest that was not."""
+        self.lag_tests += 1
+        if behind:
+            self.lag_lo = max(self.lag_lo, after_s)
+        else:
+            self.lag_hi = min(self.lag_hi, after_s)
+        if self.lag_lo >= self.lag_hi:  # inconsistent (jitter, noise): start over from this test
+            self.lag_lo, self.lag_hi = (after_s, math.inf) if behind else (0.0, after_s)
+
+    def lag_estimate(self) -> float:
+        """Mid-way between what the tails showed once one was behind; 0 while none was (NaN before any test)."""
+        if not self.lag_tests:
+            return NAN
+        return (self.lag_lo + self.lag_hi) / 2 if self.lag_lo > 0 and math.isfinite(self.lag_hi) else self.lag_lo
+
+    def describe(self) -> dict:
+        out = {"update_s": self.update_period(), "inferred_update_s": self.inferred_update_s,
+               "jitter_s": self.jitter(), "refreshes_seen": len(self.refreshes)}
+        if self.kind == "energy":
+            out.update({"resolution_j": self.resolution_j, "resolution_note": self.resolution_note,
+                        "lag_s": self.lag_estimate(), "lag_between_s": [self.lag_lo, self.lag_hi],
+                        "lag_tests": self.lag_tests})
+        return out
+
+
+def counter_resolution(increments_mj: list[int]) -> tuple[float, str]:
+    """The resolution of a counter from its positive increments (mJ): their greatest common
+    divisor — only an upper bound when every increment was the same."""
+    steps = sorted({i for i in increments_mj if i > 0})
+    if not steps:
+        return NAN, "no counter increment seen"
+    divisor = reduce(math.gcd, steps)
+    if len(steps) == 1:
+        return divisor / 1000.0, f"≤ {divisor / 1000:g} J (every increment seen was {divisor / 1000:g} J)"
+    return divisor / 1000.0, f"{divisor / 1000:g} J (gcd of {len(steps)} distinct increments)"
+
+
+def characterize(channels, clock, duration_s: float, poll_s: float = 0.001, max_factor: float = 5.0,
+                 sensors: dict[str, Sensor] | None = None) -> dict[str, Sensor]:
+    """Poll every channel each ``poll_s`` for ``duration_s`` (up to ``max_factor`` times longer until
+    every device showed three changes) and fill in each :class:`Sensor`. Unreadable polls are
+    skipped (the sampler reports failures)."""
+    sensors = sensors if sensors is not None else {}
+    for c in channels:
+        sensors.setdefault(c.name, Sensor(c.name, c.kind, c.semantics.update_s if c.semantics else None))
+    changes = {(c.name, i): [] for c in channels for i in range(len(c.handles))}
+    increments: dict[str, list[int]] = {c.name: [] for c in channels}
+    last: dict[tuple[str, int], float] = {}
+    polled: dict[str, float] = {}
+    start = clock.now()
+    while clock.now() < start + duration_s * max_factor:
+        if clock.now() >= start + duration_s and all(len(v) >= 3 for v in changes.values()):
+            break
+        for channel in channels:
+            try:
+                values = channel.read()
+            except Exception:  # noqa: BLE001 — an unreadable poll yields nothing; the sampler reports it
+                continue
+            now = clock.now()
+            for i, value in enumerate(values):
+                key = (channel.name, i)
+                if key in last and value != last[key]:
+                    changes[key].append(now)
+                    if channel.kind == "energy":
+                        increments[channel.name].append(round((value - last[key]) * 1000))
+                    if i == 0 and channel.name in polled:
+                        before = polled[channel.name]
+                        sensors[channel.name].note([Refresh((before + now) / 2, value, (now - before) / 2)])
+                last[key] = value
+            polled[channel.name] = now
+        clock.sleep(poll_s)
+    for channel in channels:
+        per_device = [statistics.median(b - a for a, b in zip(times, times[1:]))
+                      for (name, _), times in changes.items() if name == channel.name and len(times) >= 3]
+        sensor = sensors[channel.name]
+        sensor.inferred_update_s = statistics.median(per_device) if per_device else NAN
+        if channel.kind == "energy":
+            sensor.resolution_j, sensor.resolution_note = counter_resolution(increments[channel.name])
+    return sensors
