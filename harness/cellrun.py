@@ -196,8 +196,7 @@ class CellRun:
                 raise InputsChanged(f"cell {self.cid}: not resuming: " + "; ".join(changed_inputs(stored, inputs))
                                     + f". Its {self.resumed_at} records came from the earlier version. Restore it, or "
                                     f"rerun the cell from scratch with force={self.cid}")
-        else:
-            earlier = []
-        store.atomic_write_json(self.cell_dir / store.SEGMENTS, [*earlier, {
-            "from_index": self.resumed_at, "at": now(), "host": platform.node(), "pid": os.getpid(),
-            "inputs": inputs, "interleaved_with": partners}])
+        else:  # a fresh start: no earlier segment belongs to these records
+            (self.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
+        store.add_segment(self.cell_dir, {"from_index": self.resumed_at, "at": now(), "host": platform.node(),
+                                          "pid": os.getpid(), "inputs": inputs, "interleaved_with": partners})
