@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from harness import schema
 from harness.decoders.base import Decoder, registry
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
 from harness.energy.config import register_energy_schema
@@ -66,6 +67,7 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    schema.register(cs)  # the primary config's typed keys (harness/schema.py)
     register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
     register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
