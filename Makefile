@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-SWEEP ?= method=ar,beam,sd,specinfer,spectr,mcsd,hf_assisted,dsbd,mtad,bild,typical decoding=greedy,sampling runner.interleave=true
+# the default sweep's methods come from the registry, by each decoder's declaration (harness.methods.sweep_methods)
+SWEEP_METHODS = $(shell $(PY) -c 'from harness.methods import sweep_methods; print(",".join(sweep_methods()))' 2>/dev/null)
+SWEEP ?= method=$(SWEEP_METHODS) decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-slurm browser sweep report test test-slow clean-results

@@ -15,10 +15,10 @@ import importlib
 
 _EXPORTS = {"Generation": ("harness.decoders", "Generation"),
             "GenerationStats": ("harness.decoders", "GenerationStats"),
-            "build_decoder": ("harness.decoders", "build_decoder"),
+            "build_decoder": ("harness.methods", "build_decoder"),
             "registry": ("harness.decoders", "registry"),
             "Beam": ("harness.decoders.base", "Beam"),
-            "method_names": ("harness.decoders.base", "method_names"),
+            "method_names": ("harness.methods", "method_names"),
             "DECODINGS": ("harness.decoding", "PRESETS"),
             "Decoding": ("harness.decoding", "Decoding"),
             "ModelPair": ("harness.models", "ModelPair"),

@@ -74,6 +74,11 @@ class Catalog:
             if cls is not None:
                 doc = sys.modules[cls.__module__].__doc__ or cls.__doc__ or ""
                 return _first_line(doc)
+        if group == "gamma_policy":
+            from harness.adaptive.policies import POLICIES
+
+            if option in POLICIES:
+                return _first_line(sys.modules[POLICIES.get(option).__module__].__doc__ or "")
         path = self.yaml_path(group, option)
         if path is not None:
             for line in path.read_text(encoding="utf-8").splitlines():
@@ -131,21 +136,6 @@ def _yaml_help(path: Path) -> dict[str, str]:
     return out
 
 
-def _policies_fallback(cat: Catalog) -> list[tuple[str, str, list[str]]]:
-    """γ policies while they are ``method.gamma_policy`` values, not a config group: name, description, and
-    the ``method.*`` keys whose help names the policy (``online: ...``)."""
-    from harness.adaptive.policies import POLICIES
-
-    keys = cat.keys("method", "sd")
-    out = []
-    for name, cls in POLICIES.items():
-        own = [f"method.{k}" for k, _, text in keys if text.startswith(f"{name}:")]
-        if name not in ("fixed",):
-            own = ["method.gamma_min", "method.gamma_max", *own]
-        out.append((name, _first_line(cls.__doc__ or ""), ["method.gamma", *own]))
-    return out
-
-
 def _fmt(value: Any) -> str:
     text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -179,10 +169,6 @@ def ls_main(argv: list[str]) -> int:
             return 0
         group = _group_name(args.group)
         if group not in cat.groups():
-            if group == "gamma_policy":  # until the γ policies are a config group: their registry
-                for name, text, params in _policies_fallback(cat):
-                    print(f"  {name:<14} {text}\n      method.gamma_policy={name}; keys: {', '.join(params)}")
-                return 0
             print(f"harness ls: error: unknown group '{args.group}'. Valid: {', '.join(cat.groups())} "
                   f"(aliases: {', '.join(sorted(ALIASES))})", file=sys.stderr)
             return 2

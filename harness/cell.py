@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness import identity, store
-from harness.decoders.base import Decoder, make_params, resolve_method
-from harness.decoding import WARP_KEYS, Decoding, as_decoding
+from harness.decoders.base import Decoder
+from harness.decoding import Decoding, as_decoding
 from harness.errors import ConfigError
+from harness.methods import MethodSpec, cell_method_spec
 from harness.models import PairSpec
 from harness.resources import conf_dir
 
@@ -30,27 +31,22 @@ FORCE_CORRUPT = "corrupt"  # force=corrupt: rerun only the cells that fail verif
 class CellPlan:
     """What a cell runs, resolved and validated before any weights load."""
 
-    decoder_cls: type[Decoder]
-    params: dict
+    method: MethodSpec
     decoding: Decoding | None
     pair: PairSpec
 
+    @property
+    def decoder_cls(self) -> type[Decoder]:
+        return self.method.cls
+
 
 def plan_cell(cfg: Mapping[str, Any]) -> CellPlan:
-    """Resolve the method under the decoding (aliases, the decoding's warp), validate its parameters and
-    the pair config. Raises :class:`~harness.errors.NotApplicable` for a method that cannot decode the
-    requested way, :class:`~harness.errors.ConfigError` for bad input; loads nothing."""
-    method_cfg = dict(cfg["method"])
-    name = method_cfg.pop("name")
+    """Resolve the method under the decoding (aliases, the decoding's warp) with its γ policy and draft
+    selection, validate its parameters and the pair config. Raises :class:`~harness.errors.NotApplicable` for
+    a method that cannot decode the requested way, :class:`~harness.errors.ConfigError` for bad input; loads
+    nothing."""
     decoding = cfg.get("decoding")
-    if decoding is not None:
-        for key in WARP_KEYS:
-            if method_cfg.get(key) is not None:
-                log.warning("method.%s is deprecated and will be removed in the next release; set decoding.%s "
-                            "(here method.%s=%s overrides the decoding)", key, key, key, method_cfg[key])
-    cls, params = resolve_method(name, method_cfg, decoding)
-    make_params(cls, params)  # bad parameters fail before any weights load
-    return CellPlan(cls, params, as_decoding(decoding) if decoding is not None else None,
+    return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
                     PairSpec.from_config(cfg["pair"]))
 
 

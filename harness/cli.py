@@ -224,9 +224,11 @@ register_resolvers()
 
 def main() -> None:
     from harness.configs import register_configs
+    from harness.legacy import upgrade_overrides
     from harness.sweeper import load_sweeper_plugin
 
     logging.getLogger("harness").setLevel(logging.INFO)
+    sys.argv[1:] = upgrade_overrides(sys.argv[1:])  # deprecated keys and presets -> their names now (with a message)
     argv = sys.argv[1:]
     if "--version" in argv or argv[:1] == ["-V"]:
         print(_version())

@@ -3,7 +3,8 @@
 A model is trained on ``n_positions`` positions (``max_position_embeddings``, or ``n_positions`` /
 ``n_ctx`` for GPT-2-style configs; the pair's context is the smaller of target and draft). A cell
 decodes up to ``max_new_tokens`` new tokens, and a speculative method looks ``lookahead`` positions
-beyond its accepted output (its draft length γ, or the depth of its token tree, plus the bonus token).
+beyond its accepted output (its draft length γ, or the depth of its token tree, plus the bonus token:
+the method's ``Params.lookahead``, or its γ policy's γ_max + 1, :attr:`harness.methods.MethodSpec.lookahead`).
 The rule:
 
 * a prompt of more than ``budget = n_positions − max_new_tokens − lookahead`` tokens keeps its **last**
@@ -54,18 +55,6 @@ def pair_positions(target_config: Any, draft_configs: list[Any] = ()) -> int | N
     """The smallest trained context among the pair's models (None when none declares one)."""
     found = [p for p in (config_positions(c) for c in [target_config, *draft_configs]) if p]
     return min(found) if found else None
-
-
-def lookahead(params: Mapping[str, Any]) -> int:
-    """Positions a method may touch beyond its accepted output: its largest draft length (``gamma*``), or
-    its tree depth (``len(k_config)``), plus one (the bonus/verification token)."""
-    depth = 0
-    for key, value in params.items():
-        if key.startswith("gamma") and isinstance(value, int) and not isinstance(value, bool):
-            depth = max(depth, value)
-        if key == "k_config" and isinstance(value, (list, tuple)):
-            depth = max(depth, len(value))
-    return depth + 1
 
 
 def prompt_budget(n_positions: int, max_new_tokens: int, extra: int) -> int:

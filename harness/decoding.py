@@ -1,21 +1,23 @@
 """The decoding setting every method follows: greedy, or sampling with the warp T (temperature → top-k → top-p).
 
-One ``decoding`` config group (``decoding=greedy|sampling|sampling_seed000``, each field overridable per
+One ``decoding`` config group (``decoding=greedy|sampling|sampling_dsbd``, each field overridable per
 run, e.g. ``decoding.top_k=10``) and the same presets in the Python API
 (``build_decoder(..., decoding="greedy")``), so a sweep ``-m method=ar,sd,specinfer decoding=greedy,sampling``
 compares like with like. The presets are defined here once:
 
-* ``sampling`` — seed 002 App. F: keep the top 20 tokens, then top-p 0.9, temperature 1 (the default,
-  and the defaults of every sampled method's Params);
-* ``sampling_seed000`` — seed 000 §4.1 (DSBD's experiments): top-k 10, top-p 0.8;
+* ``sampling`` — the mtad paper's App. F: keep the top 20 tokens, then top-p 0.9, temperature 1 (the
+  default, and the defaults of every sampled method's Params);
+* ``sampling_dsbd`` — the dsbd paper's §4.1 (its experiments): top-k 10, top-p 0.8 (``sampling_seed000``
+  until 0.2: still accepted, with a deprecation message, :mod:`harness.legacy`);
 * ``greedy`` — temperature 0: argmax decoding (the warp's other fields are unused).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
+from harness.legacy import RENAMED_PRESETS, preset_name
 from harness.primitives.warping import Warp
 
 WARP_KEYS = ("temperature", "top_k", "top_p")
@@ -47,8 +49,8 @@ class Decoding:
 
 PRESETS: dict[str, Decoding] = {
     "greedy": Decoding("greedy", temperature=0.0, top_k=0, top_p=1.0),
-    "sampling": Decoding("sampling", temperature=1.0, top_k=20, top_p=0.9),  # seed 002 App. F
-    "sampling_seed000": Decoding("sampling_seed000", temperature=1.0, top_k=10, top_p=0.8),  # seed 000 §4.1
+    "sampling": Decoding("sampling", temperature=1.0, top_k=20, top_p=0.9),  # mtad App. F
+    "sampling_dsbd": Decoding("sampling_dsbd", temperature=1.0, top_k=10, top_p=0.8),  # dsbd §4.1
 }
 SAMPLING = PRESETS["sampling"]
 
@@ -58,6 +60,7 @@ def as_decoding(decoding: str | Mapping[str, Any] | Decoding) -> Decoding:
     if isinstance(decoding, Decoding):
         return decoding
     if isinstance(decoding, str):
+        decoding = preset_name(decoding)
         if decoding not in PRESETS:
             raise ConfigError(f"unknown decoding '{decoding}'. Valid decodings: {', '.join(PRESETS)}")
         return PRESETS[decoding]
@@ -65,5 +68,10 @@ def as_decoding(decoding: str | Mapping[str, Any] | Decoding) -> Decoding:
     unknown = sorted(set(values) - {"name", *WARP_KEYS})
     if unknown:
         raise ConfigError(f"unknown decoding key(s) {unknown}. Valid keys: name, {', '.join(WARP_KEYS)}")
-    values.setdefault("name", "custom")
+    values["name"] = preset_name(values.get("name", "custom"))
     return Decoding(**values)
+
+
+#: every preset name the ``decoding`` group accepts: the presets and (deprecated) their old names
+GROUP_PRESETS: dict[str, Decoding] = {**PRESETS, **{old: replace(PRESETS[new], name=old)
+                                                     for old, new in RENAMED_PRESETS.items()}}

@@ -21,7 +21,6 @@ another ``results_dir``).
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
+from harness.legacy import layout_0_2
 
 # dotted key -> why it cannot change a result (tested: tests/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
@@ -69,8 +69,9 @@ def _drop(cfg: dict, dotted: str) -> None:
 
 def identity_config(cfg: Mapping[str, Any]) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present)."""
-    out = copy.deepcopy(dict(cfg))
+    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.legacy.layout_0_2`:
+    the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
+    out = layout_0_2(cfg)
     out.pop("hydra", None)
     for key in RESULT_NEUTRAL_KEYS:
         _drop(out, key)
@@ -99,10 +100,12 @@ def id_component(value: Any) -> str:
 
 def cell_id(cfg: Mapping[str, Any]) -> str:
     """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
-    sanitised (:func:`id_component`); the hash covers :func:`identity_config`."""
-    parts = [cfg["method"]["name"]]
-    if cfg.get("decoding"):
-        parts.append(cfg["decoding"].get("name", "custom"))
+    sanitised (:func:`id_component`); the hash covers :func:`identity_config` (the decoding label too is 0.2's:
+    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
+    labels = layout_0_2(cfg)
+    parts = [labels["method"]["name"]]
+    if labels.get("decoding"):
+        parts.append(labels["decoding"].get("name", "custom"))
     parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
     return "__".join([*(id_component(p) for p in parts), config_hash(cfg)])
 

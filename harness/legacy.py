@@ -1,16 +1,198 @@
-"""The one table of renamed record and summary fields: results written before a rename still load.
+"""Names and layouts of release 0.2, in ONE table: every deprecated name with the message that maps it, and the
+0.2 config layout that cell identities and summaries keep.
 
-Every reader of result files maps old names to the current ones here (:func:`current_names`, applied by
-:func:`harness.store.read_records` and the analysis loader), so no other module knows an old name.
+Deprecated names keep working for one release, each with a ``DeprecationWarning`` and a logged line naming
+its replacement; the project's own code, configs and tests use none of them:
 
-Current names, where two fields once shared a vocabulary but not a scope: ``new_tokens`` counts the tokens of
-one generation, while an energy reading may run the workload several times (``energy.repetitions``); the
-energy fields say which they mean — ``energy.energy_per_run_j`` / ``energy.net_energy_per_run_j`` (one run),
-``energy.energy_all_runs_j`` and ``energy.tokens_all_runs`` (every measured run; J/token is their ratio).
+* method parameters renamed in 0.2 (:data:`RENAMED_PARAMS`, e.g. ``specinfer.num_sequences`` →
+  ``num_drafts``) and ``mtjd.sample`` (→ the decoding);
+* ``method.temperature/top_k/top_p`` → ``decoding.temperature/top_k/top_p``;
+* the γ policy and draft selection, which were ``method`` keys and are their own config groups now
+  (:data:`MOVED_KEYS`: ``method.gamma_policy=online method.acc_history=6`` → ``gamma_policy=online
+  gamma_policy.acc_history=6``; ``method.q_lr`` → ``gamma_policy.lr``; ``method.draft_selection=ols
+  method.selection_fit_prompts=25`` → ``draft_selection=ols draft_selection.fit_prompts=25``);
+* the decoding preset ``sampling_seed000`` → ``sampling_dsbd`` (:data:`RENAMED_PRESETS`).
+
+On the command line the old keys are rewritten before Hydra composes (:func:`upgrade_overrides`); in the
+Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.identity`) hashes the
+0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
+names the config used; summaries keep the 0.2 flat ``params`` (:func:`flat_policy_params`), so analyses
+of old and new results read the same columns.
+
+Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
+(:func:`current_names`, applied by :func:`harness.store.read_records` and the analysis loader), so results
+written before a rename still load and no other module knows an old name. Where two fields once shared a
+vocabulary but not a scope: ``new_tokens`` counts the tokens of one generation, while an energy reading may run
+the workload several times (``energy.repetitions``); the energy fields say which they mean —
+``energy.energy_per_run_j`` / ``energy.net_energy_per_run_j`` (one run), ``energy.energy_all_runs_j`` and
+``energy.tokens_all_runs`` (every measured run; J/token is their ratio). Torch-free.
 """
 from __future__ import annotations
 
+import copy
+import logging
+import warnings
 from typing import Any, Mapping
+
+log = logging.getLogger("harness")
+
+WARP_KEYS = ("temperature", "top_k", "top_p")
+
+#: method -> {0.2-deprecated parameter name: its name now}
+RENAMED_PARAMS: dict[str, dict[str, str]] = {
+    "mtjd": {"k": "gamma", "num_beams": "width"},
+    "mtad": {"num_beams": "draft_width"},
+    "specinfer": {"num_sequences": "num_drafts"},
+    "spectr": {"num_sequences": "num_drafts"},
+}
+#: deprecated decoding presets -> their names now
+RENAMED_PRESETS: dict[str, str] = {"sampling_seed000": "sampling_dsbd"}
+
+#: 0.2 ``method`` keys of the γ policy (-> ``gamma_policy.<key>``) with their 0.2 defaults
+POLICY_KEYS_0_2: dict[str, tuple[str, Any]] = {
+    "gamma_min": ("gamma_min", 1), "gamma_max": ("gamma_max", 8), "acc_history": ("acc_history", 6),
+    "acc_max": ("acc_max", 0.95), "acc_estimator": ("acc_estimator", "eq2"), "time_window": ("time_window", 32),
+    "q_state_len": ("state_len", 1), "q_lr": ("lr", 0.05), "q_discount": ("discount", 0.2),
+    "q_epsilon": ("epsilon", 0.05), "q_epsilon_warmup": ("epsilon_warmup", 0.3),
+    "q_warmup_trials": ("warmup_trials", 25), "q_reward": ("reward", "acceptance"),
+    "hf_transient": ("transient", False)}
+#: 0.2 ``method`` keys of draft selection (-> ``draft_selection.<key>``) with their 0.2 defaults
+SELECTION_KEYS_0_2: dict[str, tuple[str, Any]] = {"selection_fit_prompts": ("fit_prompts", 25),
+                                                  "selection_features": ("features", 8)}
+#: every 0.2 ``method`` key that moved to a group: old key -> new dotted key
+MOVED_KEYS: dict[str, str] = {"gamma_policy": "gamma_policy", "draft_selection": "draft_selection",
+                              **{k: f"gamma_policy.{new}" for k, (new, _) in POLICY_KEYS_0_2.items()},
+                              **{k: f"draft_selection.{new}" for k, (new, _) in SELECTION_KEYS_0_2.items()}}
+
+#: the 0.2 method layout: methods whose node carried the γ-policy and selection keys; methods without the warp slots
+SPECULATIVE_0_2 = ("sd", "specinfer", "spectr", "mcsd", "mcsd_dynamic", "mcsd_target_init", "mtad", "bild", "typical")
+NO_WARP_0_2 = ("ar", "ar_greedy", "beam", "beam_search")
+METHODS_0_2 = ("ar", "ar_greedy", "ar_sampling", "beam", "beam_search", "beam_sampling", "dsbd", "hf_assisted",
+               "mtjd", *SPECULATIVE_0_2)
+
+
+def deprecation(message: str) -> None:
+    """A DeprecationWarning for Python callers and a logged line for command-line users."""
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    log.warning(message)
+
+
+def preset_name(name: str) -> str:
+    """A decoding preset's name now (a deprecated one mapped, with its message)."""
+    if name in RENAMED_PRESETS:
+        deprecation(f"decoding '{name}' is deprecated and will be removed in the next release; "
+                    f"use decoding={RENAMED_PRESETS[name]} (the same top-k 10, top-p 0.8)")
+        return RENAMED_PRESETS[name]
+    return name
+
+
+def upgrade_method_params(method: str, params: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+    """(method params, γ-policy values, draft-selection values) with deprecated names mapped (API callers).
+
+    ``gamma_policy``/``draft_selection`` given as method parameters become the group's ``name``."""
+    from harness.errors import ConfigError
+
+    out, policy, selection = dict(params), {}, {}
+    for old, new in RENAMED_PARAMS.get(method, {}).items():
+        if old in out:
+            value = out.pop(old)
+            deprecation(f"method '{method}': parameter '{old}' is deprecated and will be removed in the next "
+                        f"release; use '{new}' (method.{new}={value} on the command line)")
+            if new in out and out[new] != value:
+                raise ConfigError(f"method '{method}': both '{new}'={out[new]} and its deprecated name "
+                                  f"'{old}'={value} are set; keep '{new}' only")
+            out[new] = value
+    for old, new in MOVED_KEYS.items():
+        if old in out:
+            value = out.pop(old)
+            deprecation(f"method '{method}': parameter '{old}' is deprecated and will be removed in the next "
+                        f"release; it is {new}={value} now (the {new.split('.')[0]} group)")
+            group, _, key = new.partition(".")
+            (policy if group == "gamma_policy" else selection)[key or "name"] = value
+    if method == "mtjd" and out.get("sample") is not None:
+        sample = out.pop("sample")
+        deprecation(f"method '{method}': parameter 'sample' is deprecated and will be removed in the next release; "
+                    "mtjd follows the decoding (decoding=greedy: beam search, decoding=sampling: beam sampling)")
+        if not sample:
+            out["temperature"] = 0.0
+        elif out.get("temperature") == 0:
+            raise ConfigError("mtjd with sample=true needs temperature > 0 (decoding=sampling)")
+    return out, policy, selection
+
+
+def _rewrite(override: str) -> str:
+    """One command-line override with a deprecated key mapped (its message logged), else unchanged."""
+    prefix = override[:len(override) - len(override.lstrip("+~"))]
+    key, sep, value = override[len(prefix):].partition("=")
+    if key.startswith("method."):
+        name = key[len("method."):]
+        renamed = {old: new for table in RENAMED_PARAMS.values() for old, new in table.items()}
+        if name in MOVED_KEYS:
+            new = MOVED_KEYS[name]
+            deprecation(f"method.{name} is deprecated and will be removed in the next release; use {new}")
+            return f"{prefix.replace('+', '')}{new}{sep}{value}"
+        if name in WARP_KEYS:
+            deprecation(f"method.{name} is deprecated and will be removed in the next release; use decoding.{name}")
+            return f"{prefix}decoding.{name}{sep}{value}"
+        if name in renamed:
+            deprecation(f"method.{name} is deprecated and will be removed in the next release; use "
+                        f"method.{renamed[name]}")
+            return f"{prefix}method.{renamed[name]}{sep}{value}"
+    if key == "decoding" and value in RENAMED_PRESETS:
+        return f"{prefix}decoding={preset_name(value)}"
+    return override
+
+
+def upgrade_overrides(overrides: list[str]) -> list[str]:
+    """Command-line overrides with deprecated keys and presets mapped to their names now (flags untouched)."""
+    return [o if o.startswith("-") else _rewrite(o) for o in overrides]
+
+
+def flat_policy_params(policy: Mapping[str, Any] | None, selection: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The 0.2 flat ``method`` keys of a γ policy and a draft selection (each ``{"name": ..., **values}`` or None):
+    every key at its 0.2 default, the chosen ones' values under their 0.2 names (summaries' ``params``)."""
+    out: dict[str, Any] = {"gamma_policy": (policy or {}).get("name", "fixed")}
+    new_to_old = {new: old for old, (new, _) in POLICY_KEYS_0_2.items()}
+    out.update({old: default for old, (_, default) in POLICY_KEYS_0_2.items()})
+    out.update({new_to_old[k]: v for k, v in (policy or {}).items() if k in new_to_old})
+    out["draft_selection"] = (selection or {}).get("name", "none")
+    new_to_old = {new: old for old, (new, _) in SELECTION_KEYS_0_2.items()}
+    out.update({old: default for old, (_, default) in SELECTION_KEYS_0_2.items()})
+    out.update({new_to_old[k]: v for k, v in (selection or {}).items() if k in new_to_old})
+    return out
+
+
+def layout_0_2(cfg: Mapping[str, Any]) -> dict:
+    """A composed cell config in the 0.2 layout the cell identity hashes: the γ policy and draft selection
+    back inside ``method`` (every key, 0.2 names), the deprecated slots 0.2's method schema carried (unset),
+    and the decoding preset's 0.2 name. Methods added after 0.2 keep the layout they have."""
+    out = copy.deepcopy(dict(cfg))
+    policy, selection = out.pop("gamma_policy", None), out.pop("draft_selection", None)
+    decoding = out.get("decoding")
+    if isinstance(decoding, dict) and decoding.get("name") in RENAMED_PRESETS.values():
+        old = {v: k for k, v in RENAMED_PRESETS.items()}
+        out["decoding"] = {**decoding, "name": old[decoding["name"]]}
+    method = out.get("method")
+    name = method.get("name") if isinstance(method, dict) else None
+    if name not in METHODS_0_2:
+        if policy is not None:
+            out["gamma_policy"] = policy
+        if selection is not None:
+            out["draft_selection"] = selection
+        return out
+    method = dict(method)
+    if name not in NO_WARP_0_2:
+        method.update({k: None for k in WARP_KEYS})
+    method.update({old: None for old in RENAMED_PARAMS.get(name, {})})
+    if name == "mtjd":
+        method["sample"] = None
+    if name in SPECULATIVE_0_2:
+        method.update(flat_policy_params(policy, selection))
+    out["method"] = method
+    return out
+
+
+# ---- record and summary fields ----
 
 #: old name -> current name (records and summaries)
 RENAMED: dict[str, str] = {

@@ -25,6 +25,11 @@ def data_dir() -> Path:
     return package_dir() / "data"
 
 
+def assets_dir() -> Path:
+    """Shipped model files (``harness/assets``: the tiny pair, the trained decision models)."""
+    return package_dir() / "assets"
+
+
 def source_root() -> Path | None:
     """The git checkout the package runs from (for the git sha in provenance), or None when installed."""
     root = package_dir().parent

@@ -31,7 +31,6 @@ from harness import context, store
 from harness.cell import (CellPlan, cell_id, gpu_label, interleave_key, plan_cell,  # noqa: F401 (re-exported)
                           prepare_cell, prompt_seed)
 from harness.cellrun import CellOutcome, CellRun, now
-from harness.decoders import build_decoder
 from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError
 from harness.fingerprint import cell_inputs
@@ -190,16 +189,15 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
                          f"has {len(sh.examples)} prompts")
     # prompts longer than the trained context keep their last tokens, flagged (harness.context's rule;
     # the lookahead is the method's own, so each cell of a comparison fits its prompts itself)
-    c.fitted = [context.fit_prompt(ids, sh.n_positions, sh.max_new, context.lookahead(c.plan.params))
+    c.fitted = [context.fit_prompt(ids, sh.n_positions, sh.max_new, c.plan.method.lookahead)
                 for ids in sh.raw_ids]
     if any(n is not None for _, n in c.fitted):
         log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last "
                     "tokens (records: prompt_truncated)", c.cid, sum(n is not None for _, n in c.fitted),
                     sh.n_positions)
     torch.manual_seed(sh.seed)
-    c.decoder = build_decoder(c.plan.decoder_cls.method, sh.pair,
-                              sync_timing=sh.runner.breakdown or sh.runner.sync_timing, **c.plan.params)
-    c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (seed 004 §5)
+    c.decoder = c.plan.method.build(sh.pair, sync_timing=sh.runner.breakdown or sh.runner.sync_timing)
+    c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (adaptive §5)
     for _ in range(warmup_generations(sh.runner, c.decoder)):
         c.decoder.generate(c.fitted[0][0], sh.runner.warmup_new_tokens, seed=sh.seed)
 
@@ -207,8 +205,7 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
 def warmup_generations(runner: RunnerConfig, decoder) -> int:
     """Unrecorded, untimed generations before the first measured prompt: ``runner.warmup_generations``, or the
     decoder's own need when larger (the Q-learning γ policy's warm-up trials, adaptive App. C.1)."""
-    own = getattr(decoder, "warmup_generations", lambda: 0)()
-    return max(runner.warmup_generations, int(own or 0))
+    return max(runner.warmup_generations, decoder.warmup_generations())
 
 
 def _run(cells: list[CellRun]) -> None:
@@ -275,7 +272,7 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     if ex.history:  # a later turn of a conversation: its prompt holds this cell's own earlier answers
         ex = task.with_history(ex, c.writer.records)
         ids, original = context.fit_prompt(task.prompt_ids(ex, tok), sh.n_positions, sh.max_new,
-                                           context.lookahead(c.plan.params))
+                                           c.plan.method.lookahead)
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, sh.max_new, seed=prompt_seed(sh.seed, i),
@@ -324,12 +321,12 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
 
 def _identity(c: CellRun, sh: _Shared) -> dict:
     """What the cell ran: the method resolved, its parameters and facts, the config, whether it is lossless
-    (``Decoder.lossless``; null = not declared) and the task's primary quality metric."""
+    for its parameters and decoding (``Decoder.is_lossless``; ``Decoder.lossless``: for every setting) and the
+    task's primary quality metric."""
     params, method_name = c.decoder.params_dict(), c.plan.decoder_cls.method
     return {"cell_id": c.cid, "status": "done", "method_name": method_name, "decoding": c.decoder.decoding,
-            "decoder": type(c.decoder).__name__, "lossless": getattr(c.decoder, "lossless", None),
+            "decoder": type(c.decoder).__name__, "lossless": c.decoder.is_lossless(),
             "params": params, "facts": c.decoder.facts(),
-            "decoder_params": {"method": method_name, **params},  # the report's old key, until it reads params
             "max_new_tokens": sh.max_new, "config": c.cfg,
             "primary_metric": getattr(sh.task, "primary_metric", None),
             "primary_metric_higher_is_better": bool(getattr(sh.task, "higher_is_better", True))}

@@ -68,8 +68,11 @@ class CellConfig:
 
     method: Any = _help("the decoder (its parameters: harness method=NAME --cfg job), or an alias that follows "
                         "the decoding (ar, beam)", default=None)
-    decoding: Any = _help("greedy | sampling | sampling_seed000; each field overridable (decoding.top_k=10)",
+    decoding: Any = _help("greedy | sampling | sampling_dsbd; each field overridable (decoding.top_k=10)",
                           default=None)
+    gamma_policy: Any = _help("the draft-length policy of methods that draft in rounds (null = the method's fixed "
+                              "gamma; harness method=sd gamma_policy=online --cfg job)", default=None)
+    draft_selection: Any = _help("null (the pair's draft) | ols (a draft per prompt, adaptive §5)", default=None)
     pair: Any = _help("the target and draft models (conf/pair)", default=None)
     dataset: Any = _help("the prompts and their task (conf/dataset)", default=None)
     gpu: Any = _help("the GPU profile (auto = this machine)", default=None)

@@ -1,15 +1,17 @@
-"""Draft-model selection in the decoder (seed 004 §5): ``method.draft_selection=ols`` with a pair of several drafts.
+"""Draft-model selection (adaptive §5): ``draft_selection=ols`` with a pair of several drafts wraps a decoder.
 
-Design ("ols", the paper's algorithm, run online inside one cell):
+:class:`DraftSelection` holds one decoder per draft of the pair (each with its own γ policy: a policy's
+history — online's a_q, b_p(γ), q-learning's table — belongs to the draft it measured) and, per prompt,
+generates with the chosen draft's. Design ("ols", the paper's algorithm, run online inside one cell):
 
-1. :meth:`OLSDraftSelection.prepare` (the runner's ``Decoder.prepare(prompts)`` hook, before any
+1. :meth:`DraftSelection.prepare` (the runner's ``Decoder.prepare(prompts)`` hook, before any
    generation) fits the prompt features of :class:`~harness.adaptive.draft_selection.PromptFeaturizer`
    on the cell's prompts: length, perplexity (Eq. 9) and TF-IDF (LSA components). No α is needed.
    **Perplexity under the cheapest draft** (fewest parameters): the feature must be paid for every
    prompt before decoding starts; under the cheapest draft it costs c ≈ 0.25 of a target prefill on the
    tiny pair, under the target a whole extra prefill, and the draft's perplexity is what tracks how
    predictable the prompt's continuation is *for a draft* (§5: "the language model is more confident").
-2. Fitting phase: for the first ``selection_fit_prompts`` prompts (r = 25, §6.1) every draft runs on
+2. Fitting phase: for the first ``fit_prompts`` prompts (r = 25, §6.1) every draft runs on
    the prompt; each run's realised α (Eq. 2 uncapped over its rounds: accepted ÷ (accepted + rejected
    rounds)) and its measured cost ratio c = (draft time per draft call) ÷ (verification time per
    target call) are collected. The pair's default (first) draft's generation is the one returned;
@@ -24,49 +26,93 @@ Each generation's ``selection`` dict (records: ``selection.*``): ``phase`` (fit 
 (the chosen draft id), ``alpha_predicted`` (NaN while fitting), ``alpha_realised``, ``fit_r2``,
 ``fit_r2_loo`` (of the chosen draft's Eq. 8 model; NaN while fitting), ``c`` (its cost ratio),
 ``fit_extra_time_s`` (the other drafts' runs while fitting), ``feature_time_s`` (the perplexity forward:
-not in ``wall_time_s``, which times the generation only). Each draft drives its own copy of the γ policy
-(a policy's history — online's a_q, b_p(γ), q-learning's table — belongs to the draft it measured).
+not in ``wall_time_s``, which times the generation only).
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
 import numpy as np
 import torch
 
-from harness.adaptive.draft_selection import DraftSelector, PromptFeaturizer, alpha_from_record
+from harness.adaptive.draft_selection import DIM, N_FIT, DraftSelector, PromptFeaturizer, alpha_from_record
+from harness.decoders.base import Decoder, Generation
 from harness.errors import ConfigError
 from harness.metrics.perplexity import output_perplexity
+from harness.models import ModelPair
+from harness.params import Params, is_int, param
 
 
 def _params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-class OLSDraftSelection:
-    """Per-prompt draft choice for one decoder (module docstring)."""
+@dataclass(frozen=True)
+class SelectionParams(Params):
+    """``draft_selection=ols``: Eq. 8's OLS per draft on prompt features, Theorem 2 / Eq. 1's choice (adaptive §5)."""
 
-    def __init__(self, decoder: "Decoder"):
-        pair = decoder.pair
+    name: ClassVar[str] = "ols"
+
+    fit_prompts: int = param(N_FIT, "prompts run with every draft to fit Eq. 8 (adaptive §6.1: 25)")
+    features: int = param(DIM, "feature vector length r (adaptive App. C.5 Table 11: 4..16)")
+
+    def describe_group(self) -> str:
+        return "draft_selection:"
+
+    def __post_init__(self):
+        self.check("fit_prompts", is_int(self.fit_prompts) and self.fit_prompts >= 2,
+                   "an integer >= 2 (prompts per draft)")
+        self.check("features", is_int(self.features) and 3 <= self.features <= 64, "an integer in [3, 64]")
+
+
+@dataclass(frozen=True)
+class NoSelection(Params):
+    """``draft_selection=none``: the pair's draft for every prompt (the same as leaving the group unset)."""
+
+    name: ClassVar[str] = "none"
+
+
+SELECTIONS: dict[str, type[Params]] = {"none": NoSelection, SelectionParams.name: SelectionParams}
+
+
+class DraftSelection:
+    """A decoder per draft of the pair, one chosen per prompt (module docstring). It answers as a decoder
+    does (``generate``, ``prepare``, ``params_dict``, ...); other attributes are the default draft's decoder's."""
+
+    def __init__(self, pair: ModelPair, make: Callable[[ModelPair], Decoder], params: SelectionParams):
         if len(pair.drafts) < 2:
             raise ConfigError(f"draft_selection=ols needs a pair with several drafts (pair.drafts, e.g. pair=tiny_multi); "
                               f"pair '{pair.name}' has {len(pair.drafts)}")
-        self.decoder = decoder
+        self.pair, self.params_selection = pair, params
         self.drafts = list(pair.drafts)
         self.default = pair.draft_id if pair.draft_id in pair.drafts else self.drafts[0]
+        self.decoders = {d: make(pair.with_draft(d)) for d in self.drafts}
+        self.decoder = self.decoders[self.default]
         self.cheapest = min(self.drafts, key=lambda d: _params(pair.drafts[d]))
-        self.n_fit = decoder.params.selection_fit_prompts
-        self.featurizer = PromptFeaturizer(dim=decoder.params.selection_features)
+        self.n_fit = params.fit_prompts
+        self.featurizer = PromptFeaturizer(dim=params.features)
         self.features: dict[tuple, np.ndarray] = {}
         self.samples: dict[str, dict[tuple, tuple[np.ndarray, float]]] = {d: {} for d in self.drafts}
         self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}  # Σ draft s, calls, Σ verify s, calls
         self.selector: DraftSelector | None = None
         self.prepared = False
-        # one γ policy per draft: what a policy learns (online's a_q, b_p(γ), Acc; q-learning's table) is a
-        # property of the draft it drives, so switching drafts must not mix their histories
-        self.policies = {d: copy.deepcopy(decoder.gamma_policy) for d in self.drafts}
         self.feature_time_s: dict[tuple, float] = {}
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped decoder's attributes (method, params, lossless, ...)
+        if name == "decoder":
+            raise AttributeError(name)
+        return getattr(self.decoder, name)
+
+    def params_dict(self) -> dict[str, Any]:
+        """The decoder's parameters with the selection's under their 0.2 flat names."""
+        from harness.legacy import SELECTION_KEYS_0_2
+
+        old = {new: key for key, (new, _) in SELECTION_KEYS_0_2.items()}
+        values = {old[k]: v for k, v in self.params_selection.as_dict().items()}
+        return {**self.decoder.params_dict(), "draft_selection": self.params_selection.name, **values}
 
     # ------------------------------------------------------------------ features
     def perplexity(self, ids: list[int]) -> float:
@@ -74,7 +120,7 @@ class OLSDraftSelection:
         if len(ids) < 2:
             return 1.0
         with torch.inference_mode():
-            return output_perplexity(self.decoder.pair.drafts[self.cheapest], ids[:1], ids[1:])
+            return output_perplexity(self.pair.drafts[self.cheapest], ids[:1], ids[1:])
 
     def prepare(self, prompts: list[list[int]]) -> None:
         prompts = [list(map(int, p)) for p in prompts]
@@ -101,10 +147,6 @@ class OLSDraftSelection:
             self.features[key] = self.featurizer.transform(ids, ppl)
         return self.features[key]
 
-    def _use(self, draft: str) -> None:
-        self.decoder.set_draft(draft)
-        self.decoder.gamma_policy = self.policies[draft]
-
     # ------------------------------------------------------------------ costs and fit
     def cost(self, draft: str) -> float:
         """c = draft time per draft call ÷ verification time per target call, measured while fitting (the
@@ -112,9 +154,9 @@ class OLSDraftSelection:
         ds, dc, vs, vc = self.times[draft]
         if dc and vc and ds > 0 and vs > 0:
             return (ds / dc) / (vs / vc)
-        return _params(self.decoder.pair.drafts[draft]) / _params(self.decoder.pair.target)
+        return _params(self.pair.drafts[draft]) / _params(self.pair.target)
 
-    def _observe(self, draft: str, key: tuple, u: np.ndarray, gen: "Generation") -> float:
+    def _observe(self, draft: str, key: tuple, u: np.ndarray, gen: Generation) -> float:
         st = gen.stats
         alpha = alpha_from_record(st.accepted_tokens, st.rejected_rounds)
         if math.isfinite(st.draft_time_s) and math.isfinite(st.verify_time_s) and st.draft_calls and st.target_calls:
@@ -126,10 +168,10 @@ class OLSDraftSelection:
         if math.isfinite(alpha):
             self.samples[draft][key] = (u, alpha)
         if all(len(s) >= self.n_fit for s in self.samples.values()):
-            p = self.decoder.params
+            policy = getattr(self.decoder, "policy_params", None)
             self.selector = DraftSelector({d: self.cost(d) for d in self.drafts}, n_fit=self.n_fit,
-                                          gamma_min=max(1, getattr(p, "gamma_min", 1)),
-                                          gamma_max=getattr(p, "gamma_max", 8))
+                                          gamma_min=max(1, getattr(policy, "gamma_min", 1)),
+                                          gamma_max=getattr(policy, "gamma_max", 8))
             for d in self.drafts:
                 for uu, a in list(self.samples[d].values())[: self.n_fit]:
                     self.selector.observe(d, uu, a)
@@ -140,30 +182,27 @@ class OLSDraftSelection:
         return self.selector is None
 
     # ------------------------------------------------------------------ generate
-    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None, stop=None) -> "Generation":
-        dec = self.decoder
+    def generate(self, prompt_ids, max_new_tokens: int, seed: int | None = None, stop=None) -> Generation:
+        """The chosen draft's generation; while fitting, every draft runs and the default draft's is returned."""
         ids = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()]
         key, u = tuple(ids), self.feature(ids)
         nan = math.nan
         if self.fitting:
             served, extra = None, 0.0
             for d in [self.default] + [d for d in self.drafts if d != self.default]:
-                self._use(d)
-                gen = dec._generate(ids, max_new_tokens, seed, stop=stop)
+                gen = self.decoders[d].generate(ids, max_new_tokens, seed, stop=stop)
                 alpha = self._observe(d, key, u, gen)
                 if served is None:
                     served, served_alpha = gen, alpha
                 else:
                     extra += gen.stats.wall_time_s
-            self._use(self.default)
             served.selection = {"phase": "fit", "draft": self.default, "alpha_predicted": nan,
                                 "alpha_realised": served_alpha, "fit_r2": nan, "fit_r2_loo": nan,
                                 "c": self.cost(self.default), "fit_extra_time_s": extra,
                                 "feature_time_s": self.feature_time_s.get(key, nan)}
             return served
         choice = self.selector.choose(u)
-        self._use(choice.draft)
-        gen = dec._generate(ids, max_new_tokens, seed, stop=stop)
+        gen = self.decoders[choice.draft].generate(ids, max_new_tokens, seed, stop=stop)
         st = gen.stats
         model = self.selector.models[choice.draft]
         gen.selection = {"phase": "select", "draft": choice.draft,

@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from harness.primitives.gamma_policy import RoundObservation
+from harness.primitives.round import Round
 
 NAN = float("nan")
 
@@ -162,7 +162,7 @@ class GenerationStats:
         if model_spans.get("target"):
             self.prefill_time_s = sum(b - a for a, b in prefill)
 
-    def observe_round(self, obs: RoundObservation) -> None:
+    def observe_round(self, obs: Round) -> None:
         """Record one finished draft→verify round (the only way rounds enter the statistics)."""
         self.rounds += 1
         self.draft_positions += obs.gamma

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping
 from hydra.experimental.callback import Callback
 
 from harness import identity
-from harness.context import lookahead, pair_positions, prompt_budget, resolve_max_new_tokens
+from harness.context import pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
 from harness.schema import field_problems
 
@@ -234,7 +234,7 @@ def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add,
                           "none (set pair.draft)")
     max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
     n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
-    extra = lookahead(plan.params)
+    extra = plan.method.lookahead
     if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
         add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for a "
                               f"prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")

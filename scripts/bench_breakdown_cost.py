@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
     sys.path.insert(0, str(HERE.parent))
 
 from harness.analysis.stats import estimate, ratio_of_totals  # noqa: E402
-from harness.decoders import build_decoder  # noqa: E402
+from harness.methods import build_decoder  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.tasks import load_task  # noqa: E402
 

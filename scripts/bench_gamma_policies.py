@@ -17,11 +17,11 @@ import time
 import numpy as np
 
 from harness.adaptive.policies import POLICIES, make_gamma_policy
-from harness.adaptive.testing import censored_geometric
-from harness.primitives.gamma_policy import RoundObservation
+from harness.testing.policies import censored_geometric
+from harness.primitives.round import Round
 
-CONFIGS = {name: {} for name in POLICIES}
-CONFIGS.update({"online(mle)": {"estimator": "mle"}, "qlearning(state_len=2)": {"state_len": 2},
+CONFIGS = {name: {} for name in POLICIES.all()}
+CONFIGS.update({"online(mle)": {"acc_estimator": "mle"}, "qlearning(state_len=2)": {"state_len": 2},
                 "qlearning(throughput)": {"reward": "throughput"}})
 
 
@@ -38,9 +38,8 @@ def bench(name: str, kwargs: dict, rounds: int, seed: int = 0) -> np.ndarray:
         g = policy.next_gamma()
         t1 = time.perf_counter_ns()
         acc = censored_geometric(0.5 + 0.4 * acc_draws, g, rng)
-        o = RoundObservation(gamma=g, accepted=acc, draft_nodes=g,
-                             committed=tuple(rng.randrange(4096) for _ in range(acc + 1)),
-                             draft_time_s=0.001 * g, verify_time_s=0.006 + 0.0005 * g)
+        o = Round(tuple(rng.randrange(4096) for _ in range(acc + 1)), gamma=g, accepted=acc, draft_nodes=g,
+                  draft_time_s=0.001 * g, verify_time_s=0.006 + 0.0005 * g)
         t2 = time.perf_counter_ns()
         policy.observe(o)
         t3 = time.perf_counter_ns()

@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.decoders import build_decoder  # noqa: E402
+from harness.methods import build_decoder  # noqa: E402
 from harness.energy import NullMeter, make_energy_meter  # noqa: E402
 from harness.energy.sampler import RealClock  # noqa: E402
 from harness.energy.simulated import SimGPU, SimulatedNVML  # noqa: E402

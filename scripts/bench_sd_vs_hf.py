@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover
 from synthetic_pairs import SHAPES, random_prompts, synthetic_pair  # noqa: E402
 
 from harness.analysis.stats import estimate, ratio_of_totals  # noqa: E402
-from harness.decoders import build_decoder  # noqa: E402
+from harness.methods import build_decoder  # noqa: E402
 
 DEFAULT_MIX = {"qwen-0.5b/1.5b": 0.2, "llama2-7b/68m": 0.3, "tiny": 1.0}
 

@@ -28,7 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.decoders import build_decoder  # noqa: E402
+from harness.methods import build_decoder  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.primitives.forward import CountedModel, synchronize  # noqa: E402
 from harness.primitives.kv_cache import new_cache, truncate  # noqa: E402

@@ -36,7 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.primitives.tree import (SlicedTreeMask, fork_parents, level_order_parents,  # noqa: E402
+from harness.primitives.tree_attention import SlicedTreeMask, fork_parents, level_order_parents  # noqa: E402
+from harness.primitives.tree import (  # noqa: E402
                                      tree_attention_mask, tree_position_ids, with_stem)
 
 SHAPES = {

@@ -1,7 +1,7 @@
 """Study of adaptive speculation (issue 11 item 5; seed 004 §3-§6): γ policies and draft selection
 on the tiny pair, side by side, interleaved prompt by prompt with rotating order.
 
-Arms run the real decoders (:func:`build_arm`): ``sd`` with ``method.gamma_policy`` (the CLI's keys),
+Arms run the real decoders (:func:`build_arm`): ``sd`` with the ``gamma_policy`` group (the CLI's keys),
 ``hf_assisted`` with ``schedule=heuristic``, ``sd`` with ``draft_selection=ols``. ``--simulate``
 replaces them by the simulated rounds of :mod:`harness.adaptive.testing` (a plumbing check);
 ``--selection-only`` runs only the draft-selection comparison (online γ on each single draft vs ols).
@@ -47,8 +47,8 @@ from harness.adaptive.policies import make_gamma_policy
 FIXED_GAMMAS = range(1, 9)
 POLICY_ARMS = {  # arm name → (policy name, parameters)
     "online": ("online", {}),
-    "online_mle": ("online", {"estimator": "mle"}),
-    "online_h24": ("online", {"h": 24}),  # App. C.5's history-length sensitivity, one step further
+    "online_mle": ("online", {"acc_estimator": "mle"}),
+    "online_h24": ("online", {"acc_history": 24}),  # App. C.5's history-length sensitivity, one step further
     "fsm": ("fsm", {}),
     "cache_fsm": ("cache_fsm", {}),
     "qlearning": ("qlearning", {}),
@@ -77,26 +77,18 @@ class Run:
 
 # ------------------------------------------------------------------ the decoder hook
 
-#: policy arms as ``method.*`` config keys of ``sd`` (SpeculativeParams): the CLI's spelling
-POLICY_CONFIG = {
-    "online": {"gamma_policy": "online"},
-    "online_mle": {"gamma_policy": "online", "acc_estimator": "mle"},
-    "online_h24": {"gamma_policy": "online", "acc_history": 24},
-    "fsm": {"gamma_policy": "fsm"},
-    "cache_fsm": {"gamma_policy": "cache_fsm"},
-    "qlearning": {"gamma_policy": "qlearning"},
-    "hf_heuristic": {"gamma_policy": "hf_heuristic"},
-}
+#: policy arms as ``gamma_policy`` group values of ``sd``: the CLI's spelling (gamma_policy=NAME gamma_policy.KEY=…)
+POLICY_CONFIG = {arm: {"name": name, **kw} for arm, (name, kw) in POLICY_ARMS.items()}
 SELECTION_ARMS = ("sel_ols", "sel_draft4")  # draft selection (online γ) vs the second draft; "online" is the first
 
 
 def build_arm(pair, arm: str, decoding: str, draft_id: str | None = None):
     """``(generate(prompt_ids, max_new_tokens, seed) -> Run, decoder)`` for an arm, on the real decoders:
-    ``sd_g<γ>`` fixed γ; a policy arm = ``sd`` with ``method.gamma_policy`` (one decoder, hence one policy
+    ``sd_g<γ>`` fixed γ; a policy arm = ``sd`` with the ``gamma_policy`` group (one decoder, hence one policy
     object, per arm, kept across the dataset's prompts); ``hf_assisted_heuristic`` = HF assisted generation
     with ``num_assistant_tokens_schedule="heuristic"`` from γ = 4; ``sel_ols`` = ``sd`` online with
     ``draft_selection=ols`` (its ``prepare`` is the caller's); ``sel_draft4`` = ``sd`` online on the second draft."""
-    from harness.decoders import build_decoder
+    from harness.methods import build_decoder
 
     if arm.startswith("sd_g"):
         dec = build_decoder("sd", pair, decoding=decoding, gamma=int(arm[4:]))
@@ -107,7 +99,7 @@ def build_arm(pair, arm: str, decoding: str, draft_id: str | None = None):
     elif arm == "sel_draft4":
         dec = build_decoder("sd", pair.with_draft(draft_id or "tiny/draft4"), decoding=decoding, gamma_policy="online")
     else:
-        dec = build_decoder("sd", pair, decoding=decoding, **POLICY_CONFIG[arm])
+        dec = build_decoder("sd", pair, decoding=decoding, gamma_policy=POLICY_CONFIG[arm])
 
     def generate(prompt_ids, max_new_tokens, seed):
         gen = dec.generate(prompt_ids, max_new_tokens, seed=seed)
@@ -119,8 +111,8 @@ def build_arm(pair, arm: str, decoding: str, draft_id: str | None = None):
 
 def simulated_arm(arm: str, decoding: str, draft_id: str | None, rng: random.Random, world: dict):
     """Stand-in for :func:`build_arm`: rounds simulated with per-prompt β, draft costs c, b_p(γ)."""
-    from harness.adaptive.testing import censored_geometric
-    from harness.primitives.gamma_policy import RoundObservation
+    from harness.testing.policies import censored_geometric
+    from harness.primitives.round import Round
 
     c = world["costs"].get(draft_id or "draft", 0.17)
     if arm.startswith("sd_g"):
@@ -139,7 +131,7 @@ def simulated_arm(arm: str, decoding: str, draft_id: str | None, rng: random.Ran
             g = max(1, min(policy.next_gamma(), max_new_tokens - out - 1))
             a = censored_geometric(min(beta, 0.99), g, rng)
             dt, vt = c * g * world["b"], world["b"] * (1 + world["slope"] * g)
-            policy.observe(RoundObservation(g, a, g, tuple(rng.randrange(4096) for _ in range(a + 1)), dt, vt))
+            policy.observe(Round(tuple(rng.randrange(4096) for _ in range(a + 1)), g, a, g, dt, vt))
             out, t = out + a + 1, t + dt + vt
             gammas.append(g)
             lens.append(a + 1)

@@ -31,7 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.decoders import build_decoder, registry  # noqa: E402
+from harness.decoders import registry  # noqa: E402
+from harness.methods import build_decoder
 from harness.metrics.perplexity import output_perplexity  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.tasks import load_task  # noqa: E402

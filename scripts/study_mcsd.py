@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis import stats  # noqa: E402
-from harness.decoders import build_decoder  # noqa: E402
+from harness.methods import build_decoder  # noqa: E402
 from harness.metrics.perplexity import output_perplexity  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.tasks import load_task  # noqa: E402

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from harness.models import load_pair  # noqa: E402
-from harness.primitives.decision_model import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, DecisionModel, roc_auc,  # noqa: E402
+from harness.decoders.decision_model import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, DecisionModel, roc_auc,  # noqa: E402
                                                stop_depth, topk_entropy_features)
 from harness.primitives.kv_cache import new_cache  # noqa: E402
 from harness.primitives.sampling import make_generator, sample  # noqa: E402

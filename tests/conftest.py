@@ -70,6 +70,28 @@ def tiny_pair():
     return load_pair("tiny/target", "tiny/draft", device="cpu")
 
 
+class _ARGreedyReferences:
+    """AR greedy's 40 tokens for the held-out prompts on the tiny pair, computed on first use: ``refs[:n]``."""
+
+    def __init__(self, pair, prompts):
+        from harness.methods import build_decoder
+
+        self.ar, self.prompts, self.cache = build_decoder("ar_greedy", pair), prompts, {}
+
+    def __getitem__(self, index):
+        indices = range(len(self.prompts))[index]
+        for i in indices:
+            if i not in self.cache:
+                self.cache[i] = self.ar.generate(self.prompts[i], 40).output_ids
+        return [self.cache[i] for i in indices]
+
+
+@pytest.fixture(scope="session")
+def tiny_ar_greedy(tiny_pair, heldout_prompts):
+    """AR greedy's references for the greedy-identity tests (``tiny_ar_greedy[:n]``)."""
+    return _ARGreedyReferences(tiny_pair, heldout_prompts)
+
+
 @pytest.fixture(scope="session")
 def heldout_prompts(tiny_pair):
     """Token ids of 24 held-out prompts from the default dataset."""

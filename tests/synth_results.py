@@ -77,13 +77,11 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
     parameters and decoding from the Params, the cell id from the identity, records with synthetic timings
     (per prompt ``secs`` × (1 + i/20) s), drafting rounds where the method drafts, DSBD's width and β̄
     stats, and draft selection's phases (the first ``selection_fit_prompts`` prompts: fit)."""
-    from harness.decoders.base import make_params
     from harness.identity import cell_id
     from harness.runner import plan_cell
 
     plan = plan_cell(cfg)
-    params = make_params(plan.decoder_cls, plan.params)
-    values = params.as_dict()
+    values = plan.method.params_dict()
     cid = cell_id(cfg)
     n = prompts or cfg["dataset"].get("num_prompts") or 4
     gamma = values.get("gamma") or (len(values["k_config"]) - 1 if values.get("k_config") else None)
@@ -106,6 +104,6 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
                record_extra=rec, max_new_tokens=cfg.get("max_new_tokens") or 16, **extra)
     assert d.is_dir()
     summary = json.loads((d / "summary.json").read_text())
-    summary.update(decoding=params.decoding, params=values, config=cfg)
+    summary.update(decoding=plan.method.params.decoding, params=values, config=cfg)
     (d / "summary.json").write_text(json.dumps(summary))
     return cid

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.energy.attribution import Attribution
 from harness.record import BREAKDOWN_ENERGY, energy_breakdown, summarize_cell
 from harness.stats import pooled_totals

@@ -5,7 +5,6 @@ settings the seeds fix (seed 002 Table 15, seed 000/001 §4.2, seed 003 §4.1) a
 and one ``_tiny`` twin runs end to end through the CLI."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -20,20 +19,12 @@ from omegaconf import OmegaConf
 
 from harness.cli import CONF_DIR
 from harness.configs import register_configs
-from harness.decoders.sd import SDParams
 from harness.runner import plan_cell
 from harness.sweeper import config_sweep_overrides, sweep_overrides
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (CONF_DIR is harness/conf inside the package)
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-GROUPS = ("pair", "dataset", "method", "decoding", "gpu", "energy")
-HAS_GAMMA_POLICY = "gamma_policy" in {f.name for f in dataclasses.fields(SDParams)}
-
-
-def _needs_gamma_policy(name: str):
-    if name.startswith("adaptive") and not HAS_GAMMA_POLICY:
-        pytest.skip("seed 004's method.gamma_policy / method.draft_selection are not keys of the sd Params on this "
-                    "branch yet (they come with the adaptive decoders' merge)")
+GROUPS = ("pair", "dataset", "method", "decoding", "gamma_policy", "draft_selection", "gpu", "energy")
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +91,6 @@ def test_sweeper_unions_grids_and_the_command_line_wins():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
-    _needs_gamma_policy(name)
     cfg = _experiment(name)
     assert cfg.hydra.sweeper._target_ == "hydra_plugins.harness_grids.GridSweeper"
     cells = _cell_configs(name)
@@ -109,8 +99,8 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     for overrides, cell in cells:
         plan = plan_cell(cell)  # Params built, pair config validated (no weights, no hub)
         assert plan.pair.target
-        ids[json.dumps({k: cell[k] for k in ("method", "decoding", "pair", "dataset", "seed", "max_new_tokens")},
-                       sort_keys=True)] += 1
+        keys = ("method", "decoding", "gamma_policy", "draft_selection", "pair", "dataset", "seed", "max_new_tokens")
+        ids[json.dumps({k: cell.get(k) for k in keys}, sort_keys=True)] += 1
         if name.endswith("_tiny"):
             assert cell["pair"]["name"] in ("tiny", "tiny_multi") and cell["dataset"]["name"] == "kjv_heldout"
         else:
@@ -122,7 +112,6 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
 def test_every_experiment_has_a_tiny_twin_with_the_same_methods(hydra_ctx, name):
     if name.endswith("_tiny"):
         return
-    _needs_gamma_policy(name)
     assert f"{name}_tiny" in EXPERIMENTS
     methods = {c["method"]["name"] for _, c in _cell_configs(name)}
     tiny = {c["method"]["name"] for _, c in _cell_configs(f"{name}_tiny")}
@@ -133,8 +122,6 @@ def test_fast_cell_composition_equals_hydra(hydra_ctx):
     """The shortcut of :func:`_cell_configs` (compose per group choice, then apply the rest) gives exactly
     Hydra's composition of the cell, on a sample of every experiment's cells."""
     for name in EXPERIMENTS:
-        if name.startswith("adaptive") and not HAS_GAMMA_POLICY:
-            continue
         cells = _cell_configs(name)
         for overrides, fast in cells[:: max(1, len(cells) // 7)]:
             full = compose(config_name="config", overrides=[f"+experiment={name}", *overrides])
@@ -233,14 +220,12 @@ def test_mcsd_tables_settings(hydra_ctx):
     assert {c["dataset"]["name"] for c in cells} == {"mt_bench", "alpaca", "triviaqa"}
 
 
-@pytest.mark.skipif(not HAS_GAMMA_POLICY, reason="method.gamma_policy is not a key of the sd Params on this branch "
-                                                  "yet (it comes with the adaptive decoders' merge)")
 def test_adaptive_tables_settings(hydra_ctx):
     cells = [c for _, c in _cell_configs("adaptive_tables")]
     assert {c["decoding"]["name"] for c in cells} == {"greedy"}
-    policies = {c["method"]["gamma_policy"] for c in cells if c["method"]["name"] == "sd"}
+    policies = {(c.get("gamma_policy") or {"name": "fixed"})["name"] for c in cells if c["method"]["name"] == "sd"}
     assert policies == {"fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic"}
-    selection = [c for c in cells if c["method"].get("draft_selection") == "ols"]
+    selection = [c for c in cells if (c.get("draft_selection") or {}).get("name") == "ols"]
     assert {c["pair"]["name"] for c in selection} == {"llama2_70b_chat_multi", "bloom_7b1_multi"}
 
 

@@ -24,7 +24,7 @@ from harness import context, validation
 from harness.cli import CONF_DIR
 from harness.configs import register_configs
 from harness.decoders import registry
-from harness.decoders.base import ALIASES
+from harness.methods import ALIASES
 from harness.errors import NotApplicable
 from harness.runner import plan_cell
 from harness.tasks import load_task
@@ -52,7 +52,7 @@ def _method_fields(method: str) -> dict[str, type]:
 @st.composite
 def cells(draw):
     method = draw(st.sampled_from(METHODS))
-    overrides = [f"method={method}", f"decoding={draw(st.sampled_from(['greedy', 'sampling', 'sampling_seed000']))}",
+    overrides = [f"method={method}", f"decoding={draw(st.sampled_from(['greedy', 'sampling', 'sampling_dsbd']))}",
                  f"dataset={draw(st.sampled_from(DATASETS))}", "gpu=cpu", "pair.device=cpu"]
     for name, kind in _method_fields(method).items():
         if name in INT_PARAMS and "int" in str(kind) and draw(st.booleans()):
@@ -150,7 +150,7 @@ def test_fuzz_invalid_combinations_fail_before_loading_and_valid_ones_pass(overr
         task = load_task(cfg["dataset"])
         max_new = context.resolve_max_new_tokens(cfg, task.max_new_tokens)
         assert task.examples()
-        assert context.prompt_budget(N_POSITIONS, max_new, context.lookahead(plan.params)) >= 1
+        assert context.prompt_budget(N_POSITIONS, max_new, plan.method.lookahead) >= 1
 
 
 @settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

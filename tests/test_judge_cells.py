@@ -20,7 +20,7 @@ import yaml
 from harness import store
 from harness.analysis import quality
 from harness.analysis.load import read_results
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.errors import ConfigError
 from harness.judge.config import PRESETS
 from harness.judge.results import JUDGE_SUMMARY, JUDGMENTS, read_judgments

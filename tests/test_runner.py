@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,7 +33,8 @@ def test_cell_writes_records_and_summary_then_skips(tmp_path):
     assert summary["tokens_per_s"] == pytest.approx(summary["new_tokens"] / summary["wall_time_s"])
     for key in ("torch", "transformers", "git_sha", "device_type"):
         assert key in summary["env"]
-    assert summary["decoder_params"] == {"method": "ar_greedy"} and summary["config"]["seed"] == 0
+    assert summary["params"] == {} and summary["method_name"] == "ar_greedy" and summary["config"]["seed"] == 0
+    assert summary["lossless"] is True
     assert not (out.cell_dir / store.PARTIAL).exists()
     again = run_cell(CELL, tmp_path)
     assert again.status == "skipped" and again.cell_id == out.cell_id
@@ -49,11 +51,11 @@ def test_cell_id_depends_on_everything_that_defines_the_cell():
 
 def test_failing_cell_is_recorded_and_does_not_raise(tmp_path, monkeypatch):
     """A runtime failure (here: the model crashes) is recorded in error.json and does not raise."""
-    import harness.runner as runner
+    from harness.methods import MethodSpec
 
-    def crash(method, pair, **params):
+    def crash(spec, pair, **kwargs):
         raise RuntimeError("the model crashed")
-    monkeypatch.setattr(runner, "build_decoder", crash)
+    monkeypatch.setattr(MethodSpec, "build", crash)
     out = run_cell(CELL, tmp_path)
     assert out.status == "failed" and "the model crashed" in out.error
     err = json.loads((out.cell_dir / store.ERROR).read_text())
@@ -143,19 +145,19 @@ def test_report_writes_parquet_and_plot(tmp_path):
 def test_out_of_memory_in_one_cell_is_recorded_and_the_next_cell_runs(tmp_path, monkeypatch):
     import torch
 
-    import harness.runner as runner
+    from harness.methods import MethodSpec
 
-    real_build = runner.build_decoder
+    real_build = MethodSpec.build
 
-    def build(method, pair, **params):
-        if method == "beam_search":
+    def build(spec, pair, **kwargs):
+        if spec.method == "beam_search":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_build(method, pair, **params)
-    monkeypatch.setattr(runner, "build_decoder", build)
+        return real_build(spec, pair, **kwargs)
+    monkeypatch.setattr(MethodSpec, "build", build)
     oom = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)
     assert oom.status == "failed" and json.loads((oom.cell_dir / store.ERROR).read_text())["kind"] == "oom"
     assert run_cell(CELL, tmp_path).status == "done"
-    monkeypatch.setattr(runner, "build_decoder", real_build)
+    monkeypatch.setattr(MethodSpec, "build", real_build)
     retry = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)  # a rerun retries it
     assert retry.status == "done" and not (retry.cell_dir / store.ERROR).exists()
 
@@ -165,12 +167,13 @@ def test_decoder_warmup_generations_are_run_unrecorded_and_untimed(tmp_path, mon
     run before the first measured prompt (the Q-learning γ policy's 25 warm-up trials, adaptive App. C.1), none
     of them recorded or timed."""
     import harness.runner as runner
+    from harness.methods import MethodSpec
 
     calls = []
-    real_build = runner.build_decoder
+    real_build = MethodSpec.build
 
-    def build(method, pair, **kw):
-        decoder = real_build(method, pair, **kw)
+    def build(spec, pair, **kw):
+        decoder = real_build(spec, pair, **kw)
         real_generate = decoder.generate
         decoder.warmup_generations = lambda: 4
 
@@ -179,10 +182,11 @@ def test_decoder_warmup_generations_are_run_unrecorded_and_untimed(tmp_path, mon
             return real_generate(ids, max_new, **k)
         decoder.generate = generate
         return decoder
-    monkeypatch.setattr(runner, "build_decoder", build)
+    monkeypatch.setattr(MethodSpec, "build", build)
     out = run_cell(CELL, tmp_path)
     records = store.read_records(out.cell_dir)
     warmup = CELL["runner"]["warmup_new_tokens"]
     assert calls == [warmup] * 4 + [CELL["max_new_tokens"]] * len(records)  # 4 > runner.warmup_generations=1
     assert len(records) == CELL["dataset"]["num_prompts"]
-    assert runner.warmup_generations(runner.runner_config(CELL), object()) == 1  # no declaration: the runner's
+    quiet = SimpleNamespace(warmup_generations=lambda: 0)  # the contract's default: the runner's count
+    assert runner.warmup_generations(runner.runner_config(CELL), quiet) == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.runner import run_cell
 from harness.store import read_records
 from harness.tasks import load_task

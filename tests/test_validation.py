@@ -157,7 +157,7 @@ CELL = {"method": {"name": "ar_greedy"}, "seed": 0, "max_new_tokens": 3,
 
 
 def test_failure_to_write_error_json_does_not_stop_the_sweep(tmp_path, monkeypatch):
-    import harness.runner as runner
+    from harness.methods import MethodSpec
 
     real_write = store.atomic_write_json
 
@@ -166,10 +166,10 @@ def test_failure_to_write_error_json_does_not_stop_the_sweep(tmp_path, monkeypat
             raise OSError(28, "No space left on device")
         return real_write(path, obj)
 
-    def crash(method, pair, **params):
+    def crash(spec, pair, **kwargs):
         raise RuntimeError("the model crashed")
     monkeypatch.setattr(store, "atomic_write_json", full_disk)
-    monkeypatch.setattr(runner, "build_decoder", crash)
+    monkeypatch.setattr(MethodSpec, "build", crash)
     out = run_cell(CELL, tmp_path)  # must not raise
     assert out.status == "failed" and "crashed" in out.error
     assert not (out.cell_dir / store.ERROR).exists()

@@ -1,4 +1,4 @@
-"""Adaptive draft-model selection (seed 004 §5), as pure numpy: no model is loaded here.
+"""Adaptive draft-model selection (adaptive §5), as pure numpy: no model is loaded here.
 
 For each new prompt: a feature vector u (§5 "Prompt Features": length, perplexity, TF-IDF), the
 single-token accuracy α̂_c = uᵀ Ẑ_c predicted per draft by the OLS model of Eq. 8 (fitted on the

@@ -1,4 +1,4 @@
-"""Seed 004's analytic model of speculation, as pure functions (no models, no torch).
+"""The adaptive paper's analytic model of speculation, as pure functions (no models, no torch).
 
 * :func:`expected_tokens` — tokens committed per round, Σ_{i=0..γ} β^i = (1 − β^{γ+1})/(1 − β) (App. B.1, Eq. 10);
 * :func:`objective` — Eq. 1: expected tokens per unit time, (1 − Acc^{γ+1}) / ((1 − Acc)(γ a_q + b_p(γ)));
@@ -16,7 +16,7 @@ Two models of a round's accept length Y = V + 1 (V accepted drafts), and their M
 * *truncated* (App. B.2, Eq. 11): P(Y = y) = (1 − β) β^{y−1} / (1 − β^{γ+1}), y = 1..γ+1, i.e. the
   geometric conditioned on Y ≤ γ + 1. Its MLE solves Eq. 12. On censored data it over-estimates β
   (e.g. β = 0.7, γ = 4 → ≈ 0.89), and Eq. 2 under-estimates β on truncated data; each is exact
-  for its own model (tests/test_adaptive_estimators.py).
+  for its own model (tests/adaptive/test_estimators.py).
 
 Eq. 13 as printed has γ β^{γ+2} in its numerator; dividing Eq. 12 by n gives (γ + 1) β^{γ+2}
 (check γ = 0: Y ≡ 1, so ȳ must be 1). :func:`truncated_mean` uses the corrected form.

@@ -1,4 +1,4 @@
-"""The fixed-γ oracle of seed 004 §3: the best fixed γ per prompt and per dataset, from a sweep.
+"""The fixed-γ oracle of adaptive §3: the best fixed γ per prompt and per dataset, from a sweep.
 
 §3 motivates adaptive γ by the 9-18 % gained when γ is tuned per prompt instead of per dataset.
 Given one row per (dataset, prompt, γ) of a fixed-γ sweep with the measured time and tokens,

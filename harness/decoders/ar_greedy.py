@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, DecoderParams, register
+from harness.decoders.base import DecodeRequest, Decoded, Decoder, DecoderParams, register
 from harness.primitives.kv_cache import new_cache
 
 
@@ -14,16 +14,17 @@ from harness.primitives.kv_cache import new_cache
 class ArGreedy(Decoder[DecoderParams]):
     method = "ar_greedy"
     decodings = ("greedy",)
+    lossless = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+    def _decode(self, request: DecodeRequest) -> Decoded:
         cache = new_cache(self.target.model)
-        logits = self.target(prompt_ids, cache, all_logits=False)
+        logits = self.target(request.prompt_ids, cache, all_logits=False)
         out: list[int] = []
-        while len(out) < max_new_tokens:
+        while len(out) < request.max_new_tokens:
             token = int(logits[0, -1].argmax())
-            end = self.stopping.cut(out, [token])  # EOS or a stop string
+            end = request.stop.cut(out, [token])  # EOS or a stop string
             out.append(token)
-            if end is not None or len(out) == max_new_tokens:
+            if end is not None or len(out) == request.max_new_tokens:
                 break
             logits = self.target(torch.tensor([[token]], device=self.device), cache)
         return Decoded(out)

@@ -1,6 +1,6 @@
-"""Autoregressive multinomial sampling: x_t ~ T∘p(· | x_<t) (seed 002 §2.1).
+"""Autoregressive multinomial sampling: x_t ~ T∘p(· | x_<t) (mtad §2.1).
 
-T is temperature → top-k → top-p (seed 002 App. F: top-20 then top-p 0.9; seed 000 §4.1
+T is temperature → top-k → top-p (mtad App. F: top-20 then top-p 0.9; dsbd §4.1
 uses k=10, p=0.8). Same distribution as HF ``generate(do_sample=True)`` with the same
 warpers; checked statistically against the exact warped distribution on a toy model.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, register
+from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, register
 from harness.primitives.kv_cache import new_cache
 from harness.primitives.sampling import sample
 
@@ -18,17 +18,18 @@ __all__ = ["ArSampling", "SamplingParams"]
 @register
 class ArSampling(Decoder[SamplingParams]):
     method = "ar_sampling"
+    lossless = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+    def _decode(self, request: DecodeRequest) -> Decoded:
         warp = self.params.warp
         cache = new_cache(self.target.model)
-        logits = self.target(prompt_ids, cache, all_logits=False)
+        logits = self.target(request.prompt_ids, cache, all_logits=False)
         out: list[int] = []
-        while len(out) < max_new_tokens:
-            token = int(sample(warp.probs(logits[0, -1]), generator)[0])
-            end = self.stopping.cut(out, [token])  # EOS or a stop string
+        while len(out) < request.max_new_tokens:
+            token = int(sample(warp.probs(logits[0, -1]), request.generator)[0])
+            end = request.stop.cut(out, [token])  # EOS or a stop string
             out.append(token)
-            if end is not None or len(out) == max_new_tokens:
+            if end is not None or len(out) == request.max_new_tokens:
                 break
             logits = self.target(torch.tensor([[token]], device=self.device), cache)
         return Decoded(out)

@@ -1,4 +1,4 @@
-"""Deterministic beam search (seed 000 §2.1, "deterministic beam sampling": keep the top W).
+"""Deterministic beam search (dsbd §2.1, "deterministic beam sampling": keep the top W).
 
 Follows HF transformers' vectorised beam search exactly, so that the output is token-identical
 to ``generate(num_beams=W, do_sample=False, length_penalty=..., early_stopping=...)``:
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Beam, Decoded, Decoder, DecoderParams, param, register
+from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, DecoderParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.kv_cache import new_cache, reorder
 
@@ -35,7 +35,10 @@ class BeamSearch(Decoder[BeamSearchParams]):
     method = "beam_search"
     decodings = ("greedy",)
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
+    def _decode(self, request: DecodeRequest) -> Decoded:
+        """HF's beam search; long because it follows transformers' vectorised beam search step by step (its steps
+        e-g, the same names), so the two read side by side and stay token-identical."""
+        prompt_ids, max_new_tokens, stopping = request.prompt_ids, request.max_new_tokens, request.stop
         W, lp, early = self.params.width, self.params.length_penalty, self.params.early_stopping
         K = 2 * W  # HF keeps (1 + #eos) * W candidates, at least 2W
         dev = self.device
@@ -62,8 +65,8 @@ class BeamSearch(Decoder[BeamSearchParams]):
             parent, token = top_idx // vocab, top_idx % vocab
             candidates = torch.cat([running[parent], token[:, None]], dim=1)
             hits = (token == self.eos_token_id) | torch.tensor(cur_len + 1 >= max_length, device=dev)
-            if self.stopping.stop_strings:  # a candidate whose text completes a stop string is finished, like EOS
-                hits = hits | torch.tensor(self.stopping.rows_stopped(candidates.tolist()), device=dev)
+            if stopping.stop_strings:  # a candidate whose text completes a stop string is finished, like EOS
+                hits = hits | torch.tensor(stopping.rows_stopped(candidates.tolist()), device=dev)
 
             # e. the W best unfinished candidates continue
             masked = top_scores + hits.float() * NEG

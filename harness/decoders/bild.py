@@ -1,4 +1,4 @@
-"""BiLD: big little decoder (Kim et al. 2023), the lossy baseline of seed 002 (§5, §6, Table 15).
+"""BiLD: big little decoder (Kim et al. 2023), the lossy baseline of the mtad paper (§5, §6, Table 15).
 
 Fallback policy: the draft model generates tokens one at a time (sampled from T∘q) while its
 confidence max T∘q(· | x_{<t}) ≥ τ1, at most γ tokens; a token drafted with confidence < τ1 is
@@ -7,7 +7,7 @@ tokens; the first one whose negative log-likelihood −log T∘p(x_t | x_{<t}) e
 with everything after it, by a token sampled from T∘p there; if none exceeds τ2 the target adds
 the next token after the last draft. Lossy: the output does not follow T∘p exactly.
 
-As in seed 002's code base (App. F), both models' distributions are warped by T before use, so
+As in the mtad paper's code base (App. F), both models' distributions are warped by T before use, so
 confidence and NLL are taken on T∘q and T∘p. With temperature 0 (one-hot T) no token ever falls
 back and a draft survives iff it is the target's argmax: the output is the target's greedy output.
 Table 15 defaults: γ = 10, τ1 = 0.9, τ2 ∈ {1, 2, 3} (2 here).
@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
+from harness.decoders.base import param, register
+from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
 from harness.errors import ConfigError
+from harness.primitives.acceptance import bild_rule, parameterised
 from harness.primitives.drafting import draft_tree
-from harness.primitives.sampling import sample
-from harness.primitives.spec_loop import speculative_loop, verify_chain
+from harness.primitives.spec_loop import ChainAcceptance
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
@@ -46,44 +47,30 @@ class BiLDExtras:
     fallbacks: int = 0  # rounds whose drafting stopped on a draft confidence < τ1 (rollbacks: rejected_rounds)
 
 
-def first_rollback(target_nll: torch.Tensor, threshold: float) -> int:
-    """Index of the first draft whose target NLL exceeds τ2, or the number of drafts if none does."""
-    bad = torch.nonzero(target_nll > threshold).flatten()
-    return int(bad[0]) if bad.numel() else target_nll.numel()
-
-
 @register
-class BiLD(Decoder[BiLDParams]):
+class BiLD(SpeculativeDecoder[BiLDParams]):
     """Rounds: γ_r is the number of drafts sent to the target (the fallback token is not one), so a
     round is rejected (``rejected_rounds``) exactly when it rolls back."""
 
     method = "bild"
     Extras = BiLDExtras
-    uses_draft = True
-    uses_gamma_policy = True
-    supports_draft_selection = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
-        warp, threshold = self.params.warp, self.params.rollback_threshold
-        extras = BiLDExtras()
+    def is_lossless(self) -> bool:
+        return self.params.warp.is_greedy  # the target's argmax decides every token
 
-        def rule(logits, drafted):
-            p = warp.probs(logits)
-            nll = -torch.log(p[:-1].gather(1, drafted[:, None]).squeeze(1))
-            kept = first_rollback(nll, threshold)
-            return kept, int(sample(p[kept], generator)[0]) if not warp.is_greedy else int(p[kept].argmax())
+    def acceptance(self, spec):
+        return ChainAcceptance(parameterised(bild_rule, threshold=self.params.rollback_threshold))
 
-        def step(depth: int):
-            with caches.clock.drafting():
-                draft_prefix = caches.draft_prefix()
-                tokens, num_fed, fell_back = self._draft_until_unsure(caches, depth, generator)
-            extras.fallbacks += fell_back
-            return verify_chain(self.target, caches, DraftTree.chain(tokens, num_fed), draft_prefix, rule)
+    def begin(self, spec):
+        spec.state = BiLDExtras()
 
-        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.stopping, stats)
-        return Decoded(tokens, extras)
+    def extras(self, spec):
+        return spec.state
+
+    def propose(self, spec, depth):
+        tokens, num_fed, fell_back = self._draft_until_unsure(spec.caches, depth, spec.generator)
+        spec.state.fallbacks += fell_back
+        return DraftTree.chain(tokens, num_fed)
 
     def _draft_until_unsure(self, caches: SpeculativeCaches, depth: int, generator) -> tuple[torch.Tensor, int, bool]:
         """Fallback policy: draft token by token while the draft's confidence max T∘q ≥ τ1, at most ``depth``.

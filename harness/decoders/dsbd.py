@@ -1,4 +1,4 @@
-"""DSBD: dynamic-width speculative beam decoding (seed 000 / 001 §3, Algorithm 1, App. A).
+"""DSBD: dynamic-width speculative beam decoding (dsbd §3, Algorithm 1, App. A).
 
 One iteration:
 
@@ -21,7 +21,7 @@ Acceptance test: min(1, p'/q_beam), as the App. A proof requires (Alg. 1 line 16
 Theorem 3.1: with a fixed width, each layer's output beams are i.i.d. T∘p_beam, so the output
 follows target beam sampling (``beam_sampling``) exactly.
 The returned sequence is the final beam with the lowest perplexity (as ``beam_sampling``).
-Seed 000's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_seed000``.
+The dsbd paper's warp (§4.1: top-k 10, top-p 0.8) is ``decoding=sampling_dsbd``.
 
 Choices the paper leaves open: Eq. 5/7 use the number of surviving drafts of the layer as M_S;
 the extra layer (no draft, so no Eq. 7) keeps the width of the last verified layer; the draft's
@@ -34,14 +34,15 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Beam, Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
 from harness.primitives.beam_verify import acceptance_count_distribution, acceptance_rates, dynamic_width, verify_layer
 from harness.primitives.beams import beam_distribution, beam_joint_logprobs, extend, lowest_perplexity
-from harness.primitives.gamma_policy import RoundObservation
 from harness.primitives.kv_cache import cache_bytes, cache_length, gather_positions, new_cache
+from harness.primitives.round import Round
 from harness.primitives.sampling import sample
 from harness.primitives.spec_state import StepClock
+from harness.primitives.stopping import StopCondition
 from harness.primitives.tree import tree_attention_mask, tree_position_ids, with_stem
 
 
@@ -62,6 +63,10 @@ class DSBDParams(SamplingParams):
         if self.width is not None and self.width < 1:
             raise ConfigError(f"width must be >= 1 or null (dynamic width), got {self.width}")
         self.require_sampling("dsbd", "samples beams")
+
+    @property
+    def lookahead(self) -> int:
+        return self.gamma + 1
 
 
 @dataclass
@@ -149,17 +154,17 @@ class DSBD(Decoder[DSBDParams]):
     Extras = DSBDExtras
     uses_draft = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        beams, extras = self._run(prompt_ids, max_new_tokens, generator, stats)
+    def _decode(self, request: DecodeRequest) -> Decoded:
+        beams, extras, rounds = self._run(request.prompt_ids, request.max_new_tokens, request.generator,
+                                          request.stop)
         best = lowest_perplexity(beams.logp, beams.length)
         return Decoded(beams.tokens[best, : int(beams.length[best])].tolist(), extras,
-                       Beam.by_perplexity(beams.tokens, beams.logp, beams.length))
+                       Beam.by_perplexity(beams.tokens, beams.logp, beams.length), rounds)
 
-    def final_beams(self, prompt_ids, max_new_tokens, generator, stats) -> _Beams:
-        """Run DSBD; returns every final beam (``_decode`` returns the lowest-perplexity one)."""
-        return self._run(prompt_ids, max_new_tokens, generator, stats)[0]
-
-    def _run(self, prompt_ids, max_new_tokens, generator, stats) -> tuple[_Beams, DSBDExtras]:
+    def _run(self, prompt_ids: torch.Tensor, max_new_tokens: int, generator,
+             stopping: StopCondition) -> tuple[_Beams, DSBDExtras, list[Round]]:
+        """The iterations (module docstring, steps 1-4) until every beam is finished or the budget is spent:
+        the final beams, the extras, the rounds."""
         dev = self.device
         clock = StepClock(dev, self.sync_timing)
         tcache, dcache = new_cache(self.target.model), new_cache(self.draft.model)
@@ -167,7 +172,7 @@ class DSBD(Decoder[DSBDParams]):
         beams = _Beams(tokens=torch.empty((1, 0), dtype=torch.long, device=dev), target_pending=prompt_ids,
                        logp=zero, q_logp=zero, finished=torch.zeros(1, dtype=torch.bool, device=dev),
                        length=torch.zeros(1, dtype=torch.long, device=dev), pending=prompt_ids)
-        widths, drafts_accepted, peak_rows, peak_bytes, betas = [], [], 1, 0, []
+        widths, drafts_accepted, peak_rows, peak_bytes, betas, rounds = [], [], 1, 0, [], []
         while beams.tokens.size(1) < max_new_tokens and not bool(beams.finished.all()):
             gamma = min(self.params.gamma, max_new_tokens - beams.tokens.size(1) - 1)
             with clock.drafting():
@@ -177,13 +182,13 @@ class DSBD(Decoder[DSBDParams]):
                 peak_bytes = max(peak_bytes, cache_bytes(tcache) + cache_bytes(dcache))
                 front, joint, outcomes, steps, layer_widths, accepted, layer_betas = self._verify(beams, forest, generator)
                 beams = self._advance(tcache, dcache, beams, forest, front, joint, outcomes, steps)
-            if self.stopping.stop_strings:
-                self._finish_stopped(beams)
+            if stopping.stop_strings:
+                self._finish_stopped(beams, stopping)
             draft_s, verify_s = clock.take()
             peak_rows = max(peak_rows, beams.tokens.size(0))
-            stats.observe_round(RoundObservation(
-                gamma=gamma, accepted=steps - 1, draft_nodes=gamma * self.params.draft_width,
-                committed=tuple(beams.tokens[0, -steps:].tolist()), draft_time_s=draft_s, verify_time_s=verify_s))
+            rounds.append(Round(tuple(beams.tokens[0, -steps:].tolist()), gamma=gamma, accepted=steps - 1,
+                                draft_nodes=gamma * self.params.draft_width, draft_time_s=draft_s,
+                                verify_time_s=verify_s))
             widths += layer_widths
             drafts_accepted += accepted
             betas += layer_betas
@@ -193,21 +198,21 @@ class DSBD(Decoder[DSBDParams]):
                                                            if drafts_accepted else nan),
                             peak_kv_rows=peak_rows, peak_kv_bytes=peak_bytes,
                             beta_bar=sum(betas) / len(betas) if betas else nan, beta_layers=len(betas))
-        return beams, extras
+        return beams, extras, rounds
 
-    def _finish_stopped(self, beams: _Beams) -> None:
+    def _finish_stopped(self, beams: _Beams, stopping: StopCondition) -> None:
         """Stop strings (issue 14.3): a beam whose text completes a stop string is finished, like one at EOS,
         and its length is cut after the completing token (an iteration commits several tokens per beam, so
         the tokens after it in this iteration stay in the tensor past ``length``, as after EOS; its joint
         log-likelihood keeps them, a small bias in the lowest-perplexity choice among stopped beams). The
         loop ends when every beam has finished, so no iteration runs past the stop."""
         rows = [t[:n] for t, n in zip(beams.tokens.tolist(), beams.length.tolist())]
-        stopped = self.stopping.rows_stopped(rows)
+        stopped = stopping.rows_stopped(rows)
         if not any(stopped):
             return
         for b, hit in enumerate(stopped):
             if hit:
-                kept, _ = self.stopping.trim(rows[b])
+                kept, _ = stopping.trim(rows[b])
                 beams.length[b] = len(kept)
         beams.finished = beams.finished | torch.tensor(stopped, device=self.device)
 

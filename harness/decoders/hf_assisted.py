@@ -20,9 +20,9 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
-from harness.primitives.gamma_policy import RoundObservation
+from harness.primitives.round import Round
 from harness.primitives.stopping import StopCondition
 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
@@ -34,6 +34,10 @@ class HFAssistedParams(SamplingParams):
     gamma: int = param(4, "num_assistant_tokens: draft tokens per round (the initial value for heuristic schedules)")
     schedule: str = param("constant", f"num_assistant_tokens_schedule: {', '.join(SCHEDULES)}")
     confidence_threshold: float = param(0.0, "assistant_confidence_threshold; 0 = off (HF 5.x default: 0.4)")
+
+    @property
+    def lookahead(self) -> int:
+        return self.gamma + 1
 
     def __post_init__(self):
         super().__post_init__()
@@ -55,15 +59,15 @@ def hf_default_schedule() -> dict:
 
 
 class _RoundRecorder(BaseStreamer):
-    """Reports every round of assisted generation to ``stats.observe_round``: the tokens committed and
+    """Collects every round of assisted generation (:attr:`rounds`): the tokens committed and
     the draft forwards spent (one drafted token each). It also applies the generation's stopping check
     (:class:`~harness.primitives.stopping.StopCondition`) to each round's tokens: a round that
     completes a stop string is recorded cut after it, and :attr:`done` tells ``generate``'s stopping
     criterion (:class:`_StopAfterRound`, asked right after the round) to end the generation."""
 
-    def __init__(self, draft_counter: list[int], stats, stopping: StopCondition | None = None):
+    def __init__(self, draft_counter: list[int], stopping: StopCondition | None = None):
         self.draft_counter = draft_counter
-        self.stats = stats
+        self.rounds: list[Round] = []
         self.stopping = stopping
         self.prompt_seen = False
         self.last_draft_calls = 0
@@ -83,9 +87,7 @@ class _RoundRecorder(BaseStreamer):
         if end is not None:
             committed, accepted, self.done = committed[:end], min(accepted, end - 1), True
         self.out.extend(committed)
-        self.stats.observe_round(RoundObservation(gamma=drafted, accepted=accepted, draft_nodes=drafted,
-                                                  committed=tuple(committed), draft_time_s=float("nan"),
-                                                  verify_time_s=float("nan")))
+        self.rounds.append(Round(tuple(committed), gamma=drafted, accepted=accepted, draft_nodes=drafted))
 
     def end(self):
         pass
@@ -105,6 +107,7 @@ class _StopAfterRound(StoppingCriteria):
 class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
     uses_draft = True
+    lossless = True
 
     def _generate_kwargs(self, max_new_tokens: int) -> dict:
         p = self.params
@@ -119,13 +122,13 @@ class HFAssisted(Decoder[HFAssistedParams]):
             kwargs.update(do_sample=True, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
         return kwargs
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        p = self.params
+    def _decode(self, request: DecodeRequest) -> Decoded:
+        p, prompt_ids, generator = self.params, request.prompt_ids, request.generator
         target, draft = self.target.model, self.draft.model
         counts = {"target": [0], "draft": [0]}
         hooks = [m.register_forward_hook(lambda *_, c=counts[name]: c.__setitem__(0, c[0] + 1))
                  for name, m in (("target", target), ("draft", draft))]
-        recorder = _RoundRecorder(counts["draft"], stats, self.stopping)
+        recorder = _RoundRecorder(counts["draft"], request.stop)
         cfg = draft.generation_config
         saved = {k: getattr(cfg, k, None) for k in SCHEDULE_KEYS}
         cfg.num_assistant_tokens = p.gamma
@@ -140,7 +143,7 @@ class HFAssisted(Decoder[HFAssistedParams]):
             with torch.inference_mode():
                 out = target.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), assistant_model=draft,
                                       streamer=recorder, stopping_criteria=StoppingCriteriaList([_StopAfterRound(recorder)]),
-                                      **self._generate_kwargs(max_new_tokens))
+                                      **self._generate_kwargs(request.max_new_tokens))
         finally:
             hf_logging.set_verbosity(verbosity)
             for h in hooks:
@@ -149,7 +152,7 @@ class HFAssisted(Decoder[HFAssistedParams]):
                 setattr(cfg, k, v)
         self.target.calls += counts["target"][0]
         self.draft.calls += counts["draft"][0]
-        return Decoded(out[0, prompt_ids.size(1):].tolist())
+        return Decoded(out[0, prompt_ids.size(1):].tolist(), rounds=recorder.rounds)
 
     def facts(self) -> dict:
         """The installed transformers and its default candidate schedule (it changed between versions)."""

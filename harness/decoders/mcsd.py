@@ -1,4 +1,4 @@
-"""Multi-candidate speculative decoding, MCSD (Yang et al. 2024; seed 003 §2.2, Fig. 1).
+"""Multi-candidate speculative decoding, MCSD (Yang et al. 2024; mcsd §2.2, Fig. 1).
 
 The draft builds a token tree from a per-depth k-config, e.g. (4, 2, 2, 1): 4 candidates
 for the first token, 2 children for each of them, and so on (4 + 8 + 16 + 16 nodes), one
@@ -8,18 +8,19 @@ forward with the topology-aware causal mask. Candidates are drawn without replac
 with the draft distribution renormalised after each rejected candidate — or, with
 ``replacement: true``, drawn i.i.d. and verified as in SpecInfer. Both are exact. Greedy
 (temperature 0): each node's children are the draft's top-k tokens. The tree's depth γ is
-``len(k_config)``; a γ policy (seed 004 App. C.4: adaptive tree depth) may ask for less (the first levels
+``len(k_config)``; a γ policy (adaptive App. C.4: adaptive tree depth) may ask for less (the first levels
 of the k-config) or more (chains of width 1 below its last level, as EAGLE-2's depth grows in App. C.4).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
+from harness.decoders.base import param, register
+from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
 from harness.errors import ConfigError
 from harness.primitives.acceptance import multi_step_select, multi_step_select_without_replacement
-from harness.primitives.spec_loop import speculative_loop, tree_step
-from harness.primitives.spec_state import SpeculativeCaches
+from harness.primitives.drafting import merge_duplicates
+from harness.primitives.spec_loop import TreeWalk
 
 
 def check_k_config(k_config, min_length: int = 1) -> tuple[int, ...]:
@@ -36,7 +37,7 @@ def check_k_config(k_config, min_length: int = 1) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class MCSDParams(SpeculativeParams):
     k_config: tuple[int, ...] = param((4, 2, 2, 1), "children per node at each depth; depth γ = len(k_config) "
-                                      "(seed 003: (4, 2, 2, 1))")
+                                      "(mcsd: (4, 2, 2, 1))")
     replacement: bool = param(False, "false: candidates drawn without replacement (MCSD); true: i.i.d. (SpecInfer)")
 
     def __post_init__(self):
@@ -50,20 +51,14 @@ class MCSDParams(SpeculativeParams):
 
 
 @register
-class MCSD(Decoder[MCSDParams]):
+class MCSD(SpeculativeDecoder[MCSDParams]):
     method = "mcsd"
-    uses_draft = True
-    uses_gamma_policy = True
-    supports_draft_selection = True
+    lossless = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        warp, k_config, replacement = self.params.warp, list(self.params.k_config), self.params.replacement
-        select = multi_step_select if replacement else multi_step_select_without_replacement
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
+    def acceptance(self, spec):
+        return TreeWalk(multi_step_select if self.params.replacement else multi_step_select_without_replacement)
 
-        def step(depth):
-            widths = k_config[:depth] + [1] * (depth - len(k_config))
-            return tree_step(self.target, self.draft, caches, widths, warp, generator, select, replacement)
-
-        return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.stopping, stats))
+    def propose(self, spec, depth):
+        k_config = list(self.params.k_config)
+        widths = k_config[:depth] + [1] * (depth - len(k_config))
+        return merge_duplicates(spec.draft_tree(widths, self.params.replacement))

@@ -1,4 +1,4 @@
-"""Target-initialised multi-candidate speculative decoding (seed 003 §3.1, Fig. 1 right, §4.1, Table 1-2).
+"""Target-initialised multi-candidate speculative decoding (mcsd §3.1, Fig. 1 right, §4.1, Table 1-2).
 
 The k-config's first entry n_t is the number of tokens sampled from the TARGET's distribution to
 start the candidate sequences; the draft expands each of them per the rest: the paper's (2, 4, 3, 1,
@@ -19,7 +19,7 @@ P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S'
 P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — so tokens whose continuations the draft
 predicts well are favoured; the seed measures the quality loss growing with n_t (Table 1). n_t = 1
 is exact: the root is a draw from r, i.e. MCSD with its correction token drawn one round later
-(tested against the enumerated target distribution in ``tests/test_mcsd_variants.py``, where a slow
+(tested against the enumerated target distribution in ``tests/decoders/test_mcsd_variants.py``, where a slow
 test also detects n_t = 2's bias; ``scripts/study_mcsd.py`` measures it as a TV distance). Greedy (temperature 0): r is the target's
 argmax (one-hot), which has a single distinct token, so every tree has one root and the output is the
 target's greedy output for any n_t (the seed reports no greedy results for n_t = 2, §4.1).
@@ -34,19 +34,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.decoders.base import Decoded, Decoder, param, register
+from harness.decoders.base import param, register
 from harness.decoders.mcsd import check_k_config
-from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams, decision_rule
-from harness.primitives.multi_candidate import TargetInit, TreeMasks, multi_candidate_step, target_prefill
-from harness.primitives.spec_loop import speculative_loop
-from harness.primitives.spec_state import SpeculativeCaches
-from harness.primitives.tree import level_order_parents
+from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams
+from harness.decoders.speculative import SpeculativeDecoder
+from harness.primitives.acceptance import multi_step_select_without_replacement
+from harness.primitives.multi_candidate import BestRootWalk, TargetInit, TreeMasks, target_prefill, target_roots
+from harness.primitives.tree_attention import level_order_parents
 
 
 @dataclass(frozen=True)
 class TargetInitParams(EarlyStopParams):
     k_config: tuple[int, ...] = param((2, 4, 3, 1, 1), "n_t target-sampled roots, then children per node at each "
-                                                       "draft depth; γ = len(k_config) − 1 (seed 003 §4.1: "
+                                                       "draft depth; γ = len(k_config) − 1 (mcsd §4.1: "
                                                        "(2, 4, 3, 1, 1); n_t = 1 is lossless)")
 
     def __post_init__(self):
@@ -57,6 +57,10 @@ class TargetInitParams(EarlyStopParams):
     def gamma(self) -> int:
         """The draft depth γ below the target-sampled roots."""
         return len(self.k_config) - 1
+
+    @property
+    def lookahead(self) -> int:
+        return len(self.k_config) + 1  # the roots, γ drafts below them, and the next round's root
 
     @property
     def target_tokens(self) -> int:
@@ -70,40 +74,45 @@ class TargetInitExtras(EarlyStopExtras):
 
 
 @register
-class MCSDTargetInit(Decoder[TargetInitParams]):
+class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
     method = "mcsd_target_init"
-    uses_draft = True
-    uses_gamma_policy = True
+    in_default_sweep = False  # the mcsd paper's variants run in its experiment (mcsd_tables)
+    supports_draft_selection = False  # the masks and the decision model belong to one draft
     Extras = TargetInitExtras
+
+    def __init__(self, pair, params=None, **kwargs):
+        super().__init__(pair, params, **kwargs)
+        self.stop = self.params.stop_rule(pair, self.draft)
+        k_config = list(self.params.k_config)
+        if self.params.warp.is_greedy:
+            k_config[0] = 1  # one-hot r: one distinct root (module docstring)
+        self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
+        self.verify_mask = self.masks.target
+
+    def is_lossless(self) -> bool:
+        return self.params.target_tokens == 1 or self.params.warp.is_greedy
 
     def max_depth(self) -> int:
         """The masks are built for the k-config's tree: an adaptive policy's γ_max is at most its draft depth."""
         return self.params.gamma
 
-    def __init__(self, pair, params=None, **kwargs):
-        super().__init__(pair, params, **kwargs)
-        self.stop = decision_rule(self.params, pair, self.draft)
-        k_config = list(self.params.k_config)
-        if self.params.warp.is_greedy:
-            k_config[0] = 1  # one-hot r: one distinct root (module docstring)
-        self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
-
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        warp, k_config = self.params.warp, list(self.params.k_config)
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
-        state = TargetInit()
+    def begin(self, spec):
         if self.stop is not None:
             self.stop.reset()
-        target_prefill(self.target, caches, warp, state)
+        spec.state = TargetInit()
+        target_prefill(self.target, spec.caches, spec.warp, spec.state)
 
-        def step(depth):
-            return multi_candidate_step(self.target, self.draft, caches, k_config[:depth + 1], warp, generator,
-                                        state=state, masks=self.masks, stop=self.stop)
+    def acceptance(self, spec):
+        return BestRootWalk(multi_step_select_without_replacement, spec.state)
 
-        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.stopping, stats)
+    def propose(self, spec, depth):
+        k_config = list(self.params.k_config)[:depth + 1]
+        roots = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
+        return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
+
+    def extras(self, spec):
         stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
-        return Decoded(tokens, TargetInitExtras(*stops, other_root_wins=state.other_root_wins))
+        return TargetInitExtras(*stops, other_root_wins=spec.state.other_root_wins)
 
     def facts(self) -> dict:
         facts = {"target_prefill_calls": 1, "lossless": self.params.target_tokens == 1}

@@ -1,8 +1,8 @@
-"""MTAD: multi-token assisted decoding (seed 002 §3.2, App. B Algorithm 1).
+"""MTAD: multi-token assisted decoding (mtad §3.2, App. B Algorithm 1).
 
 One iteration (Alg. 1):
 
-1. the draft model runs beam sampling (seed 002 Eq. 2 with q, warped by T) with ``draft_width`` beams
+1. the draft model runs beam sampling (mtad Eq. 2 with q, warped by T) with ``draft_width`` beams
    for γ steps, with its KV cache; the beam of highest draft joint likelihood is the draft
    x_{1:γ}, with q_j = q(x_{1:j} | input) (line 3);
 2. ONE target call scores the chain: p(x_{1:j} | input) = Π_{i ≤ j} p(x_i | x_{<i}, input) (line 4);
@@ -17,17 +17,17 @@ Table 15 defaults: γ = 4, 8 draft beams, τ = 0.1 (0.9 on Spider / MT-Bench wit
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
+from harness.decoders.base import param, register
+from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
 from harness.errors import ConfigError
+from harness.primitives.acceptance import mtad_rule, parameterised
 from harness.primitives.beams import BeamSet, sampled
 from harness.primitives.kv_cache import reorder
-from harness.primitives.sampling import sample
-from harness.primitives.spec_loop import speculative_loop, verify_chain
+from harness.primitives.spec_loop import ChainAcceptance
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 
 
@@ -37,8 +37,6 @@ class MTADParams(SpeculativeParams):
     draft_width: int = param(8, "beams of the draft's beam sampling (Table 15: 8)")
     tau: float = param(0.1, "acceptance threshold τ in [0, 1] (Table 15: 0.1, 0.9); 1 rejects every draft")
 
-    renamed = {"num_beams": "draft_width"}
-
     def __post_init__(self):
         super().__post_init__()
         self.check_at_least(1, "gamma", "draft_width")
@@ -47,45 +45,17 @@ class MTADParams(SpeculativeParams):
         self.require_sampling("mtad", "samples its draft beams")
 
 
-def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> int:
-    """η = max{j : min(1, p(x_{1:j}) / q(x_{1:j})) > τ}, 0 if no prefix passes (Alg. 1 lines 6-13).
-
-    Inputs are joint log-likelihoods of the prefixes j = 1..γ; compared in log space.
-    """
-    log_ratio = torch.clamp(p_joint_logp - q_joint_logp, max=0.0)
-    passes = log_ratio > (math.log(tau) if tau > 0 else float("-inf"))
-    hits = torch.nonzero(passes).flatten()
-    return int(hits[-1]) + 1 if hits.numel() else 0
-
-
 @register
-class MTAD(Decoder[MTADParams]):
+class MTAD(SpeculativeDecoder[MTADParams]):
     method = "mtad"
     decodings = ("sampling",)
-    uses_draft = True
-    uses_gamma_policy = True
-    supports_draft_selection = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
-        warp, tau = self.params.warp, self.params.tau
+    def acceptance(self, spec):
+        return ChainAcceptance(parameterised(mtad_rule, tau=self.params.tau))
 
-        def step(depth: int):
-            with caches.clock.drafting():
-                draft_prefix = caches.draft_prefix()
-                tokens, q_joint = self._beam_draft(caches, depth, generator)
-                dtree = DraftTree.chain(tokens, num_fed=min(tokens.numel(), max(depth - 1, 0)))
-
-            def rule(logits, drafted):
-                p_cond = torch.log_softmax(logits[:-1], -1).gather(1, drafted[:, None]).squeeze(1)
-                eta = longest_accepted_prefix(torch.cumsum(p_cond, 0), q_joint, tau) if drafted.numel() else 0
-                return eta, int(sample(warp.probs(logits[eta]), generator)[0])
-
-            return verify_chain(self.target, caches, dtree, draft_prefix, rule)
-
-        tokens = speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                  self.stopping, stats)
-        return Decoded(tokens)
+    def propose(self, spec, depth):
+        tokens, q_joint = self._beam_draft(spec.caches, depth, spec.generator)
+        return DraftTree.chain(tokens, num_fed=min(tokens.numel(), max(depth - 1, 0)), joint_logq=q_joint)
 
     def _beam_draft(self, caches: SpeculativeCaches, depth: int, generator):
         """Draft beam sampling for ``depth`` steps (Alg. 1 line 3). Returns the best beam's tokens (cut after

@@ -1,4 +1,4 @@
-"""MTJD: multi-token joint decoding with γ_i = γ (seed 002 §3.1, Definition 3.1; Fig. 1; App. C.1).
+"""MTJD: multi-token joint decoding with γ_i = γ (mtad §3.1, Definition 3.1; Fig. 1; App. C.1).
 
 Each step picks the next γ tokens by their JOINT likelihood p(x_{t+1:t+γ} | x_{1:t}) under the
 target. The exact arg max costs |V|^γ, so, as in the paper, a target-model beam decoding over γ
@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import Decoded, Decoder, SamplingParams, deprecation, param, register
-from harness.errors import ConfigError
+from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, param, register
 from harness.primitives.beams import BeamSet, sampled, top
-from harness.primitives.gamma_policy import RoundObservation
 from harness.primitives.kv_cache import new_cache, reorder
+from harness.primitives.round import Round
 
 
 @dataclass(frozen=True)
@@ -29,38 +28,27 @@ class MTJDParams(SamplingParams):
     gamma: int = param(4, "tokens per joint step γ_i (App. C.1: 4)")
     width: int = param(4, "beams W of the target's beam decoding")
 
-    renamed = {"k": "gamma", "num_beams": "width"}
-    retired = {"sample": bool}
-
     def __post_init__(self):
         super().__post_init__()
         self.check_at_least(1, "gamma", "width")
 
-    @classmethod
-    def upgrade(cls, params: dict, method: str) -> dict:
-        """``sample`` (true: beam sampling, false: beam search) is now the decoding's kind."""
-        sample = params.pop("sample", None)
-        if sample is None:
-            return params
-        deprecation(f"method '{method}': parameter 'sample' is deprecated and will be removed in the next release; "
-                    f"mtjd follows the decoding (decoding=greedy: beam search, decoding=sampling: beam sampling)")
-        if not sample:
-            params["temperature"] = 0.0
-        elif params.get("temperature") == 0:
-            raise ConfigError("mtjd with sample=true needs temperature > 0 (decoding=sampling)")
-        return params
+    @property
+    def lookahead(self) -> int:
+        return self.gamma + 1
 
 
 @register
 class MTJD(Decoder[MTJDParams]):
     method = "mtjd"
+    in_default_sweep = False  # a slow, target-only quality reference
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        eos, W = self.eos_sentinel, self.params.width
-        choose = top(W) if self.params.warp.is_greedy else sampled(self.params.warp, W, generator)
+    def _decode(self, request: DecodeRequest) -> Decoded:
+        eos, W, max_new_tokens = self.eos_sentinel, self.params.width, request.max_new_tokens
+        choose = top(W) if self.params.warp.is_greedy else sampled(self.params.warp, W, request.generator)
         cache = new_cache(self.target.model)
-        pending = prompt_ids  # committed tokens not yet in the cache
+        pending = request.prompt_ids  # committed tokens not yet in the cache
         out: list[int] = []
+        rounds: list[Round] = []
         while len(out) < max_new_tokens:
             k = min(self.params.gamma, max_new_tokens - len(out))
             logits = self.target(pending, cache, all_logits=False)[:, -1]
@@ -74,12 +62,11 @@ class MTJD(Decoder[MTJDParams]):
             best = beams.best_by_likelihood()  # arg max of the joint likelihood among the beams
             reorder(cache, beams.parent[best:best + 1])
             chunk = beams.tokens[best].tolist()
-            end = self.stopping.cut(out, chunk)  # EOS or a stop string ends the joint step's block
+            end = request.stop.cut(out, chunk)  # EOS or a stop string ends the joint step's block
             chunk = chunk[:end] if end is not None else chunk
             out += chunk
-            stats.observe_round(RoundObservation(gamma=0, accepted=0, draft_nodes=0, committed=tuple(chunk),
-                                                 draft_time_s=float("nan"), verify_time_s=float("nan")))
+            rounds.append(Round(tuple(chunk), gamma=0, accepted=0, draft_nodes=0))
             if end is not None:
                 break
             pending = beams.tokens[best, -1:][None]
-        return Decoded(out[:max_new_tokens])
+        return Decoded(out[:max_new_tokens], rounds=rounds)

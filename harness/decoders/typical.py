@@ -1,4 +1,4 @@
-"""Typical acceptance (Medusa, Cai et al. 2024), the lossy baseline of seed 002 App. C.2, with a draft model.
+"""Typical acceptance (Medusa, Cai et al. 2024), the lossy baseline of the mtad paper's App. C.2, with a draft model.
 
 The draft proposes γ tokens from T∘q with its KV cache (as in speculative decoding); ONE target call
 scores them. Draft x_t is typical, and accepted, iff
@@ -7,21 +7,18 @@ scores them. Draft x_t is typical, and accepted, iff
 
 p_τ = softmax(logits / temperature), H its entropy: the bar is ε where the target is unsure and
 falls where it is confident. The longest all-typical prefix is kept and one more token is sampled
-from T∘p after it. Medusa's defaults: ε = 0.09, δ = √ε = 0.3. Temperature 0 is greedy: a draft is
+from T∘p after it (:func:`~harness.primitives.acceptance.typical_rule`). Medusa's defaults: ε = 0.09, δ = √ε = 0.3. Temperature 0 is greedy: a draft is
 accepted iff it is the target's argmax, so the output is the target's greedy output.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from harness.decoders.base import Decoded, Decoder, SpeculativeParams, param, register
+from harness.decoders.base import param, register
+from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
 from harness.errors import ConfigError
-from harness.primitives.drafting import draft_tree
-from harness.primitives.sampling import sample
-from harness.primitives.spec_loop import speculative_loop, verify_chain
-from harness.primitives.spec_state import SpeculativeCaches
+from harness.primitives.acceptance import parameterised, typical_rule
+from harness.primitives.spec_loop import ChainAcceptance
 
 
 @dataclass(frozen=True)
@@ -38,44 +35,16 @@ class TypicalParams(SpeculativeParams):
                               f"{self.posterior_threshold}, {self.posterior_alpha}")
 
 
-def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
-                          delta: float) -> int:
-    """Number of leading drafts that pass Medusa's entropy-adaptive test (argmax match when greedy).
-
-    ``logits`` (n, V) are the target's at the n draft positions, ``tokens`` (n,) the drafts.
-    """
-    if temperature == 0:
-        ok = logits.argmax(-1) == tokens
-    else:
-        logp = torch.log_softmax(logits.float() / temperature, -1)
-        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-        bar = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
-        ok = logp.gather(1, tokens[:, None]).squeeze(1).exp() > bar
-    return int(ok.long().cumprod(0).sum())
-
-
 @register
-class Typical(Decoder[TypicalParams]):
+class Typical(SpeculativeDecoder[TypicalParams]):
     method = "typical"
-    uses_draft = True
-    uses_gamma_policy = True
-    supports_draft_selection = True
 
-    def _decode(self, prompt_ids, max_new_tokens, generator, stats) -> Decoded:
-        caches = SpeculativeCaches(self.target, self.draft, prompt_ids, self.sync_timing)
-        params, warp = self.params, self.params.warp
+    def is_lossless(self) -> bool:
+        return self.params.warp.is_greedy  # the target's argmax decides every token
 
-        def rule(logits, drafted):
-            kept = typical_prefix_length(logits[:-1], drafted, params.temperature, params.posterior_threshold,
-                                         params.posterior_alpha)
-            nxt = logits[kept].argmax() if warp.is_greedy else sample(warp.probs(logits[kept]), generator)[0]
-            return kept, int(nxt)
+    def acceptance(self, spec):
+        return ChainAcceptance(parameterised(typical_rule, epsilon=self.params.posterior_threshold,
+                                             delta=self.params.posterior_alpha))
 
-        def step(depth: int):
-            with caches.clock.drafting():
-                draft_prefix = caches.draft_prefix()
-                dtree = draft_tree(self.draft, caches, [1] * depth, warp, generator)
-            return verify_chain(self.target, caches, dtree, draft_prefix, rule)
-
-        return Decoded(speculative_loop(step, self.gamma_policy, prompt_ids[0].tolist(), max_new_tokens,
-                                        self.stopping, stats))
+    def propose(self, spec, depth):
+        return spec.draft_tree([1] * depth)

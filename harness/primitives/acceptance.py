@@ -1,39 +1,49 @@
-"""Acceptance rules of speculative decoding: pure functions of distributions, drafts and a generator.
+"""Acceptance rules of speculative decoding, every one in this module: pure functions of distributions, drafts
+and a generator.
 
 Two families, each with ONE signature:
 
-* chain rules — :data:`ChainRule` ``(logits (n+1, V), drafts (n,)) -> (kept, next token)``: how many
-  drafts of a chain to keep and the token that follows them. :func:`accept_chain` (Leviathan et al.
-  2023 Alg. 1, seed 000 §2.2 steps 1-3) and :func:`accept_chain_greedy` are the lossless ones;
-  decoders adapt them (or their own criteria: MTAD, BiLD, typical) to this signature.
+* chain rules — :data:`ChainRule` ``(logits (n+1, V), drafts (n,), dtree, warp, generator) -> (kept,
+  distribution of the next token)``: how many drafts of a chain to keep and what the token after them
+  is drawn from (its argmax when greedy; the round draws it, :func:`~harness.primitives.spec_loop.draw`).
+  ``logits`` are the target's raw logits after 0..n drafts, ``dtree`` the
+  :class:`~harness.primitives.spec_state.DraftTree` (its draft distributions). Lossless:
+  :func:`speculative_sampling` (Leviathan et al. 2023 Alg. 1, dsbd §2.2) and :func:`greedy_chain`;
+  lossy baselines: :func:`mtad_rule` (mtad §3.2, Alg. 1), :func:`bild_rule` (BiLD's rollback) and
+  :func:`typical_rule` (Medusa's typical acceptance).
 * selection rules — :data:`SelectionRule` ``(p (V,), q (V,) | None, candidates (k,), generator) ->
   (index of the accepted candidate or None, distribution of the correction token)``: one node of a
   token tree. :func:`multi_step_select` (SpecInfer), :func:`multi_step_select_without_replacement`
-  (MCSD Alg. 2), :func:`k_sequential_select` (Spectr's K-SEQ) and :func:`greedy_select`.
+  (MCSD Alg. 2), :func:`k_sequential_select` (Spectr's K-SEQ), :func:`point_mass_select` (deterministic
+  candidates: lookups, trained heads) and :func:`greedy_select`.
 
-A new lossless tree method is one selection rule here plus one decoder class.
-Warping: every rule compares warped distributions p̃ = T∘p and q̃ = T∘q (seed 000 §2.2).
+Under greedy decoding every speculative decoder accepts with :func:`greedy_chain` / :func:`greedy_select`
+(the target's argmax), so its output is the target's greedy output. A new lossless tree method is one
+selection rule here plus one decoder file (:mod:`harness.decoders.speculative`).
+Warping: the lossless rules compare warped distributions p̃ = T∘p and q̃ = T∘q (dsbd §2.2).
 """
 from __future__ import annotations
 
+import math
+from functools import partial
 from typing import Callable
 
 import torch
 
-from harness.primitives.sampling import residual, sample
+from harness.primitives.sampling import residual
 
-ChainRule = Callable[[torch.Tensor, torch.Tensor], tuple[int, int]]
+ChainRule = Callable[..., tuple[int, torch.Tensor]]
 SelectionRule = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor, "torch.Generator | None"],
                          tuple["int | None", torch.Tensor]]
 
 
 def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator) -> tuple[int, int]:
-    """Speculative sampling of a chain (Leviathan et al. 2023 Alg. 1; seed 000 §2.2 step 3).
+    """Speculative sampling of a chain (Leviathan et al. 2023 Alg. 1; dsbd §2.2 step 3).
 
     ``p`` (γ+1, V) warped target distributions, ``q`` (γ, V) warped draft distributions,
     ``tokens`` (γ,) drafts. Accept x_t with probability min(1, p̃(x_t)/q̃(x_t)) up to the
-    first rejection, then draw from norm(max(0, p̃ − q̃)); if all are accepted draw the
-    bonus token from p̃_{γ+1}. Returns (number accepted, next token).
+    first rejection; the next token comes from norm(max(0, p̃ − q̃)) there, or (all accepted)
+    it is the bonus token from p̃_{γ+1}. Returns (number accepted, the next token's distribution).
     """
     gamma = tokens.numel()
     idx = torch.arange(gamma, device=p.device)
@@ -41,15 +51,91 @@ def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generat
     ok = u * q[idx, tokens] < p[idx, tokens]  # u < p/q without dividing (q(x_t) > 0)
     n = int(ok.long().cumprod(0).sum())
     dist = residual(p[n], q[n]) if n < gamma else p[gamma]
-    return n, int(sample(dist, generator)[0])
+    return n, dist
 
 
-def accept_chain_greedy(target_logits: torch.Tensor, tokens: torch.Tensor) -> tuple[int, int]:
-    """Greedy chain verification: accept drafts while they equal the target's argmax."""
-    best = target_logits.argmax(-1)
+def speculative_sampling(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator) -> tuple[int, torch.Tensor]:
+    """:func:`accept_chain` as a chain rule: p̃ from the target's logits, q̃ from the drafted chain
+    (no drafts: the target's own next-token distribution)."""
+    if dtree.root_q is None:
+        return 0, warp.probs(logits[0])
+    q = torch.cat([dtree.root_q[None], dtree.node_q]) if dtree.node_q is not None else dtree.root_q[None]
+    return accept_chain(warp.probs(logits), q, tokens, generator)
+
+
+def greedy_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=None,
+                 generator=None) -> tuple[int, torch.Tensor]:
+    """Greedy chain verification: accept drafts while they equal the target's argmax (the next token is
+    the argmax after them: its logits are returned)."""
+    best = logits.argmax(-1)
     gamma = tokens.numel()
     n = int((best[:gamma] == tokens).long().cumprod(0).sum())
-    return n, int(best[n])
+    return n, logits[n]
+
+
+def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> int:
+    """η = max{j : min(1, p(x_{1:j}) / q(x_{1:j})) > τ}, 0 if no prefix passes (mtad Alg. 1 lines 6-13).
+
+    Inputs are joint log-likelihoods of the prefixes j = 1..γ; compared in log space.
+    """
+    log_ratio = torch.clamp(p_joint_logp - q_joint_logp, max=0.0)
+    passes = log_ratio > (math.log(tau) if tau > 0 else float("-inf"))
+    hits = torch.nonzero(passes).flatten()
+    return int(hits[-1]) + 1 if hits.numel() else 0
+
+
+def mtad_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, tau: float) -> tuple[int, torch.Tensor]:
+    """MTAD (mtad §3.2, Alg. 1 lines 4-16): keep the longest prefix x_{1:η} whose joint likelihood ratio
+    min(1, p(x_{1:η}) / q(x_{1:η})) passes τ (raw, unwarped likelihoods, mtad §3.2 footnote 3; q from the
+    draft's beam, ``dtree.joint_logq``); the next token comes from T∘p after it."""
+    p_cond = torch.log_softmax(logits[:-1], -1).gather(1, tokens[:, None]).squeeze(1)
+    eta = longest_accepted_prefix(torch.cumsum(p_cond, 0), dtree.joint_logq, tau) if tokens.numel() else 0
+    return eta, warp.probs(logits[eta])
+
+
+def first_rollback(target_nll: torch.Tensor, threshold: float) -> int:
+    """Index of the first draft whose target NLL exceeds τ2, or the number of drafts if none does."""
+    bad = torch.nonzero(target_nll > threshold).flatten()
+    return int(bad[0]) if bad.numel() else target_nll.numel()
+
+
+def bild_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *,
+              threshold: float) -> tuple[int, torch.Tensor]:
+    """BiLD's rollback policy (Kim et al. 2023): the first draft whose NLL −log T∘p(x_t | x_{<t}) exceeds τ2
+    is replaced, with everything after it, by a token from T∘p there."""
+    p = warp.probs(logits)
+    nll = -torch.log(p[:-1].gather(1, tokens[:, None]).squeeze(1))
+    kept = first_rollback(nll, threshold)
+    return kept, p[kept]
+
+
+def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
+                          delta: float) -> int:
+    """Number of leading drafts that pass Medusa's entropy-adaptive test (argmax match when greedy).
+
+    ``logits`` (n, V) are the target's at the n draft positions, ``tokens`` (n,) the drafts. Draft x_t is
+    typical iff p_τ(x_t | x_{<t}) > min(ε, δ · exp(−H(p_τ(· | x_{<t})))), p_τ = softmax(logits / temperature).
+    """
+    if temperature == 0:
+        ok = logits.argmax(-1) == tokens
+    else:
+        logp = torch.log_softmax(logits.float() / temperature, -1)
+        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+        bar = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
+        ok = logp.gather(1, tokens[:, None]).squeeze(1).exp() > bar
+    return int(ok.long().cumprod(0).sum())
+
+
+def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,
+                 delta: float) -> tuple[int, torch.Tensor]:
+    """Typical acceptance (Medusa, Cai et al. 2024): the longest all-typical prefix, then a token from T∘p."""
+    kept = typical_prefix_length(logits[:-1], tokens, warp.temperature, epsilon, delta)
+    return kept, warp.probs(logits[kept])
+
+
+def parameterised(rule: ChainRule, **params) -> ChainRule:
+    """A chain rule with its method's parameters bound (e.g. ``parameterised(mtad_rule, tau=0.1)``)."""
+    return partial(rule, **params)
 
 
 def multi_step_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator,
@@ -81,7 +167,7 @@ def multi_step_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, ge
 
 def multi_step_select_without_replacement(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
                                           generator) -> tuple[int | None, torch.Tensor]:
-    """MCSD's selection (seed 003 §2.2; Yang et al. 2024 Alg. 2): candidates drawn without replacement."""
+    """MCSD's selection (mcsd §2.2; Yang et al. 2024 Alg. 2): candidates drawn without replacement."""
     return multi_step_select(p, q, tokens, generator, replacement=False)
 
 
@@ -121,6 +207,26 @@ def k_sequential_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
     beta = m.sum()
     scale = (1 - (1 - beta) ** k) / beta if beta > 0 else torch.tensor(float(k))
     return None, residual(p, m * scale)
+
+
+def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
+                      generator) -> tuple[int | None, torch.Tensor]:
+    """Deterministic candidates (a lookup, a trained head's top tokens: their draft distribution is a point mass
+    on each): candidate x is accepted with probability p̃(x); on rejection p̃ ← norm(max(0, p̃ − δ_x)), x
+    removed. Multi-step speculative sampling with q_i = δ_{x_i}, so exact for any candidates (EAGLE's
+    ``evaluate_posterior``). ``q`` is unused."""
+    toks = tokens.tolist()
+    u = torch.rand(len(toks), generator=generator, device=p.device).tolist()
+    for i, x in enumerate(toks):
+        if u[i] < float(p[x]):
+            return i, p
+        p = p.clone()
+        p[x] = 0.0
+        total = p.sum()
+        if total <= 0:
+            break
+        p = p / total
+    return None, p
 
 
 def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,

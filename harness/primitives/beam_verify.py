@@ -1,8 +1,8 @@
-"""Verification of one draft layer of speculative beam decoding, and its dynamic width (seed 000 §3.1-3.2).
+"""Verification of one draft layer of speculative beam decoding, and its dynamic width (dsbd §3.1-3.2).
 
 Distributions live on a flat outcome space (a beam = one (input beam, next token) pair). ``p_beam``
 is the target's T∘p_beam, ``q_beam`` the distribution the draft beams of this layer were drawn
-from, i.i.d. (seed 000 Eq. 1 applied to the draft model q).
+from, i.i.d. (dsbd Eq. 1 applied to the draft model q).
 
 Acceptance rule. Algorithm 1 line 16 and §3.1 write the test as r ≤ q_beam/p'. The correctness
 proof (App. A, Eq. 13 and 15) needs the speculative-sampling test r ≤ min(1, p'/q_beam): only then

@@ -1,4 +1,4 @@
-"""Beam distributions and the beam-extension step (seed 000 §2.1 Eq. 1; seed 002 §2.1 Eq. 2), written once.
+"""Beam distributions and the beam-extension step (dsbd §2.1 Eq. 1; mtad §2.1 Eq. 2), written once.
 
 p_beam(x^(i)_{1:t-1}, x_t) ∝ p(x^(i)_{1:t-1}, x_t | input) over I_{t-1} × V, warped by T. Outcomes are
 flat indices ``i * V + x`` into the (beams × vocab) grid.
@@ -114,7 +114,7 @@ class BeamSet:
         return self.tokens[:, -1:]
 
     def best_by_perplexity(self) -> int:
-        """The beam of lowest perplexity (seed 000 §3.4); the first on ties."""
+        """The beam of lowest perplexity (dsbd §3.4); the first on ties."""
         return lowest_perplexity(self.logp, self.length)
 
     def best_by_likelihood(self) -> int:
@@ -123,5 +123,5 @@ class BeamSet:
 
 
 def lowest_perplexity(logp: torch.Tensor, length: torch.Tensor) -> int:
-    """Index of the beam with the lowest perplexity exp(−logp / length) (seed 000 §3.4)."""
+    """Index of the beam with the lowest perplexity exp(−logp / length) (dsbd §3.4)."""
     return int(torch.argmin(-logp / length.clamp_min(1)))

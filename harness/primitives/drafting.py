@@ -5,15 +5,16 @@
   (SpecInfer/Spectr: widths (m, 1, …, 1)) and a per-depth k-config (MCSD: e.g. (4, 2, 2, 1)) are
   all width lists; optionally below roots the caller gives (target-initialised trees), with masks
   sliced from one :class:`~harness.primitives.tree.SlicedTreeMask` and a per-turn stop hook
-  (:class:`DraftStop`) (seed 003 §3.1-3.3);
+  (:class:`DraftStop`) (mcsd §3.1-3.3);
 * :func:`draw_children` — the children of every frontier node: greedy top-k, i.i.d. draws, or
   draws without replacement (Gumbel-top-k);
-* :func:`merge_duplicates` — identical sibling prefixes share one node for the target
-  (SpecInfer's token-tree merge), each draw staying a candidate of its own.
+* :class:`Proposal` — a round's draft as the target verifies it: the draft tree itself, or with
+  :func:`merge_duplicates` identical sibling prefixes sharing one node for the target (SpecInfer's
+  token-tree merge), each draw staying a candidate of its own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -21,7 +22,8 @@ import torch
 from harness.primitives.kv_cache import cache_length
 from harness.primitives.sampling import sample
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
-from harness.primitives.tree import SlicedTreeMask, TokenTree, attention_inputs
+from harness.primitives.tree import TokenTree, children_lists
+from harness.primitives.tree_attention import SlicedTreeMask, attention_inputs
 from harness.primitives.warping import Warp
 
 
@@ -45,7 +47,7 @@ def draw_children(probs: torch.Tensor, logits: torch.Tensor, k: int, warp: Warp,
 
 
 class DraftStop(Protocol):
-    """A per-turn stop hook of dynamic drafting (seed 003 §3.2-3.3, Fig. 2).
+    """A per-turn stop hook of dynamic drafting (mcsd §3.2-3.3, Fig. 2).
 
     Called after draft turn ``depth``'s forward (1 ≤ depth < the round's depth) with that level's rows:
     ``hidden`` (F, H) the draft's last hidden states at the level's tokens (None unless
@@ -62,71 +64,41 @@ class DraftStop(Protocol):
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
                stop: DraftStop | None = None) -> DraftTree:
-    """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children.
+    """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
+    draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
+    level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
+    caller rolls it back (:func:`~harness.primitives.spec_state.commit_draft`). No widths (γ = 0): no forward.
 
-    Uses exactly ``len(widths)`` draft forwards: the pending tokens first (→ root
-    distribution), then each level but the last, all of a level's nodes in one forward
-    with tree attention over the draft KV cache (plain causal while the tree is a chain).
-    The draft cache grows by the pending tokens and every non-last-level node; the caller
-    rolls it back with :func:`~harness.primitives.spec_state.commit_draft`. No widths (γ = 0):
-    no draft forward, an empty tree.
-
-    Options (seed 003; nodes are kept in level order, so node i's q is ``node_q[i]``):
-
-    * ``roots`` (n,): first-level tokens given by the caller (target-initialised trees, §3.1).
-      They are the tree's first level (parents −1, no ``root_q``) and go into the first draft
-      forward with the pending tokens; ``widths`` are the draft's levels below them. With no
-      widths the draft does not run (the roots then become its pending tokens at commit).
-    * ``masks``: a :class:`~harness.primitives.tree.SlicedTreeMask` of the largest tree in level
-      order (roots level included); each level's mask is sliced from it when the tree drafted so far
-      is its truncation (§3.2), and built otherwise.
-    * ``stop``: a :class:`DraftStop` asked after each draft level's forward but the last; when it
-      says stop, the tree ends at that level (then every node was fed: ``num_fed`` = all).
+    Options (mcsd; nodes in level order, so node i's q is ``node_q[i]``): ``roots`` (n,), first-level tokens
+    given by the caller (target-initialised trees, §3.1; parents −1, no ``root_q``), fed with the pending tokens,
+    ``widths`` being the draft's levels below them (no widths: the draft does not run); ``masks``, a
+    :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
+    each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
+    draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes).
     """
     device = caches.draft_pending.device
     if not widths:
         if roots is None:
             return DraftTree.empty(device)
-        return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0)
+        return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel())
     cache = caches.draft_cache
     greedy = warp.is_greedy
-    dtype = next(draft.model.parameters()).dtype
     want_hidden = stop is not None and stop.needs_hidden
-    tokens: list[torch.Tensor] = []
-    parents: list[int] = []
-    fed_q: list[torch.Tensor] = []
-    if roots is None:
-        logits = draft(caches.draft_pending, cache, all_logits=False)[0, -1:]
-        base = cache_length(cache)  # committed prefix incl. pending; tree nodes follow
-        frontier = [-1]
-        levels = 0
-    else:
+    if roots is not None:
         roots = roots.reshape(-1).to(device)
-        stem = caches.draft_pending
-        s, prefix = stem.size(1), cache_length(cache)
-        tokens.append(roots)
-        parents.extend([-1] * roots.numel())
-        frontier = list(range(roots.numel()))
-        levels = 1
-        ids = torch.cat([stem, roots[None]], dim=1)
-        n = roots.numel()  # logits of the roots only (not of the stem: the LM head is costly at large vocabularies)
-        if n == 1:
-            logits = draft(ids, cache, keep=n)[0]
-        else:
-            mask, pos = attention_inputs(parents, prefix, stem_len=s, sliced=masks, dtype=dtype, device=device)
-            logits = draft(ids, cache, position_ids=pos, attention_mask=mask, keep=n)[0]
-        base = prefix + s
+    tokens: list[torch.Tensor] = [] if roots is None else [roots]
+    parents: list[int] = [] if roots is None else [-1] * roots.numel()
+    fed_q: list[torch.Tensor] = []
+    frontier = [-1] if roots is None else list(range(roots.numel()))
+    levels = len(tokens)
+    logits, base = _first_forward(draft, caches, roots, masks)
     probs = None if greedy else warp.probs(logits)
     root_q = None if greedy or roots is not None else probs[0]
     if roots is not None and not greedy:
         fed_q.append(probs)
     stopped = False
     for depth, k in enumerate(widths):
-        kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
-        owner = torch.tensor(frontier, device=kids.device)[:, None].expand_as(kids)
-        if valid is not None and not bool(valid.all()):
-            kids, owner = kids[valid], owner[valid]
-        kids, owner = kids.reshape(-1), owner.reshape(-1).tolist()
+        kids, owner = _draw_level(probs, logits, frontier, k, warp, replacement, generator)
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -134,12 +106,8 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         levels += 1
         if depth == len(widths) - 1:
             break
-        if len(parents) == levels:  # still a chain: causal attention is the tree mask
-            out = draft(kids[None], cache, return_hidden=want_hidden)
-        else:
-            mask, pos = attention_inputs(parents, base, first_node=first, sliced=masks, dtype=dtype, device=kids.device)
-            out = draft(kids[None], cache, position_ids=pos, attention_mask=mask, return_hidden=want_hidden)
-        logits, hidden = (out[0][0], out[1][0]) if want_hidden else (out[0], None)
+        logits, hidden = _feed_level(draft, cache, kids, parents, len(parents) == levels, base, first, masks,
+                                     want_hidden)
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
@@ -148,24 +116,91 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
             break
     node_q = torch.cat(fed_q) if fed_q else None
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
-    return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed)
+    return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels,
+                     n_roots=0 if roots is None else roots.numel())
+
+
+def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool,
+                generator) -> tuple[torch.Tensor, list[int]]:
+    """The next level: k children of every frontier node (:func:`draw_children`; the valid ones), flattened,
+    and each child's parent."""
+    kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
+    owner = torch.tensor(frontier, device=kids.device)[:, None].expand_as(kids)
+    if valid is not None and not bool(valid.all()):
+        kids, owner = kids[valid], owner[valid]
+    return kids.reshape(-1), owner.reshape(-1).tolist()
+
+
+def _feed_level(draft, cache, kids: torch.Tensor, parents: list[int], chain: bool, base: int, first: int,
+                masks: SlicedTreeMask | None, want_hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One draft forward of a level's nodes (``first`` …) with tree attention over the cached tree (plain causal
+    while the tree is a ``chain``); the level's logits and (``want_hidden``) last hidden states."""
+    if chain:  # causal attention is the tree mask of a chain
+        out = draft(kids[None], cache, return_hidden=want_hidden)
+    else:
+        dtype = next(draft.model.parameters()).dtype
+        mask, pos = attention_inputs(parents, base, first_node=first, sliced=masks, dtype=dtype, device=kids.device)
+        out = draft(kids[None], cache, position_ids=pos, attention_mask=mask, return_hidden=want_hidden)
+    return (out[0][0], out[1][0]) if want_hidden else (out[0], None)
+
+
+def _first_forward(draft, caches: SpeculativeCaches, roots: torch.Tensor | None,
+                   masks: SlicedTreeMask | None) -> tuple[torch.Tensor, int]:
+    """The round's first draft forward: the pending tokens (→ the root distribution, (1, V)), or with
+    target-sampled ``roots`` the pending tokens and the roots (→ the roots' next-token logits, (n, V); not the
+    stem's: the LM head is costly at large vocabularies). Returns the logits and the cache length the drafted
+    tree's nodes follow."""
+    cache = caches.draft_cache
+    if roots is None:
+        logits = draft(caches.draft_pending, cache, all_logits=False)[0, -1:]
+        return logits, cache_length(cache)  # committed prefix incl. pending; tree nodes follow
+    stem = caches.draft_pending
+    s, prefix, n = stem.size(1), cache_length(cache), roots.numel()
+    ids = torch.cat([stem, roots[None]], dim=1)
+    if n == 1:
+        return draft(ids, cache, keep=n)[0], prefix + s
+    dtype = next(draft.model.parameters()).dtype
+    mask, pos = attention_inputs([-1] * n, prefix, stem_len=s, sliced=masks, dtype=dtype, device=stem.device)
+    return draft(ids, cache, position_ids=pos, attention_mask=mask, keep=n)[0], prefix + s
 
 
 @dataclass
-class MergedTree:
-    """The draft tree with identical sibling prefixes merged, as the target sees it.
+class Proposal:
+    """A round's draft as the target verifies it.
 
-    ``tree`` is depth-first; ``draft_node[u]`` a draft node that merged node u stands for;
-    ``candidates[u]`` (u = −1: the roots) lists u's children in draw order, repeated once
-    per draft sample (duplicates are i.i.d. draws that happened to coincide).
+    ``dtree`` is the draft's tree (drafting order, the distributions); ``tree`` the token tree the target
+    scores. Unmerged (:meth:`of`), the target scores the draft tree itself. Merged
+    (:func:`merge_duplicates`), ``tree`` is depth-first, ``draft_node[u]`` a draft node that target node
+    u stands for, and ``candidates[u]`` (u = −1: the roots) lists u's children in draw order, repeated
+    once per draft sample (duplicates are i.i.d. draws that happened to coincide).
     """
 
+    dtree: DraftTree
     tree: TokenTree
-    draft_node: list[int]
-    candidates: dict[int, list[int]] = field(default_factory=dict)
+    draft_node: list[int] | None = None  # None: target node u is draft node u
+    _candidates: dict[int, list[int]] | None = None
+
+    @classmethod
+    def of(cls, dtree: DraftTree) -> Proposal:
+        """The draft tree verified as drafted (a chain; a level-ordered tree whose masks are sliced)."""
+        return cls(dtree, TokenTree(dtree.tokens, dtree.parents))
+
+    @property
+    def candidates(self) -> dict[int, list[int]]:
+        """Each target node's children in draw order (key −1: the roots)."""
+        if self._candidates is None:
+            self._candidates = children_lists(self.tree.parents)
+        return self._candidates
+
+    def draft_of(self, node: int) -> int:
+        """The draft node target node ``node`` stands for (−1: the committed sequence)."""
+        return node if node < 0 or self.draft_node is None else self.draft_node[node]
+
+    def draft_path(self, path: list[int]) -> list[int]:
+        return path if self.draft_node is None else [self.draft_node[n] for n in path]
 
 
-def merge_duplicates(dtree: DraftTree) -> MergedTree:
+def merge_duplicates(dtree: DraftTree) -> Proposal:
     """Merge draft nodes with the same parent and token (SpecInfer's token-tree merge)."""
     key_to_id: dict[tuple[int, int], int] = {}
     merged_of: list[int] = []
@@ -190,4 +225,4 @@ def merge_duplicates(dtree: DraftTree) -> MergedTree:
     for i, par in enumerate(dtree.parents):
         owner = new_index[merged_of[par]] if par >= 0 else -1
         candidates.setdefault(owner, []).append(new_index[merged_of[i]])
-    return MergedTree(tree, draft_node, candidates)
+    return Proposal(dtree, tree, draft_node, candidates)

@@ -46,7 +46,7 @@ class CountedModel:
         skipped elsewhere); ``all_logits=False`` is ``keep=1``.
         ``return_hidden``: return ``(logits, hidden)`` instead, ``hidden`` (B, T, H) the last hidden
         state (after the final norm: the LM head's input) at every position fed — the same logits,
-        one call (seed 003 §3.3's T1 decision model reads it).
+        one call (mcsd §3.3's T1 decision model reads it).
         """
         self.calls += 1
         if self.sync:

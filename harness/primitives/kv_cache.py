@@ -29,11 +29,6 @@ def reorder(cache, beam_idx: torch.Tensor) -> None:
     cache.reorder_cache(beam_idx)
 
 
-def repeat_rows(cache, times: int) -> None:
-    """Repeat every batch row ``times`` times (e.g. one prompt cache → W beams)."""
-    cache.batch_repeat_interleave(times)
-
-
 def keep_positions(cache, positions: torch.Tensor) -> None:
     """Keep only the given sequence positions (sorted, 1-D) in every layer: tree-path rollback."""
     positions = positions.to(torch.long)
@@ -48,7 +43,7 @@ def keep_positions(cache, positions: torch.Tensor) -> None:
 def gather_positions(cache, rows: torch.Tensor, positions: torch.Tensor) -> None:
     """Row i becomes old row ``rows[i]`` keeping only sequence positions ``positions[i]`` (B', K), in place.
 
-    Per-row tree-path rollback of a batched cache (one tree per row, e.g. DSBD's forest, seed 000 §3.3).
+    Per-row tree-path rollback of a batched cache (one tree per row, e.g. DSBD's forest, dsbd §3.3).
     """
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:

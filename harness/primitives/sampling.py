@@ -12,7 +12,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None, num_samples: 
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p − q)) (Leviathan et al. 2023, Alg. 1; seed 000 §2.2 step 3).
+    """norm(max(0, p − q)) (Leviathan et al. 2023, Alg. 1; dsbd §2.2 step 3).
 
     Where p ≤ q everywhere (p == q up to rounding) the residual is undefined; then p itself
     is returned, which is what the rejection never reaches with positive probability.

@@ -1,14 +1,17 @@
-"""The speculative round and the loop around it, written once for SD, SpecInfer, Spectr, MCSD, MTAD, BiLD, typical.
+"""The speculative round and the loop around it, written once for every draft-then-verify decoder.
 
-* :func:`chain_step` — one vanilla round: γ draft forwards, ONE target forward, speculative sampling;
-* :func:`tree_step` — one token-tree round: draft the tree, merge duplicates, ONE target forward
-  with tree attention, walk down with a :data:`~harness.primitives.acceptance.SelectionRule`;
-* :func:`accept_walk` — the walk down a verified tree with a selection rule (shared by every tree round);
-* :func:`verify_chain` — ONE target forward over a drafted chain, a pluggable
-  :data:`~harness.primitives.acceptance.ChainRule`, and the rollback of both caches (for chain
-  methods that draft their own way: MTAD's beams, BiLD's fallback);
-* :func:`speculative_loop` — rounds until ``max_new_tokens`` or EOS, γ from a
-  :class:`~harness.primitives.gamma_policy.GammaPolicy`; the only place rounds are recorded.
+* :class:`Speculation` — one generation's state: both models and their caches, the warp, the random
+  stream, and the decoder's per-generation ``state``;
+* :func:`speculative_round` — THE round: clock → draft (a :class:`~harness.primitives.spec_state.DraftTree`,
+  or a :class:`~harness.primitives.drafting.Proposal` of merged duplicates) → ONE target forward over the
+  committed-but-uncached tokens and the whole tree (tree attention; a chain is a tree of width 1; an
+  optional sliced mask) → acceptance → commit both caches → one :class:`~harness.primitives.round.Round`;
+* acceptances — how a verified tree is accepted: :class:`ChainAcceptance` (a chain rule of
+  :mod:`~harness.primitives.acceptance`), :class:`TreeWalk` (a selection rule at every node, walked from
+  the root; :func:`accept_walk`); target-rooted trees add theirs (:mod:`~harness.primitives.multi_candidate`).
+  Each has a :meth:`greedy` form (the target's argmax), which every decoder uses under greedy decoding;
+* :func:`speculative_loop` — rounds until ``max_new_tokens``, EOS or a stop string, γ from a
+  :class:`~harness.primitives.gamma_policy.GammaPolicy`; it returns the rounds (the decoder's base records them).
 
 Each round's drafting and verification are timed by the caches' :class:`~harness.primitives.spec_state.StepClock`.
 ``temperature == 0`` is greedy: drafts are the draft's argmax (top-k for several children), a draft
@@ -16,24 +19,102 @@ token is accepted iff it is the target's argmax, so the output is the target's g
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
 
 import torch
 
-from harness.primitives.acceptance import (ChainRule, SelectionRule, accept_chain, accept_chain_greedy,
-                                           greedy_select)
-from harness.primitives.drafting import draft_tree, merge_duplicates
-from harness.primitives.gamma_policy import GammaPolicy, RoundObservation
+from harness.primitives.acceptance import ChainRule, SelectionRule, greedy_chain, greedy_select
+from harness.primitives.drafting import Proposal, draft_tree
+from harness.primitives.gamma_policy import GammaPolicy
+from harness.primitives.round import Round
 from harness.primitives.sampling import sample
-from harness.primitives.spec_state import DraftTree, SpeculativeCaches, StepResult, commit_draft, commit_target
+from harness.primitives.spec_state import DraftTree, SpeculativeCaches, commit_draft, commit_target
 from harness.primitives.stopping import StopCondition
-from harness.primitives.tree import TokenTree, tree_forward
+from harness.primitives.tree_attention import SlicedTreeMask, tree_forward
 from harness.primitives.warping import Warp
 
 
 def draw(dist: torch.Tensor, warp: Warp, generator) -> int:
     """The next token from a (warped, or correction) distribution: its argmax when greedy."""
     return int(dist.argmax()) if warp.is_greedy else int(sample(dist, generator)[0])
+
+
+class Speculation:
+    """One speculative generation: target and draft (:class:`~harness.primitives.forward.CountedModel`; no
+    draft for a draft-free method), their caches with the prompt pending, the warp, the random stream,
+    ``tokens`` (the prompt and every token committed so far), and ``state``, whatever per-generation state the
+    decoder keeps (e.g. a target-initialised tree's next-token distribution)."""
+
+    def __init__(self, target, draft, prompt_ids: torch.Tensor, warp: Warp, generator, sync_timing: bool = False):
+        self.target, self.draft, self.warp, self.generator = target, draft, warp, generator
+        self.caches = SpeculativeCaches(target, draft, prompt_ids, sync_timing)
+        self.tokens: list[int] = prompt_ids[0].tolist()
+        self.state = None
+        self.accept: Acceptance | None = None  # the rounds' acceptance, set by the decoder
+
+    def draft_tree(self, widths: list[int], replacement: bool = True, **options) -> DraftTree:
+        """The draft's tree for this round (:func:`~harness.primitives.drafting.draft_tree`)."""
+        return draft_tree(self.draft, self.caches, widths, self.warp, self.generator, replacement, **options)
+
+
+@dataclass
+class Verified:
+    """A proposal after the target's forward: ``p(node)`` the warped target distribution after a node
+    (−1: after the committed sequence), ``q(node)`` the draft's there (None when greedy)."""
+
+    proposal: Proposal
+    stem_logits: torch.Tensor  # (1, V): the target's logits at the committed sequence's end
+    node_logits: torch.Tensor  # (N, V): after each node of ``proposal.tree``
+    warp: Warp
+
+    def p(self, node: int) -> torch.Tensor:
+        return self.warp.probs(self.stem_logits[-1] if node < 0 else self.node_logits[node])
+
+    def q(self, node: int) -> torch.Tensor | None:
+        return None if self.warp.is_greedy else self.proposal.dtree.q_after(self.proposal.draft_of(node))
+
+    def chain_logits(self) -> torch.Tensor:
+        """(n + 1, V): the target's logits after 0..n tokens of a chain."""
+        return torch.cat([self.stem_logits[-1:], self.node_logits])
+
+
+class Acceptance(Protocol):
+    """``(verified, generator) -> (accepted target-tree nodes, the next token or None)``."""
+
+    def __call__(self, v: Verified, generator) -> tuple[list[int], int | None]: ...
+
+    def greedy(self) -> Acceptance: ...
+
+
+@dataclass(frozen=True)
+class ChainAcceptance:
+    """A chain accepted by a :data:`~harness.primitives.acceptance.ChainRule`; the next token is drawn from
+    the rule's distribution."""
+
+    rule: ChainRule
+
+    def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
+        kept, dist = self.rule(v.chain_logits(), v.proposal.tree.tokens, v.proposal.dtree, v.warp, generator)
+        return list(range(kept)), draw(dist, v.warp, generator)
+
+    def greedy(self) -> ChainAcceptance:
+        return ChainAcceptance(greedy_chain)
+
+
+@dataclass(frozen=True)
+class TreeWalk:
+    """A tree walked from the root with a :data:`~harness.primitives.acceptance.SelectionRule` (:func:`accept_walk`);
+    the correction or bonus token is drawn where the walk stops."""
+
+    select: SelectionRule
+
+    def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
+        path, dist = accept_walk(-1, v.proposal.candidates, v.proposal.tree.tokens, v.p, v.q, self.select, generator)
+        return path, draw(dist, v.warp, generator)
+
+    def greedy(self) -> TreeWalk:
+        return TreeWalk(greedy_select)
 
 
 def accept_walk(start: int, candidates: Mapping[int, list[int]], tokens: torch.Tensor,
@@ -60,108 +141,57 @@ def accept_walk(start: int, candidates: Mapping[int, list[int]], tokens: torch.T
         path.append(node)
 
 
-def verify_chain(target, caches: SpeculativeCaches, dtree: DraftTree, draft_prefix: int, rule: ChainRule) -> StepResult:
-    """Score the chain in ONE target call, apply ``rule(logits (n+1, V), tokens (n,)) -> (kept, next)``,
-    keep the accepted path in both caches and make ``next`` pending for both models.
-
-    ``draft_prefix`` is the draft cache length once its pending tokens were fed (before the chain).
-    The verification (target call, rule, rollback) is timed; drafting was timed by the caller.
-    """
-    with caches.clock.verifying():
-        target_prefix = caches.target_prefix()
-        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending,
-                                                TokenTree.chain(dtree.tokens), all_stem=False)
-        logits = torch.cat([stem_logits[-1:], node_logits])
-        kept, new_token = rule(logits, dtree.tokens)
-        path = list(range(kept))
-        commit_target(caches, target_prefix, path, new_token)
-        commit_draft(caches, draft_prefix, dtree, path, new_token)
-    draft_s, verify_s = caches.clock.take()
-    n = dtree.tokens.numel()
-    return StepResult(dtree.tokens[:kept].tolist() + [new_token], gamma=n, draft_nodes=n, accepted=kept,
-                      draft_time_s=draft_s, verify_time_s=verify_s)
-
-
-def chain_step(target, draft, caches: SpeculativeCaches, gamma: int, warp: Warp, generator) -> StepResult:
-    """One vanilla speculative-decoding round: γ draft forwards, ONE target forward (γ = 0: a target step)."""
+def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Proposal], accept: Acceptance,
+                      sliced: SlicedTreeMask | None = None) -> Round:
+    """One round: ``propose()`` drafts (timed as drafting), ONE target forward scores the pending tokens and the
+    proposal's tree (``sliced``: the mask it is sliced from, mcsd §3.2), ``accept`` picks the accepted path
+    and the next token (None: the path ends the committed sequence, mcsd §3.1), both caches keep the path,
+    and the round is returned (γ_r = the draft's levels, target-sampled roots excluded)."""
+    caches = spec.caches
     with caches.clock.drafting():
         draft_prefix = caches.draft_prefix()
-        dtree = draft_tree(draft, caches, [1] * gamma, warp, generator)
-        if warp.is_greedy:
-            rule = accept_chain_greedy
-        else:
-            q = (torch.cat([dtree.root_q[None], dtree.node_q]) if dtree.node_q is not None
-                 else dtree.root_q[None] if dtree.root_q is not None else None)
-
-            def rule(logits, tokens):
-                if q is None:  # γ = 0: the target's own token
-                    return 0, draw(warp.probs(logits[0]), warp, generator)
-                return accept_chain(warp.probs(logits), q, tokens, generator)
-
-    return verify_chain(target, caches, dtree, draft_prefix, rule)
-
-
-def tree_step(target, draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
-              select: SelectionRule, replacement: bool = True) -> StepResult:
-    """One token-tree round: draft the tree, ONE target forward, walk down accepting, roll back.
-
-    At each node the candidates (its children, in draw order) go through ``select``; the walk
-    moves to the accepted child, or stops with a token drawn from the rule's correction
-    distribution; at a leaf the bonus token is drawn from the target's distribution there.
-    Greedy: :func:`~harness.primitives.acceptance.greedy_select` (the child equal to the
-    target's argmax). ``replacement`` is how the draft draws siblings (it must match ``select``).
-    """
-    with caches.clock.drafting():
-        draft_prefix = caches.draft_prefix()
-        dtree = draft_tree(draft, caches, widths, warp, generator, replacement)
-        merged = merge_duplicates(dtree)
-    if warp.is_greedy:
-        select = greedy_select
+        proposal = propose()
+        if isinstance(proposal, DraftTree):
+            proposal = Proposal.of(proposal)
     with caches.clock.verifying():
-        tree = merged.tree
         target_prefix = caches.target_prefix()
-        stem_logits, node_logits = tree_forward(target, caches.target_cache, caches.target_pending, tree,
-                                                all_stem=False)
-        path, dist = accept_walk(
-            -1, merged.candidates, tree.tokens, lambda n: warp.probs(stem_logits[-1] if n < 0 else node_logits[n]),
-            lambda n: None if warp.is_greedy else dtree.q_after(merged.draft_node[n] if n >= 0 else -1),
-            select, generator)
-        new_token = draw(dist, warp, generator)
-        commit_target(caches, target_prefix, path, new_token)
-        commit_draft(caches, draft_prefix, dtree, [merged.draft_node[n] for n in path], new_token)
+        stem_logits, node_logits = tree_forward(spec.target, caches.target_cache, caches.target_pending,
+                                                proposal.tree, sliced=sliced, all_stem=False)
+        path, token = accept(Verified(proposal, stem_logits, node_logits, spec.warp), spec.generator)
+        commit_target(caches, target_prefix, path, token)
+        commit_draft(caches, draft_prefix, proposal.dtree, proposal.draft_path(path), token)
     draft_s, verify_s = caches.clock.take()
-    return StepResult(tree.tokens[path].tolist() + [new_token], gamma=len(widths), draft_nodes=len(dtree.parents),
-                      accepted=len(path), draft_time_s=draft_s, verify_time_s=verify_s)
+    dtree = proposal.dtree
+    committed = proposal.tree.tokens[path].tolist() + ([] if token is None else [token])
+    spec.tokens += committed
+    return Round(tuple(committed), gamma=dtree.gamma, accepted=len(path) - (1 if dtree.n_roots else 0),
+                 draft_nodes=dtree.draft_nodes, draft_time_s=draft_s, verify_time_s=verify_s)
 
 
-def speculative_loop(step, policy: GammaPolicy, prompt_ids: list[int], max_new_tokens: int,
-                     stop: StopCondition | int | None, stats) -> list[int]:
-    """Run ``step(depth) -> StepResult`` until ``max_new_tokens``, EOS or a stop string; record every round.
+def speculative_loop(step: Callable[[int], Round], policy: GammaPolicy, prompt_ids: list[int], max_new_tokens: int,
+                     stop: StopCondition | int | None) -> tuple[list[int], list[Round]]:
+    """Run ``step(depth) -> Round`` until ``max_new_tokens``, EOS or a stop string; return the tokens and rounds.
 
     The depth of a round is the policy's γ, clipped to the tokens still needed − 1 but at least 1
     (a shorter draft is as exact as a full one and saves work at the end); a policy's γ = 0 is one
     plain target step. ``stop`` is a :class:`~harness.primitives.stopping.StopCondition` (or just the
     EOS id): after each round it may cut the round's tokens, and the round is then recorded as cut
-    (committed = the tokens kept, counted as accepted drafts + one as every round is), so the statistics describe the
-    output. Each round is reported once, as a :class:`~harness.primitives.gamma_policy.RoundObservation`,
-    to ``stats.observe_round`` and to the policy.
+    (:meth:`~harness.primitives.round.Round.cut`), so the statistics describe the output. The policy
+    observes every round once, as it finishes.
     """
     stop = StopCondition.of(stop)
     policy.reset(prompt_ids)
     out: list[int] = []
+    rounds: list[Round] = []
     while len(out) < max_new_tokens:
         depth = max(0, min(policy.next_gamma(), max(1, max_new_tokens - len(out) - 1)))
-        res = step(depth)
-        tokens, accepted = res.tokens, res.accepted
-        end = stop.cut(out, tokens)
-        if end is not None:  # the round is recorded as cut: the kept tokens are its accepted drafts + one
-            tokens, accepted = tokens[:end], min(accepted, end - 1)
-        obs = RoundObservation(gamma=res.gamma, accepted=accepted, draft_nodes=res.draft_nodes,
-                               committed=tuple(tokens), draft_time_s=res.draft_time_s,
-                               verify_time_s=res.verify_time_s)
-        stats.observe_round(obs)
-        policy.observe(obs)
-        out.extend(tokens)
+        rnd = step(depth)
+        end = stop.cut(out, rnd.committed)
+        if end is not None:
+            rnd = rnd.cut(end)
+        rounds.append(rnd)
+        policy.observe(rnd)
+        out.extend(rnd.committed)
         if end is not None:
             break
-    return out[:max_new_tokens]
+    return out[:max_new_tokens], rounds

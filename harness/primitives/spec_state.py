@@ -4,7 +4,6 @@
   yet, so that no prefix is ever recomputed, and the :class:`StepClock` of the round;
 * :class:`DraftTree` — draft tokens with their parents and the draft distributions they came from
   (a chain is a tree whose nodes each have one child);
-* :class:`StepResult` — what one round committed and cost;
 * :func:`commit_target` / :func:`commit_draft` — roll both caches back to the accepted path.
 
 Imports run one way: ``spec_state`` ← ``drafting`` ← ``spec_loop``; ``acceptance`` is pure.
@@ -83,7 +82,7 @@ class SpeculativeCaches:
         if prompt_ids.numel() == 0:
             raise ValueError("speculative decoding needs a prompt of at least one token")
         self.target_cache = new_cache(target.model)
-        self.draft_cache = new_cache(draft.model)
+        self.draft_cache = new_cache(draft.model) if draft is not None else None  # None: a draft-free method
         self.target_pending = prompt_ids
         self.draft_pending = prompt_ids
         self.clock = StepClock(prompt_ids.device, sync_timing)
@@ -104,7 +103,10 @@ class DraftTree:
     ``parents[i]`` indexes an earlier node (−1: child of the committed sequence).
     ``root_q`` (V,) is T∘q at the committed sequence; ``node_q[i]`` (V,) is T∘q after node i,
     for the ``num_fed`` nodes the draft model has processed (all but the last level). Both
-    are None when greedy (or when the drafting method keeps no distributions).
+    are None when greedy (or when the drafting method keeps no distributions). ``depth`` is the
+    number of levels; ``n_roots`` counts first-level tokens the target sampled (target-initialised
+    trees, mcsd §3.1: not drafts); ``joint_logq`` (n,) the draft's joint log-likelihoods of a chain's
+    prefixes, where the drafting computed them (MTAD's beam draft).
     """
 
     tokens: torch.Tensor
@@ -112,14 +114,30 @@ class DraftTree:
     root_q: torch.Tensor | None
     node_q: torch.Tensor | None
     num_fed: int
+    depth: int = 0
+    n_roots: int = 0
+    joint_logq: torch.Tensor | None = None
 
-    def q_after(self, node: int) -> torch.Tensor:
-        return self.root_q if node < 0 else self.node_q[node]
+    def q_after(self, node: int) -> torch.Tensor | None:
+        """T∘q after ``node`` (−1: the committed sequence); None where the drafts were not drawn from a
+        distribution (deterministic candidates: a point mass on each)."""
+        return self.root_q if node < 0 or self.node_q is None else self.node_q[node]
+
+    @property
+    def gamma(self) -> int:
+        """γ_r: the levels the draft proposed (target-sampled roots excluded)."""
+        return self.depth - (1 if self.n_roots else 0)
+
+    @property
+    def draft_nodes(self) -> int:
+        """Tokens the draft proposed (target-sampled roots excluded)."""
+        return len(self.parents) - self.n_roots
 
     @classmethod
-    def chain(cls, tokens: torch.Tensor, num_fed: int) -> DraftTree:
+    def chain(cls, tokens: torch.Tensor, num_fed: int, joint_logq: torch.Tensor | None = None) -> DraftTree:
         """A chain of draft tokens of which the draft model has processed the first ``num_fed``."""
-        return cls(tokens, list(range(-1, tokens.numel() - 1)), None, None, num_fed)
+        n = tokens.numel()
+        return cls(tokens, list(range(-1, n - 1)), None, None, num_fed, depth=n, joint_logq=joint_logq)
 
     @classmethod
     def empty(cls, device) -> DraftTree:
@@ -127,25 +145,9 @@ class DraftTree:
         return cls(torch.empty(0, dtype=torch.long, device=device), [], None, None, 0)
 
 
-@dataclass
-class StepResult:
-    """One speculative round: committed tokens (accepted drafts + one target token) and what the round cost.
-
-    ``gamma`` is the draft depth γ_r proposed to the target (chain length; tree depth),
-    ``draft_nodes`` every draft token proposed (all tree nodes), ``accepted`` the drafts kept.
-    """
-
-    tokens: list[int]
-    gamma: int
-    draft_nodes: int
-    accepted: int
-    draft_time_s: float = NAN
-    verify_time_s: float = NAN
-
-
 def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None) -> None:
     """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending
-    (None: nothing is pending — a target-initialised round's path ends the committed sequence, seed 003 §3.1)."""
+    (None: nothing is pending — a target-initialised round's path ends the committed sequence, mcsd §3.1)."""
     commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
     caches.target_pending = torch.tensor([[] if new_token is None else [new_token]], dtype=torch.long,
                                          device=caches.target_pending.device)
@@ -157,8 +159,10 @@ def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree,
 
     If the draft did not run this round (γ = 0: its cache is still short of ``draft_prefix``),
     its pending tokens stay pending, followed by the path's tokens and the new token.
-    ``new_token`` None: the round commits the path only (seed 003 §3.1).
+    ``new_token`` None: the round commits the path only (mcsd §3.1).
     """
+    if caches.draft_cache is None:  # a draft-free method: no draft cache to keep
+        return
     device = caches.draft_pending.device
     tail = [] if new_token is None else [new_token]
     if cache_length(caches.draft_cache) < draft_prefix:

@@ -1,4 +1,4 @@
-"""Logit warping T: temperature, then top-k, then top-p (seed 002 App. F; seed 000 §2.1).
+"""Logit warping T: temperature, then top-k, then top-p (mtad App. F; dsbd §2.1).
 
 Semantics match HF transformers' ``TemperatureLogitsWarper`` → ``TopKLogitsWarper`` →
 ``TopPLogitsWarper`` so that a decoder using :class:`Warp` samples from exactly the

@@ -81,7 +81,7 @@ def _compare(cells: dict, external) -> dict:
 
 def cell_comparison(index: int, args, external, log) -> dict:
     """The tiny pair generating on CUDA device ``index``, measured by every protocol."""
-    from harness.decoders import build_decoder
+    from harness.methods import build_decoder
     from harness.energy import make_energy_meter
     from harness.models import load_pair
 
@@ -102,7 +102,7 @@ def cell_comparison(index: int, args, external, log) -> dict:
 
 def simulated_device(args, log) -> dict:
     """Steps 1-2 against a simulated H100 in virtual time: the same code, no hardware measured."""
-    from harness.decoders import build_decoder
+    from harness.methods import build_decoder
     from harness.energy import make_energy_meter
     from harness.energy.characterize import characterize_sources
     from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
@@ -140,7 +140,7 @@ def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bo
     """Tokens/s with the 50 Hz sampler ÷ without, in interleaved rounds (order alternating), ratio of
     totals with a bootstrap 95 % interval over rounds; inconclusive with fewer than five rounds or an
     interval that spans 1."""
-    from harness.decoders import build_decoder
+    from harness.methods import build_decoder
     from harness.energy import NullMeter, make_energy_meter
     from harness.energy.sampler import RealClock
     from harness.energy.simulated import SimGPU, SimulatedNVML

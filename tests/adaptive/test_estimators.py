@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.adaptive import estimators as est
-from harness.adaptive.testing import censored_geometric, objective_argmax, truncated_geometric
+from harness.testing.policies import censored_geometric, objective_argmax, truncated_geometric
 
 N = 3000
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.primitives.decision_model import (ASSETS_DIR, DEFAULT_THRESHOLD, DecisionModel, available_decision_models,
+from harness.decoders.decision_model import (ASSETS_DIR, DEFAULT_THRESHOLD, DecisionModel, available_decision_models,
                                                early_stop, roc_auc, stop_depth, topk_entropy_features)
 
 
@@ -114,7 +114,7 @@ def _script():
     import sys
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
     sys.path.insert(0, str(scripts))
     spec = importlib.util.spec_from_file_location("train_decision_models", scripts / "train_decision_models.py")
     module = importlib.util.module_from_spec(spec)

@@ -1,12 +1,12 @@
-"""MTAD and MTJD (seed 002 §3, App. B Alg. 1): the accepted-prefix rule on constructed cases, the
+"""MTAD and MTJD (mtad §3, App. B Alg. 1): the accepted-prefix rule on constructed cases, the
 joint likelihoods it tests against full forwards, τ = 1 as multinomial sampling, MTJD's joint arg max."""
 import itertools
 
 import pytest
 import torch
 
-import harness.decoders.mtad as mtad_module
-from harness.decoders import build_decoder
+import harness.primitives.acceptance as acceptance
+from harness.methods import build_decoder
 from harness.errors import ConfigError
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
 
@@ -26,7 +26,7 @@ def logs(*probs):
     ((0.9, 0.8), (0.1, 0.05), 1.0, 0),  # τ = 1: nothing passes
 ])
 def test_longest_accepted_prefix(p, q, tau, eta):
-    assert mtad_module.longest_accepted_prefix(logs(*p), logs(*q), tau) == eta
+    assert acceptance.longest_accepted_prefix(logs(*p), logs(*q), tau) == eta
 
 
 class Scorer:
@@ -49,23 +49,31 @@ def test_mtad_tests_the_right_joint_likelihoods(eos, monkeypatch):
     pair = toy_pair(vocab_size=5, eos_token_id=eos)
     target, draft = Scorer(pair.target), Scorer(pair.draft)
     records, context = [], []
-    real_rule, real_verify = mtad_module.longest_accepted_prefix, mtad_module.verify_chain
+    real_rule = acceptance.longest_accepted_prefix
 
     def recording_rule(p_joint, q_joint, tau):
         records[-1]["p"], records[-1]["q"] = p_joint.clone(), q_joint.clone()
         return real_rule(p_joint, q_joint, tau)
 
-    def recording_verify(target_model, caches, dtree, draft_prefix, rule):
-        records.append({"context": list(context), "tokens": dtree.tokens.tolist()})
-        result = real_verify(target_model, caches, dtree, draft_prefix, rule)
-        context.extend(result.tokens)
-        return result
+    def recording(dec):
+        real_propose, real_round = dec.propose, dec.round
 
-    monkeypatch.setattr(mtad_module, "longest_accepted_prefix", recording_rule)
-    monkeypatch.setattr(mtad_module, "verify_chain", recording_verify)
+        def propose(spec, depth):
+            dtree = real_propose(spec, depth)
+            records.append({"context": list(context), "tokens": dtree.tokens.tolist()})
+            return dtree
+
+        def round_(spec, depth):
+            result = real_round(spec, depth)
+            context.extend(result.committed)
+            return result
+        dec.propose, dec.round = propose, round_
+        return dec
+
+    monkeypatch.setattr(acceptance, "longest_accepted_prefix", recording_rule)
     checked = 0
     for params in (dict(), dict(gamma=1, draft_width=2), dict(gamma=3, draft_width=1, tau=0.0), dict(tau=0.9)):
-        dec = build_decoder("mtad", pair, top_k=0, top_p=1.0, **params)
+        dec = recording(build_decoder("mtad", pair, top_k=0, top_p=1.0, **params))
         for seed, prompt in enumerate(([1], [2, 0, 4], [4, 4])):
             context[:] = list(prompt)
             records.clear()

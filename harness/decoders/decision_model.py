@@ -1,4 +1,5 @@
-"""Early-stop decision models for dynamic multi-candidate drafting (seed 003 §3.3, §4.1, App. A.2).
+"""Early-stop decision models for dynamic multi-candidate drafting (mcsd §3.3, §4.1, App. A.2), and their loader:
+``mcsd_dynamic`` and ``mcsd_target_init`` load a committed model by name (:func:`decision_rule`).
 
 While the draft extends W candidate sequences one turn at a time, a small MLP predicts, for
 every sequence, the probability that the target accepts the sequence's latest (T1) or next
@@ -18,7 +19,7 @@ Two kinds (§3.3):
   distribution's top-k probabilities and its entropy (after Tandem transformers), trained on
   the sampled verification outcome (1 accepted, 0 rejected).
 
-Features (seed 003 §3.3 says "for token i"; where exactly is this project's reading):
+Features (mcsd §3.3 says "for token i"; where exactly is this project's reading):
 
 * T1's y_i^H is the draft's last hidden state (after the final norm, the LM head's input) at
   token i's own position — the draft forward that feeds x_i computes it. It knows x_i, so it
@@ -48,10 +49,11 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
+from harness.resources import assets_dir
 
-DEFAULT_THRESHOLD = 0.4  # β (seed 003 §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
+DEFAULT_THRESHOLD = 0.4  # β (mcsd §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
 DEFAULT_TOP_K = 10  # not given in the seed
-ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets" / "decision_models"
+ASSETS_DIR = assets_dir() / "decision_models"
 
 # Hidden widths between the input and the single output logit: T1 has three linear layers, T2 two (§3.3).
 ARCHITECTURES = {"t1": (64, 64), "t2": (32,)}
@@ -60,7 +62,7 @@ LOOKAHEAD = {"t1": 0, "t2": 1}
 
 
 def topk_entropy_features(probs: torch.Tensor, top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
-    """ConCat(Topk(y), Ent(y)) of seed 003 §3.3: (..., V) distribution → (..., top_k + 1).
+    """ConCat(Topk(y), Ent(y)) of mcsd §3.3: (..., V) distribution → (..., top_k + 1).
 
     The top-k probabilities in descending order, then the entropy in nats (0 · log 0 = 0).
     """
@@ -80,7 +82,7 @@ def early_stop(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD) ->
 
 def check_threshold(threshold: float) -> float:
     if not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"decision threshold must be in [0, 1] (seed 003 uses 0.4), got {threshold}")
+        raise ConfigError(f"decision threshold must be in [0, 1] (mcsd uses 0.4), got {threshold}")
     return float(threshold)
 
 
@@ -115,7 +117,7 @@ def roc_auc(scores, labels) -> float:
 
 
 class DecisionModel(torch.nn.Module):
-    """An MLP from decision features to the logit of the acceptance probability (seed 003 §3.3).
+    """An MLP from decision features to the logit of the acceptance probability (mcsd §3.3).
 
     ``kind`` "t1" (features: draft hidden state, ``in_features`` = its width) or "t2" (features:
     :func:`topk_entropy_features` with ``top_k``, ``in_features`` = top_k + 1). Inputs are
@@ -273,3 +275,26 @@ class EarlyStopRule:
         self.checks += 1
         self.stops += int(stop)
         return stop
+
+
+#: ``decision_model: t1 | t2`` means the committed model of that kind for the embedded tiny draft at the
+#: decoding's temperature: ``tiny_<kind>_temp<T>`` (scripts/train_decision_models.py).
+KIND_SHORTHANDS = ("t1", "t2")
+TINY_DRAFT = "tiny/draft"
+
+
+def decision_rule(name: str | None, threshold: float, warp, pair, draft) -> EarlyStopRule | None:
+    """The stop hook for a ``decision_model`` key (None when it is null), loaded on the draft's device."""
+    if name is None:
+        return None
+    if name in KIND_SHORTHANDS:
+        if pair.draft_id != TINY_DRAFT:
+            raise ConfigError(f"decision_model={name} names the committed model for draft '{TINY_DRAFT}', but the "
+                              f"pair's draft is '{pair.draft_id}': give a model name or path "
+                              f"(available: {', '.join(available_decision_models())})")
+        name = f"tiny_{name}_temp{warp.temperature:g}"
+    model = DecisionModel.load(name, device=draft.device)
+    if model.kind == "t1" and model.in_features != draft.config.hidden_size:
+        raise ConfigError(f"decision_model '{name}' (t1) reads hidden states of width {model.in_features}, but the "
+                          f"draft's hidden size is {draft.config.hidden_size}")
+    return EarlyStopRule(model, threshold, warp)

@@ -3,7 +3,7 @@ greedy and beam search match HF generate on tiny random GPT-2, OPT, Qwen2 and Ll
 import pytest
 import torch
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.models import ModelPair
 from harness.testing import ToyTokenizer
 

@@ -1,15 +1,17 @@
-"""Selection rules of speculative sampling, one node at a time: output ~ p exactly, for any draft q.
+"""Acceptance rules of speculative sampling, one node (or chain) at a time: output ~ p exactly, for any draft q.
 
-Each rule gets candidates drawn from q as its decoder draws them, many times over; the
+Each lossless rule gets candidates drawn from q as its decoder draws them, many times over; the
 empirical distribution of the emitted token must match p (TV below the n-sample bound and a
-chi-square test), while q is far from p (so a rule that returned draft tokens would fail).
+chi-square test), while q is far from p (so a rule that returned draft tokens would fail). This is the
+proof of exactness per rule; each round driver (chain, tree walk, best root) is proven once end to end by the
+decoders' tests. The lossy rules (MTAD, BiLD, typical) are checked against their definitions.
 """
 import pytest
 import torch
 
 from harness.primitives.sampling import make_generator, sample
-from harness.primitives.acceptance import (accept_chain, accept_chain_greedy, k_sequential_rho, k_sequential_select,
-                                           multi_step_select)
+from harness.primitives.acceptance import (accept_chain, bild_rule, greedy_chain, k_sequential_rho,
+                                           k_sequential_select, multi_step_select, speculative_sampling, typical_rule)
 from harness.primitives.drafting import draw_children
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, total_variation, tv_bound
@@ -49,8 +51,8 @@ def test_accept_chain_single_position_follows_p():
     out = []
     for _ in range(N):
         x = sample(q, g)
-        n, nxt = accept_chain(p2, q[None], x, g)
-        out.append(int(x[0]) if n == 1 else nxt)
+        n, dist = accept_chain(p2, q[None], x, g)
+        out.append(int(x[0]) if n == 1 else int(sample(dist, g)[0]))
     _check(out, p)
 
 
@@ -64,8 +66,8 @@ def test_accept_chain_two_positions_joint():
     out = []
     for _ in range(N):
         x = torch.cat([sample(q, g), sample(q_second, g)])
-        n, nxt = accept_chain(P, Q, x, g)
-        seq = x[:n].tolist() + [nxt]
+        n, dist = accept_chain(P, Q, x, g)
+        seq = x[:n].tolist() + [int(sample(dist, g)[0])]
         if len(seq) == 1:  # first rejected: the second token would come from the next iteration
             seq.append(int(sample(p_second, g)[0]))
         out.append(tuple(seq[:2]))
@@ -75,11 +77,41 @@ def test_accept_chain_two_positions_joint():
     assert chi_square_pvalue(out, exact) > 1e-4
 
 
-def test_accept_chain_greedy():
+def test_greedy_chain():
     logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0], [0.0, 0.0, 5.0]])
-    assert accept_chain_greedy(logits, torch.tensor([1, 0])) == (2, 2)
-    assert accept_chain_greedy(logits, torch.tensor([1, 2])) == (1, 0)
-    assert accept_chain_greedy(logits, torch.tensor([2, 0])) == (0, 1)
+    for drafts, kept, nxt in (([1, 0], 2, 2), ([1, 2], 1, 0), ([2, 0], 0, 1)):
+        n, dist = greedy_chain(logits, torch.tensor(drafts))
+        assert (n, int(dist.argmax())) == (kept, nxt)
+
+
+def test_speculative_sampling_is_accept_chain_on_the_drafted_chain():
+    """The chain rule stacks q̃ of the drafted chain; without drafts it is the target's own distribution."""
+    from types import SimpleNamespace
+
+    from harness.primitives.warping import Warp
+
+    warp, g1, g2 = Warp(1.0), make_generator(5, "cpu"), make_generator(5, "cpu")
+    logits = torch.randn(3, V, generator=torch.Generator().manual_seed(0))
+    p, q = warp.probs(logits), warp.probs(torch.randn(2, V, generator=torch.Generator().manual_seed(1)))
+    chain = SimpleNamespace(root_q=q[0], node_q=q[1:])
+    tokens = torch.tensor([1, 3])
+    n, dist = speculative_sampling(logits, tokens, chain, warp, g1)
+    n_ref, dist_ref = accept_chain(p, q, tokens, g2)
+    assert n == n_ref and torch.equal(dist, dist_ref)
+    assert speculative_sampling(logits[:1], tokens[:0], SimpleNamespace(root_q=None), warp, g1)[0] == 0
+
+
+def test_lossy_chain_rules_keep_what_their_definitions_keep():
+    from harness.primitives.warping import Warp
+
+    warp = Warp(1.0)
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1], [0.05, 0.05, 0.9], [0.4, 0.3, 0.3]]))
+    tokens = torch.tensor([0, 1])  # NLLs −log 0.7 = 0.36 and −log 0.05 = 3.0
+    kept, dist = bild_rule(logits, tokens, None, warp, None, threshold=2.0)
+    assert kept == 1 and torch.allclose(dist, warp.probs(logits[1]))
+    assert bild_rule(logits, tokens, None, warp, None, threshold=3.5)[0] == 2
+    kept, dist = typical_rule(logits, tokens, None, warp, None, epsilon=0.09, delta=0.3)
+    assert kept == 1 and torch.allclose(dist, warp.probs(logits[1]))
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -110,6 +142,21 @@ def test_multi_step_without_replacement_follows_p(k):
         assert len(set(cands.tolist())) == cands.numel()
         idx, dist = multi_step_select(p, q, cands, g, replacement=False)
         out.append(int(cands[idx]) if idx is not None else int(sample(dist, g)[0]))
+    _check(out, p)
+
+
+@pytest.mark.parametrize("cands", [[4], [1, 3], [3, 3, 0], [2]])
+def test_point_mass_select_follows_p_for_any_deterministic_candidates(cands):
+    """Candidates fixed in advance (a lookup, a head's top tokens), duplicates and zero-probability ones too."""
+    from harness.primitives.acceptance import point_mass_select
+
+    p, _ = _dists()
+    g = make_generator(40 + len(cands), "cpu")
+    tokens = torch.tensor(cands)
+    out = []
+    for _ in range(N):
+        idx, dist = point_mass_select(p, None, tokens, g)
+        out.append(cands[idx] if idx is not None else int(sample(dist, g)[0]))
     _check(out, p)
 
 

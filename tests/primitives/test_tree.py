@@ -5,7 +5,8 @@ import torch
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import cache_length, new_cache
 from harness.primitives.tree import (TokenTree, ancestor_matrix, commit_path, node_depths, path_to, tree_attention_mask,
-                                     tree_forward, tree_position_ids, with_stem)
+                                     tree_position_ids, with_stem)
+from harness.primitives.tree_attention import tree_forward
 from harness.testing import toy_model
 
 # A forest in depth-first order:   root0 ─ 1 ─ 2        root4 ─ 5
@@ -39,29 +40,6 @@ def test_bad_parents_rejected():
 
 def test_with_stem_chains_then_hangs_tree():
     assert with_stem(2, [-1, 0, -1]) == [-1, 0, 1, 2, 1]
-
-
-def test_from_sequences_merges_prefixes_depth_first():
-    seqs = torch.tensor([[2, 3, 4], [1, 0, 0], [2, 3, 1], [2, 0, 0]])
-    tree, node_of = TokenTree.from_sequences(seqs)
-    assert all(p < i for i, p in enumerate(tree.parents))
-    for j in range(4):  # every sequence is a root-to-leaf path
-        assert tree.path_tokens(int(node_of[j, -1])) == seqs[j].tolist()
-        assert tree.path(int(node_of[j, -1])) == node_of[j].tolist()
-    assert len(tree) == 3 + 3 + 1 + 2  # [1,0,0] + [2,3,4] + [2,3,1]'s leaf + [2,0,0]'s tail
-    # depth-first: each subtree is contiguous
-    for i in range(len(tree)):
-        sub = [k for k in range(len(tree)) if i in tree.path(k)]
-        assert sub == list(range(i, i + len(sub)))
-
-
-def test_from_levels_reorders_depth_first():
-    levels = [torch.tensor([5, 6]), torch.tensor([1, 2, 3]), torch.tensor([4])]
-    parents = [torch.tensor([]), torch.tensor([0, 1, 0]), torch.tensor([2])]  # within previous level
-    tree, dfs_of_bfs = TokenTree.from_levels(levels, parents)
-    assert tree.tokens.tolist() == [5, 1, 3, 4, 6, 2]
-    assert tree.parents == [-1, 0, 0, 2, -1, 4]
-    assert dfs_of_bfs.tolist() == [0, 4, 1, 5, 2, 3]
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""Seed 003's improved MCSD: target-initialised trees (§3.1), fork-shaped dynamic trees with early stop (§3.2-3.3).
+"""The mcsd paper's improved MCSD: target-initialised trees (§3.1), fork-shaped dynamic trees with early stop (§3.2-3.3).
 
 Exactness of the lossless configurations against the enumerated target distribution (the toy pair of
 ``test_speculative``: a 4-token vocabulary, draft = perturbed target): the draft-initialised fork with
@@ -8,27 +8,36 @@ stub give the exact distribution too. Target initialisation with several roots i
 detectably so on a toy pair whose draft is unrelated to the target (slow test). Greedy decoding is
 token-identical to AR greedy.
 """
-import copy
 
 import pytest
 import torch
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.errors import ConfigError
-from harness.primitives.decision_model import DecisionModel, EarlyStopRule, topk_entropy_features
+from harness.models import TINY_PAIR_DIR
+from harness.decoders.decision_model import DecisionModel, EarlyStopRule, topk_entropy_features
 from harness.primitives.drafting import draft_tree
 from harness.primitives.forward import CountedModel
-from harness.primitives.kv_cache import cache_length, truncate
-from harness.primitives.multi_candidate import TargetInit, TreeMasks, multi_candidate_step, target_prefill
+from harness.primitives.kv_cache import cache_length
+from harness.primitives.multi_candidate import TreeMasks
 from harness.primitives.sampling import make_generator
 from harness.primitives.spec_state import SpeculativeCaches
-from harness.primitives.tree import (SlicedTreeMask, attention_inputs, fork_parents, level_order_parents,
+from harness.primitives.tree_attention import SlicedTreeMask, attention_inputs, fork_parents
+from harness.primitives.tree import (
                                      tree_attention_mask, tree_position_ids, with_stem)
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair, total_variation, tv_bound
-from test_speculative import (LENGTH, N, PROMPT, TINY_MISSING, WARP, _assert_cache_matches_scratch,  # noqa: F401
-                              _warp_params, near_pair, tiny_ar_greedy)
-from test_stats import Recorder
+from harness.testing import near_pair
+from harness.testing.checks import assert_cache_matches_scratch
+from harness.testing.policies import ScriptedPolicy
+
+WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
+PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
+TINY_MISSING = not (TINY_PAIR_DIR / "target" / "model.safetensors").exists()
+
+
+def _warp_params(warp: Warp) -> dict:
+    return {"temperature": warp.temperature, "top_k": warp.top_k, "top_p": warp.top_p}
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +103,17 @@ EXACT_CASES = {  # (method, params, stub stop hook, γ policy)
     "target-init n_t=1 (1,3,2), random T2 decision model": ("mcsd_target_init", {"k_config": (1, 3, 2),
                                                                                  "decision_model": "t2"}, None, None),
     "target-init n_t=1 (1,2,1,1), random stub, γ policy 0/2/3": ("mcsd_target_init", {"k_config": (1, 2, 1, 1)},
-                                                                RandomStop, lambda: Recorder([0, 2, 3])),
+                                                                RandomStop, lambda: ScriptedPolicy([0, 2, 3])),
 }
 
 
-@pytest.mark.parametrize("case", list(EXACT_CASES))
+#: one case per round driver by default (the walk of a fork with an early-stop hook; the best-root walk of a
+#: target-initialised tree under a γ policy), the others with -m slow
+DEFAULT_CASES = ("dynamic fork W=3 D=3, random T1 decision model", "target-init n_t=1 (1,2,1,1), random stub, γ policy 0/2/3")
+
+
+@pytest.mark.parametrize("case", [c if c in DEFAULT_CASES else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in EXACT_CASES])
 def test_lossless_configurations_follow_exact_target_distribution(pair, random_models, case):
     method, params, stop, policy = EXACT_CASES[case]
     dec = _decoder(pair, method, params, random_models, stop() if stop else None, policy() if policy else None)
@@ -117,6 +132,7 @@ def test_lossless_configurations_follow_exact_target_distribution(pair, random_m
     assert 0.05 * rounds < stops < 0.95 * rounds  # the decision really changed γ, and not always
 
 
+@pytest.mark.slow
 def test_target_init_single_root_with_eos_is_exact():
     pair = near_pair(eos_token_id=0)
     exact = exact_sequence_distribution(pair.target, PROMPT, LENGTH, WARP, eos_token_id=0)
@@ -186,41 +202,32 @@ def test_statistics_follow_the_record_contract(method, params):
 def test_dynamic_round_gammas_reach_the_policy():
     """The realised γ (after an early stop) is what the policy observes, not the depth it asked for."""
     pair = toy_pair(vocab_size=6)
-    policy = Recorder([3])
+    policy = ScriptedPolicy([3])
     dec = build_decoder("mcsd_dynamic", pair, num_drafts=2, gamma=3, gamma_policy=policy, temperature=1.0)
     dec.stop = RandomStop(4)
     st = dec.generate([1, 2], 25, seed=1).stats
     assert [o.gamma for o in policy.seen] == st.round_gammas and min(st.round_gammas) < 3
 
 
-def _check_cache(model, cache, pending, committed):
-    """Cache + pending = committed (an empty pending: re-feed the last committed token to a copy)."""
-    if pending.size(1) == 0:
-        assert cache_length(cache) == len(committed)
-        cache = copy.deepcopy(cache)
-        truncate(cache, len(committed) - 1)
-        pending = torch.tensor([committed[-1:]])
-    _assert_cache_matches_scratch(model, cache, pending, committed)
+def _variant(pair, target_init: bool, k_config):
+    """mcsd_target_init with ``k_config``, or mcsd_dynamic's fork of the same widths (k_config (W, 1, …, 1))."""
+    if target_init:
+        return build_decoder("mcsd_target_init", pair, k_config=k_config, **_warp_params(WARP))
+    return build_decoder("mcsd_dynamic", pair, num_drafts=k_config[0], gamma=len(k_config), **_warp_params(WARP))
 
 
 @pytest.mark.parametrize("target_init", [False, True])
 def test_kv_rollback_equals_from_scratch_forward(pair, target_init):
-    target, draft = CountedModel(pair.target, 4), CountedModel(pair.draft, 4)
+    dec = _variant(pair, target_init, (2, 2, 1) if target_init else (3, 1, 1))
+    dec.stop = stop = RandomStop(5)
     prompt = torch.tensor([[1, 2, 3, 0, 2]])
-    caches = SpeculativeCaches(target, draft, prompt)
+    spec = dec.start(prompt, make_generator(3, "cpu"))
     committed = prompt[0].tolist()
-    g = make_generator(3, "cpu")
-    widths = [2, 2, 1] if target_init else [3, 1, 1]
-    masks = TreeMasks.for_parents(level_order_parents(widths), target, draft)
-    state = TargetInit() if target_init else None
-    if target_init:
-        target_prefill(target, caches, WARP, state)
-    stop = RandomStop(5)
     for _ in range(12):
-        res = multi_candidate_step(target, draft, caches, widths, WARP, g, state=state, masks=masks, stop=stop)
-        committed += res.tokens
-        _check_cache(draft, caches.draft_cache, caches.draft_pending, committed)
-        _check_cache(target, caches.target_cache, caches.target_pending, committed)
+        committed += dec.round(spec, dec.params.gamma).committed
+        caches = spec.caches
+        assert_cache_matches_scratch(dec.draft, caches.draft_cache, caches.draft_pending, committed)
+        assert_cache_matches_scratch(dec.target, caches.target_cache, caches.target_pending, committed)
         if target_init:  # nothing pending for the target: its cache holds the whole committed sequence
             assert caches.target_pending.size(1) == 0
     assert stop.stops > 0
@@ -231,16 +238,11 @@ def test_sliced_masks_change_nothing(pair, target_init):
     """Same seed with and without the sliced masks: the same tokens (the slices equal the rebuilt masks)."""
     out = []
     for use_masks in (True, False):
-        target, draft = CountedModel(pair.target, 4), CountedModel(pair.draft, 4)
-        caches = SpeculativeCaches(target, draft, torch.tensor([[1, 2, 3]]))
-        widths = [3, 2, 1] if target_init else [3, 1, 1]
-        masks = TreeMasks.for_parents(level_order_parents(widths), target, draft) if use_masks else TreeMasks()
-        state = TargetInit() if target_init else None
-        if target_init:
-            target_prefill(target, caches, WARP, state)
-        g = make_generator(7, "cpu")
-        out.append([multi_candidate_step(target, draft, caches, widths, WARP, g, state=state, masks=masks).tokens
-                    for _ in range(8)])
+        dec = _variant(pair, target_init, (3, 2, 1) if target_init else (3, 1, 1))
+        if not use_masks:
+            dec.masks, dec.verify_mask = TreeMasks(), None
+        spec = dec.start(torch.tensor([[1, 2, 3]]), make_generator(7, "cpu"))
+        out.append([dec.round(spec, dec.params.gamma).committed for _ in range(8)])
     assert out[0] == out[1]
 
 
@@ -335,7 +337,7 @@ def test_greedy_with_decision_models_is_token_identical_to_ar_greedy_on_tiny_pai
     dec = build_decoder(method, tiny_pair, decoding="greedy", **params)
     assert dec.stop.model.info["name"].endswith("_temp0")
     checks = 0
-    for ids, ref in list(zip(heldout_prompts, tiny_ar_greedy))[:4]:
+    for ids, ref in zip(heldout_prompts, tiny_ar_greedy[:4]):
         gen = dec.generate(ids, 40)
         assert gen.output_ids == ref
         assert gen.stats.target_calls == gen.stats.rounds + (1 if method == "mcsd_target_init" else 0)

@@ -6,9 +6,8 @@ import math
 import pytest
 import torch
 
-from harness.decoders import build_decoder
-from harness.decoders.bild import first_rollback
-from harness.decoders.typical import typical_prefix_length
+from harness.methods import build_decoder
+from harness.primitives.acceptance import first_rollback, typical_prefix_length
 from harness.errors import ConfigError
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, toy_pair
 
@@ -94,7 +93,7 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
     pair = toy_pair(vocab_size=6, sharpness=1.5)
     warp = build_decoder("bild", pair, top_k=0, top_p=1.0).params.warp
     state = {"context": [], "drafted": [], "checked": 0}
-    real_draft, real_verify = bild_module.draft_tree, bild_module.verify_chain
+    real_draft = bild_module.draft_tree
 
     def recording_draft(draft, caches, widths, warp_, generator, replacement=True):
         out = real_draft(draft, caches, widths, warp_, generator, replacement)
@@ -105,17 +104,19 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
         state["checked"] += 1
         return out
 
-    def recording_verify(target, caches, dtree, draft_prefix, rule):
-        result = real_verify(target, caches, dtree, draft_prefix, rule)
-        state["context"] += result.tokens
-        state["drafted"] = []
-        return result
+    def recording_round(real_round):
+        def round_(spec, depth):
+            result = real_round(spec, depth)
+            state["context"] += result.committed
+            state["drafted"] = []
+            return result
+        return round_
 
     monkeypatch.setattr(bild_module, "draft_tree", recording_draft)
-    monkeypatch.setattr(bild_module, "verify_chain", recording_verify)
     for thresholds in ((0.5, 1.0), (0.0, math.inf)):  # fallbacks and rollbacks; then every draft kept (γ reached)
         dec = build_decoder("bild", pair, gamma=4, fallback_threshold=thresholds[0], rollback_threshold=thresholds[1],
                             top_k=0, top_p=1.0)
+        dec.round = recording_round(dec.round)
         for seed, prompt in enumerate(([1], [3, 0, 2])):
             state["context"], state["drafted"] = list(prompt), []
             st = dec.generate(prompt, 16, seed=seed).stats

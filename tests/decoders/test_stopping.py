@@ -2,7 +2,7 @@
 the token completing the stop string, and the statistics (tokens, calls, rounds) describe that output."""
 import pytest
 
-from harness.decoders import build_decoder
+from harness.methods import build_decoder
 from harness.primitives.stopping import StopCondition
 
 MAX_NEW = 40

@@ -4,7 +4,8 @@ import torch
 
 from harness.primitives.forward import CountedModel
 from harness.primitives.kv_cache import new_cache
-from harness.primitives.tree import (SlicedTreeMask, TokenTree, fork_parents, level_order_parents, node_depths,
+from harness.primitives.tree_attention import SlicedTreeMask, fork_parents, level_order_parents
+from harness.primitives.tree import (TokenTree, node_depths,
                                      tree_attention_mask, tree_position_ids, with_stem)
 from harness.testing import toy_model
 
