@@ -35,7 +35,7 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 class ModelPair:
     """A target model, an optional draft model, and their shared tokenizer.
 
-    ``drafts`` maps every loaded draft's id to its model (seed 004 §5: drafts to select from, all
+    ``drafts`` maps every loaded draft's id to its model (adaptive §5: drafts to select from, all
     sharing the target's tokenizer); ``draft``/``draft_id`` is the default one (the first).
     """
 
@@ -126,7 +126,7 @@ class PairSpec:
     device_map: Any = None
     draft_device_map: Any = None
     attn_implementation: str | None = None
-    drafts: list[str] | None = None  # several drafts to select from (seed 004 §5); draft = the default one
+    drafts: list[str] | None = None  # several drafts to select from (adaptive §5); draft = the default one
     revision: str | None = None  # the target's hub revision (commit, tag or branch); null = the default branch
     draft_revision: str | None = None  # the drafts' hub revision; null = the default branch
 
@@ -280,7 +280,7 @@ def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, 
     """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
     target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
 
-    ``drafts``: several drafts to select from (seed 004 §5; each checked against the target's tokenizer,
+    ``drafts``: several drafts to select from (adaptive §5; each checked against the target's tokenizer,
     each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
     and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
     whose content hash is recorded instead: :mod:`harness.provenance`).

@@ -36,7 +36,7 @@ class Record:
     prompt_tokens_original: int
     meta: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)  # GenerationStats.as_record() and how the generation stopped
-    selection: dict = field(default_factory=dict)  # draft selection (seed 004 §5): phase, chosen draft, ...
+    selection: dict = field(default_factory=dict)  # draft selection (adaptive §5): phase, chosen draft, ...
     quality: dict = field(default_factory=dict)  # output_ppl and the task's metrics
     energy: dict = field(default_factory=dict)  # ``energy.*`` fields of the energy reading and its breakdown
     peak_gpu_mem_bytes: float = math.nan
