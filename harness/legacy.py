@@ -174,11 +174,13 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
         out["decoding"] = {**decoding, "name": old[decoding["name"]]}
     method = out.get("method")
     name = method.get("name") if isinstance(method, dict) else None
-    if name not in METHODS_0_2:
+    flat = name in SPECULATIVE_0_2 and all(v is None or isinstance(v, Mapping) for v in (policy, selection))
+    if not flat:  # no 0.2 layout for these: a chosen policy/selection (even an invalid one) is hashed as it is
         if policy is not None:
             out["gamma_policy"] = policy
         if selection is not None:
             out["draft_selection"] = selection
+    if name not in METHODS_0_2:
         return out
     method = dict(method)
     if name not in NO_WARP_0_2:
@@ -186,10 +188,17 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
     method.update({old: None for old in RENAMED_PARAMS.get(name, {})})
     if name == "mtjd":
         method["sample"] = None
-    if name in SPECULATIVE_0_2:
+    if flat:
         method.update(flat_policy_params(policy, selection))
+        # keys 0.2 did not have (policies and settings added since) are hashed under their group's name
+        method.update(_new_keys("gamma_policy", policy, {new for new, _ in POLICY_KEYS_0_2.values()}))
+        method.update(_new_keys("draft_selection", selection, {new for new, _ in SELECTION_KEYS_0_2.values()}))
     out["method"] = method
     return out
+
+
+def _new_keys(group: str, values: Mapping[str, Any] | None, known: set[str]) -> dict[str, Any]:
+    return {f"{group}.{k}": v for k, v in (values or {}).items() if k != "name" and k not in known}
 
 
 # ---- record and summary fields ----
