@@ -143,3 +143,7 @@ class DraftFreeDecoder(SpeculativeDecoder[P]):
     uses_draft = False
     uses_gamma_policy = False
     supports_draft_selection = False
+
+    def params_dict(self) -> dict[str, Any]:
+        """The method's parameters only (no γ policy: as :meth:`harness.methods.MethodSpec.params_dict` reports it)."""
+        return self.params.as_dict()

@@ -120,3 +120,11 @@ def test_hf_assisted_cells_keep_their_ids_with_prompt_lookup_off():
     assert identity_config(new) == identity_config(old)
     lookup = {"method": {**new["method"], "prompt_lookup_num_tokens": 10}}
     assert identity_config(lookup) != identity_config(old)
+
+
+def test_draft_free_summaries_report_their_own_parameters():
+    from harness.methods import method_spec
+
+    for method in ("pld", "lookahead"):
+        dec = build_decoder(method, near_pair(), decoding="greedy")
+        assert dec.params_dict() == method_spec(method, {}, decoding="greedy").params_dict() == dec.params.as_dict()
