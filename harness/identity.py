@@ -49,7 +49,8 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
                                        "before HF's prompt lookup became an option",
-    "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key existed",
+    "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
+                                      "existed",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
