@@ -19,6 +19,10 @@ FAMILIES = {
     "hf_assisted": ("hf_assisted", {"gamma": 4}, "greedy"),
     "mtjd": ("mtjd", {"gamma": 3, "width": 2}, "greedy"),
     "beam_dsbd": ("dsbd", {"gamma": 3, "draft_width": 2}, "sampling"),
+    "draft_free_lookup": ("pld", {}, "greedy"),
+    "draft_free_lookup_sampling": ("pld", {"prompt_lookup_num_tokens": 4}, "sampling"),
+    "draft_free_lookahead": ("lookahead", {"window": 5, "ngram": 3, "guess": 5}, "sampling"),
+    "hf_prompt_lookup": ("hf_assisted", {"prompt_lookup_num_tokens": 10}, "greedy"),
 }
 
 
