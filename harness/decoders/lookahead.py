@@ -141,4 +141,4 @@ class LookaheadDecoding(DraftFreeDecoder[LookaheadParams]):
         return LookaheadAcceptance(spec.state, point_mass_select)
 
     def propose(self, spec, depth: int) -> Proposal:
-        return spec.state.propose(spec.tokens[-1], depth, self.device)
+        return spec.state.propose(spec.tokens[-1], depth, spec.caches.target_pending.device)

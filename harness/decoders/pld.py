@@ -85,4 +85,4 @@ class PromptLookupDecoding(DraftFreeDecoder[PLDParams]):
         index: NgramIndex = spec.state
         index.update(spec.tokens)
         tokens = index.lookup(spec.tokens, depth, self.eos_token_id) if depth else []
-        return DraftTree.chain(torch.tensor(tokens, dtype=torch.long, device=self.device), num_fed=0)
+        return DraftTree.chain(torch.tensor(tokens, dtype=torch.long, device=spec.caches.target_pending.device), num_fed=0)
