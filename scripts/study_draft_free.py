@@ -15,7 +15,8 @@ instruction, the code in the prompt).
         [--arms pld,hf_pld,ar,lookahead,lookahead_cpu] [--num-tokens 10] [--ngram 2] [--out FILE]
 
 Arms: ``pld`` and ``hf_pld`` (HF's prompt lookup through ``hf_assisted``) at ``--num-tokens``/``--ngram``, ``ar``
-(AR greedy), ``lookahead`` (the paper's W = 15, N = 5, G = 15) and ``lookahead_cpu`` (W = 5, N = 3, G = 5).
+(AR greedy), ``lookahead`` (the paper's W = 15, N = 5, G = 15), ``lookahead_cpu`` (W = 5, N = 3, G = 5) and ``sd``
+(γ = 4 with the tiny draft, a drafted method beside the draft-free ones).
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def arms(args) -> dict[str, tuple[str, dict]]:
     lookup = {"prompt_lookup_num_tokens": args.num_tokens, "max_matching_ngram_size": args.ngram}
     known = {"pld": ("pld", lookup), "hf_pld": ("hf_assisted", lookup), "ar": ("ar_greedy", {}),
              "lookahead": ("lookahead", {}),  # the paper's W = 15, N = 5, G = 15
-             "lookahead_cpu": ("lookahead", {"window": 5, "ngram": 3, "guess": 5})}
+             "lookahead_cpu": ("lookahead", {"window": 5, "ngram": 3, "guess": 5}),
+             "sd": ("sd", {"gamma": 4})}  # the tiny draft, for MAT and speed beside a drafted method
     return {name: known[name] for name in args.arms.split(",")}
 
 
@@ -87,7 +89,7 @@ def summarise(rows: dict) -> dict:
     for k, r in rows.items():
         out["arms"][k] = {"tok_s": sum(r["tokens"]) / sum(r["seconds"]), "mat": sum(r["tokens"]) / sum(r["forwards"])}
     pairs = [(a, b) for a, b in (("pld", "hf_pld"), ("pld", "ar"), ("hf_pld", "ar"), ("lookahead", "ar"),
-                                 ("lookahead_cpu", "ar")) if a in rows and b in rows]
+                                 ("lookahead_cpu", "ar"), ("sd", "ar")) if a in rows and b in rows]
     out["ratios"] = {f"{a}/{b}": ratio(rows, a, b) for a, b in pairs}
     return out
 
