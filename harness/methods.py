@@ -139,6 +139,11 @@ class MethodSpec:
         return self.cls.method
 
     @property
+    def needs_draft(self) -> bool:
+        """Whether the method with these parameters runs a draft model (the pair must name one)."""
+        return self.cls.needs_draft(self.params)
+
+    @property
     def lookahead(self) -> int:
         """Positions a generation may touch beyond its output: the method's own, or its γ policy's deepest round + 1."""
         policy = 0 if self.gamma_policy is None else self.gamma_policy.max_gamma(int(self.params.gamma)) + 1

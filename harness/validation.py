@@ -229,7 +229,7 @@ def _dataset(dataset: Mapping[str, Any], cache: _Cache, add) -> tuple[Any, list]
 def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add, max_new_ok: bool) -> None:
     """The method fits the pair (a draft where it needs one) and the context (room for a prompt); no prompt
     tokenizes to nothing."""
-    if plan.decoder_cls.uses_draft and not plan.pair.draft:
+    if plan.method.needs_draft and not plan.pair.draft:
         add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
                           "none (set pair.draft)")
     max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None

@@ -86,6 +86,13 @@ def test_method_needing_a_draft_on_a_pair_without_one(no_weights):
     assert any(p.key == "pair.draft" and "needs a draft" in p.message for p in validate_cell(cfg))
 
 
+@pytest.mark.parametrize("overrides", [("method=pld",), ("method=lookahead",),
+                                       ("method=hf_assisted", "method.prompt_lookup_num_tokens=10")])
+def test_draft_free_methods_run_on_a_pair_without_a_draft(no_weights, overrides):
+    problems = validate_cell(composed(*overrides, "pair.draft=null"))
+    assert not any(p.key == "pair.draft" for p in problems), problems
+
+
 def test_a_sweep_reports_each_problem_once_with_its_cell(no_weights):
     cells = [(f"max_new_tokens={m} method.gamma={g}", composed("method=sd", f"max_new_tokens={m}", f"method.gamma={g}"))
              for m in (4, 0) for g in (2, 0)]

@@ -199,8 +199,14 @@ class Decoder(ABC, Generic[P]):
         self.sync_timing = sync_timing or self.needs_timing()
         self.target = CountedModel(pair.target, pair.vocab_size, sync=self.sync_timing)
         self.draft = (CountedModel(pair.require_draft(self.method), pair.vocab_size, sync=self.sync_timing)
-                      if self.uses_draft else None)
+                      if self.needs_draft(self.params) else None)
         self.eos_token_id = pair.tokenizer.eos_token_id
+
+    @classmethod
+    def needs_draft(cls, params: DecoderParams) -> bool:
+        """Whether the decoder with ``params`` runs a draft model (``uses_draft``; a method where a parameter
+        decides overrides it: ``hf_assisted`` with prompt lookup needs none)."""
+        return cls.uses_draft
 
     def needs_timing(self) -> bool:
         """Device-synchronise at the draft/verify boundaries (a no-op on CPU) because what drives the

@@ -119,13 +119,12 @@ class _StopAfterRound(StoppingCriteria):
 @register
 class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
-    uses_draft = True  # the assistant; not loaded with prompt lookup (prompt_lookup_num_tokens)
+    uses_draft = True  # the assistant; none with prompt lookup (needs_draft)
     lossless = True
 
-    def __init__(self, pair, params: HFAssistedParams | None = None, **kwargs):
-        params = params if params is not None else self.Params()
-        self.uses_draft = params.prompt_lookup_num_tokens is None
-        super().__init__(pair, params, **kwargs)
+    @classmethod
+    def needs_draft(cls, params: HFAssistedParams) -> bool:
+        return params.prompt_lookup_num_tokens is None
 
     def _generate_kwargs(self, max_new_tokens: int) -> dict:
         p = self.params

@@ -103,11 +103,14 @@ def test_bad_parameters_are_clear_errors(method, params, match):
         build_decoder(method, near_pair(), **params)
 
 
-def test_pld_needs_no_draft_and_has_no_gamma_policy():
+def test_pld_and_hf_prompt_lookup_need_no_draft_and_pld_has_no_gamma_policy():
     from harness.testing import toy_pair
 
-    dec = build_decoder("pld", toy_pair(with_draft=False), decoding="greedy")
-    assert dec.draft is None and dec.generate([1, 2, 1, 2], 6).output_ids
+    target_only = toy_pair(with_draft=False)
+    dec = build_decoder("pld", target_only, decoding="greedy")
+    hf = build_decoder("hf_assisted", target_only, decoding="greedy", prompt_lookup_num_tokens=3)
+    assert dec.draft is None and hf.draft is None
+    assert dec.generate([1, 2, 1, 2], 6).output_ids == hf.generate([1, 2, 1, 2], 6).output_ids
     with pytest.raises(Exception, match="gamma_policy"):
         build_decoder("pld", near_pair(), gamma_policy="fsm")
 
