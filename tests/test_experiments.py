@@ -89,6 +89,7 @@ def test_sweeper_unions_grids_and_the_command_line_wins():
 
 # ---- every experiment composes; every cell plans ------------------------------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     cfg = _experiment(name)
@@ -118,6 +119,7 @@ def test_every_experiment_has_a_tiny_twin_with_the_same_methods(hydra_ctx, name)
     assert methods == tiny
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_fast_cell_composition_equals_hydra(hydra_ctx):
     """The shortcut of :func:`_cell_configs` (compose per group choice, then apply the rest) gives exactly
     Hydra's composition of the cell, on a sample of every experiment's cells."""
@@ -231,6 +233,7 @@ def test_adaptive_tables_settings(hydra_ctx):
 
 # ---- one tiny twin, end to end through the CLI --------------------------------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     name = "mcsd_tables_tiny"
     expected = len(config_sweep_overrides(_experiment(name)))
@@ -247,6 +250,7 @@ def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     assert {s["max_new_tokens"] for s in summaries} == {8}
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(tmp_path):
     """An install made before ``hydra_plugins/`` existed still finds the sweeper next to its ``harness``."""
     (tmp_path / "path").mkdir()

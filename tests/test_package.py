@@ -123,6 +123,7 @@ main()
 '''
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_default_install_without_extras_runs_the_embedded_cell(tmp_path):
     r = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS, "method=sd", "decoding=greedy", "dataset.num_prompts=1",
                         "max_new_tokens=3", "runner.progress=false", "gpu=cpu", "pair.device=cpu",
