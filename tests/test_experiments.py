@@ -109,6 +109,7 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     assert max(ids.values()) == 1, "two grids produce the same cell"
 
 
+@pytest.mark.slow  # composes every cell of every twin (issue 21.10; CI runs -m slow)
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_has_a_tiny_twin_with_the_same_methods(hydra_ctx, name):
     if name.endswith("_tiny"):
