@@ -37,6 +37,7 @@ import torch
 from harness.adaptive.policies import PolicyParams
 from harness.adaptive.policies.fixed import FixedParams
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams
+from harness.errors import ConfigError
 from harness.legacy import flat_policy_params
 from harness.models import ModelPair
 from harness.primitives.drafting import Proposal
@@ -68,6 +69,8 @@ class SpeculativeDecoder(Decoder[P]):
     supports_draft_selection = True
     accept: ClassVar[Acceptance]
     verify_mask: SlicedTreeMask | None = None
+    #: a γ policy may end the round's chain inside the drafting (``stops_drafting``: SpecDec++)
+    supports_draft_stop: ClassVar[bool] = False
     #: the rounds keep the target's hidden states at the committed positions they verified (``spec.hidden``)
     reads_target_hidden: ClassVar[bool] = False
 
@@ -81,6 +84,9 @@ class SpeculativeDecoder(Decoder[P]):
         else:
             self.policy_params = gamma_policy if gamma_policy is not None else FixedParams()
             self.gamma_policy = self.policy_params.build(int(self.params.gamma), self.max_depth())
+        if getattr(self.gamma_policy, "draft_stop", None) is not None and not self.supports_draft_stop:
+            raise ConfigError(f"gamma_policy={getattr(self.gamma_policy, 'name', '?')} ends rounds inside the drafting; "
+                              f"method '{self.method}' does not draft a chain it could stop")
         super().__init__(pair, self.params, sync_timing=sync_timing)
 
     def needs_timing(self) -> bool:
