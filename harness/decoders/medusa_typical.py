@@ -15,7 +15,7 @@ import torch
 
 from harness.decoders.base import param, register
 from harness.decoders.medusa import MedusaDecoder, MedusaParams
-from harness.errors import ConfigError
+from harness.decoders.typical import check_typical
 from harness.primitives.acceptance import greedy_select, typical_tree_path
 from harness.primitives.spec_loop import TreeWalk, Verified, draw
 
@@ -27,9 +27,7 @@ class MedusaTypicalParams(MedusaParams):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (0.0 <= self.posterior_threshold <= 1.0 and self.posterior_alpha >= 0.0):
-            raise ConfigError(f"need posterior_threshold ε in [0, 1] and posterior_alpha δ >= 0, got "
-                              f"{self.posterior_threshold}, {self.posterior_alpha}")
+        check_typical(self)
 
 
 @dataclass(frozen=True)

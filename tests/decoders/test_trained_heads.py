@@ -12,7 +12,8 @@ import torch
 from harness.errors import ConfigError, HarnessError
 from harness.methods import build_decoder
 from harness.primitives.warping import Warp
-from harness.testing import chi_square_pvalue, exact_sequence_distribution, near_pair, total_variation, tv_bound
+from harness.testing import (chi_square_pvalue, exact_sequence_distribution, near_pair, sample_generations,
+                             total_variation, tv_bound)
 from harness.testing.heads import random_eagle, random_head_params, random_medusa
 
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
@@ -32,12 +33,10 @@ def _build(method, pair, **kw):
 
 def _assert_exact(decoder, pair, n: int = N) -> None:
     exact = exact_sequence_distribution(pair.target, PROMPT, LENGTH, WARP)
-    samples, accepted = [], 0
-    for s in range(n):
-        gen = decoder.generate(PROMPT, LENGTH, seed=s)
-        samples.append(tuple(gen.output_ids))
-        accepted += gen.stats.accepted_tokens
-        assert gen.stats.target_calls == gen.stats.rounds  # one verification per round, the first is the prefill
+    gens = sample_generations(decoder, PROMPT, LENGTH, n)
+    samples = [tuple(g.output_ids) for g in gens]
+    assert all(g.stats.target_calls == g.stats.rounds for g in gens)  # one verification per round, the first the prefill
+    accepted = sum(g.stats.accepted_tokens for g in gens)
     tv, bound = total_variation(samples, exact), tv_bound(exact, n)
     assert tv < bound, (tv, bound)
     assert chi_square_pvalue(samples, exact) > 1e-4
