@@ -116,3 +116,17 @@ def test_params_lookahead_and_config_errors(pair, tmp_path):
     random_medusa(24, 3).save_pretrained(tmp_path / "small", dtype=torch.float32)
     with pytest.raises(ConfigError, match="predicts 3 tokens"):
         build_decoder("medusa", pair, heads=str(tmp_path / "small"))
+
+
+def test_the_rounds_keep_the_hidden_states_of_the_committed_positions(pair):
+    """``spec.hidden`` (the template's hidden states from each verification) equals a from-scratch forward's last
+    hidden states at the committed positions the round fed: hidden[i] at tokens[-k - 1 + i]."""
+    dec = _build("eagle2", pair, **WARP_PARAMS)
+    spec = dec.start(torch.tensor([PROMPT]), torch.Generator().manual_seed(0))
+    for depth in (3, 3, 2, 3, 1, 3):
+        dec.round(spec, depth)
+        k = spec.hidden.size(0)
+        with torch.no_grad():
+            ref = pair.target(input_ids=torch.tensor([spec.tokens[:-1]]), output_hidden_states=True).hidden_states[-1]
+        torch.testing.assert_close(spec.hidden, ref[0, -k:], atol=1e-4, rtol=1e-4)
+    assert spec.caches.draft_cache is None  # draft-free: no draft model, no draft cache
