@@ -51,24 +51,26 @@ def _hydra_app():
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-    from omegaconf import OmegaConf
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
         from harness.errors import ConfigError
         from harness.runner import run_cell
 
-        container = OmegaConf.to_container(cfg, resolve=True)
+        from harness.preflight import resolved_container
+        from harness.schema import runner_config
+
+        container = resolved_container(cfg)  # bounded before resolving (harness.preflight)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
         if multirun and not _SWEEP:
             _SWEEP.update(argv=sys.argv[1:], sweep_dir=str(hc.sweep.dir), launcher=str(hc.launcher.get("_target_", "")))
-        if multirun and (container.get("runner") or {}).get("interleave") and \
+        if multirun and runner_config(container).interleave and \
                 "BasicLauncher" in str(hc.launcher.get("_target_", "")):
             _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
             return
         try:
-            outcome = run_cell(container, container["results_dir"], force=bool(container.get("force")))
+            outcome = run_cell(container, container["results_dir"], force=container.get("force"))
         except ConfigError as e:  # found only at run time (e.g. a finished cell changed meanwhile): stop, no record
             _config_error(e)
         _report(outcome, multirun)
@@ -125,7 +127,7 @@ def _run_queued() -> None:
         ids = ", ".join(c["method"]["name"] for c in unit)
         print(f"interleaved comparison of {len(unit)} cells: {ids}", flush=True)
         try:
-            outcomes = run_cells(unit, unit[0]["results_dir"], force=bool(unit[0].get("force")))
+            outcomes = run_cells(unit, unit[0]["results_dir"], force=unit[0].get("force"))
         except ConfigError as e:
             _config_error(e)
         for outcome in outcomes:
@@ -237,6 +239,9 @@ def main() -> None:
         sys.exit(_subcommand(argv[0], argv[1:]))
     register_configs()
     load_sweeper_plugin()  # hydra/sweeper=grids (the experiments' sweeper), also from a checkout not reinstalled
+    from harness.preflight import check_argv
+
+    check_argv(argv, str(CONF_DIR))  # before Hydra instantiates callbacks or resolves anything (exit 2)
     try:
         _hydra_app()()
     except SystemExit as e:  # Hydra reports its own errors and exits 1; a configuration error exits 2

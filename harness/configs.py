@@ -19,6 +19,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from harness import schema
 from harness.adaptive.policies import POLICIES
 from harness.decoders.base import Decoder, registry
 from harness.decoding import GROUP_PRESETS, WARP_KEYS, Decoding
@@ -68,6 +69,7 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in GROUP_PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
+    schema.register(cs)  # the primary config's typed keys (harness/schema.py)
     for name, cls in sorted(POLICIES.all().items()):
         cs.store(group=POLICY_GROUP, name=name,
                  node=params_schema(cls, name, f"{cls.__name__}Config", "the γ policy (adaptive §4)"))

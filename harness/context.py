@@ -34,6 +34,14 @@ def resolve_max_new_tokens(cfg: Mapping[str, Any], dataset_default: int) -> int:
     return value
 
 
+def configured_max_new_tokens(cfg: Mapping[str, Any]) -> int | None:
+    """The cell's ``max_new_tokens`` as far as its config says it (the top-level value, else the dataset's);
+    None when neither is set (the task's own default applies)."""
+    value = cfg.get("max_new_tokens")
+    value = (cfg.get("dataset") or {}).get("max_new_tokens") if value is None else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def config_positions(config: Any) -> int | None:
     """The trained context of a HF model config (None when it declares none)."""
     for key in POSITION_KEYS:

@@ -6,7 +6,13 @@ class HarnessError(Exception):
 
 
 class ConfigError(HarnessError, ValueError):
-    """An unknown method, option or key, or a value out of range."""
+    """An unknown method, option or key, or a value out of range. ``key``: the dotted config key it is about
+    (``runner.threads``), when the raiser knows it — validation reports it as is, never guessing it from the
+    message."""
+
+    def __init__(self, message: str = "", key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 class TokenizerMismatchError(HarnessError):

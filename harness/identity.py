@@ -16,13 +16,14 @@ label before the id is taken, so the id names the hardware that measured it).
 Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
 requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
 hand-edited or foreign summary, a summary without its config) → :class:`CellConflict`, and the run
-stops before anything loads, naming the differing keys (``force=true`` reruns the cell, or choose
+stops before anything loads, naming the differing keys (``force=<cell id>`` reruns the cell, or choose
 another ``results_dir``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -90,16 +91,23 @@ def config_hash(cfg: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(cfg).encode()).hexdigest()[:HASH_CHARS]
 
 
+def id_component(value: Any) -> str:
+    """One readable part of a cell id: the value with every character outside ``[A-Za-z0-9._+=-]`` (a path
+    separator) replaced by ``_``, so the id is one folder name whatever the config says; names that are
+    already plain are kept as they are. The id's hash tells apart names that differ only in replaced characters."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
+
+
 def cell_id(cfg: Mapping[str, Any]) -> str:
-    """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``; the hash covers :func:`identity_config`
-    (the decoding label too is 0.2's: ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
+    """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
+    sanitised (:func:`id_component`); the hash covers :func:`identity_config` (the decoding label too is 0.2's:
+    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
     labels = layout_0_2(cfg)
-    parts = [str(labels["method"]["name"])]
+    parts = [labels["method"]["name"]]
     if labels.get("decoding"):
-        parts.append(str(labels["decoding"].get("name", "custom")))
-    parts += [str(cfg["pair"]["name"]), str(cfg["dataset"]["name"]), str(cfg["gpu"]["name"]), f"s{cfg['seed']}",
-              config_hash(cfg)]
-    return "__".join(parts)
+        parts.append(labels["decoding"].get("name", "custom"))
+    parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
+    return "__".join([*(id_component(p) for p in parts), config_hash(cfg)])
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -134,12 +142,13 @@ def check_reusable(cell_dir: Path, cfg: Mapping[str, Any]) -> None:
         stored = summary.get("config") if isinstance(summary, dict) else None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CellConflict(f"cell {Path(cell_dir).name}: its {path} cannot be read ({e}); it cannot be reused. "
-                           "Rerun it with force=true, or use another results_dir") from e
+                           f"Rerun it with force={Path(cell_dir).name}, or use another results_dir") from e
     if not isinstance(stored, dict):
         raise CellConflict(f"cell {Path(cell_dir).name}: {path} holds no config, so it cannot be shown to match "
-                           "the requested one. Rerun it with force=true, or use another results_dir")
+                           f"the requested one. Rerun it with force={Path(cell_dir).name}, or use another results_dir")
     diff = differences(stored, cfg)
     if diff:
         shown = "; ".join(diff[:8]) + (f"; ... ({len(diff)} keys)" if len(diff) > 8 else "")
         raise CellConflict(f"cell {Path(cell_dir).name} finished under a different configuration ({shown}). "
-                           "Rerun it with force=true, or use another results_dir")
+                           f"Rerun it with force={Path(cell_dir).name} (or force=corrupt: every such cell), "
+                           "or use another results_dir")

@@ -17,7 +17,15 @@ On the command line the old keys are rewritten before Hydra composes (:func:`upg
 Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.identity`) hashes the
 0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
 names the config used; summaries keep the 0.2 flat ``params`` (:func:`flat_policy_params`), so analyses
-of old and new results read the same columns. Torch-free.
+of old and new results read the same columns.
+
+Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
+(:func:`current_names`, applied by :func:`harness.store.read_records` and the analysis loader), so results
+written before a rename still load and no other module knows an old name. Where two fields once shared a
+vocabulary but not a scope: ``new_tokens`` counts the tokens of one generation, while an energy reading may run
+the workload several times (``energy.repetitions``); the energy fields say which they mean —
+``energy.energy_per_run_j`` / ``energy.net_energy_per_run_j`` (one run), ``energy.energy_all_runs_j`` and
+``energy.tokens_all_runs`` (every measured run; J/token is their ratio). Torch-free.
 """
 from __future__ import annotations
 
@@ -166,11 +174,13 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
         out["decoding"] = {**decoding, "name": old[decoding["name"]]}
     method = out.get("method")
     name = method.get("name") if isinstance(method, dict) else None
-    if name not in METHODS_0_2:
+    flat = name in SPECULATIVE_0_2 and all(v is None or isinstance(v, Mapping) for v in (policy, selection))
+    if not flat:  # no 0.2 layout for these: a chosen policy/selection (even an invalid one) is hashed as it is
         if policy is not None:
             out["gamma_policy"] = policy
         if selection is not None:
             out["draft_selection"] = selection
+    if name not in METHODS_0_2:
         return out
     method = dict(method)
     if name not in NO_WARP_0_2:
@@ -178,7 +188,50 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
     method.update({old: None for old in RENAMED_PARAMS.get(name, {})})
     if name == "mtjd":
         method["sample"] = None
-    if name in SPECULATIVE_0_2:
+    if flat:
         method.update(flat_policy_params(policy, selection))
+        # keys 0.2 did not have (policies and settings added since) are hashed under their group's name
+        method.update(_new_keys("gamma_policy", policy, {new for new, _ in POLICY_KEYS_0_2.values()}))
+        method.update(_new_keys("draft_selection", selection, {new for new, _ in SELECTION_KEYS_0_2.values()}))
     out["method"] = method
     return out
+
+
+def _new_keys(group: str, values: Mapping[str, Any] | None, known: set[str]) -> dict[str, Any]:
+    return {f"{group}.{k}": v for k, v in (values or {}).items() if k != "name" and k not in known}
+
+
+# ---- record and summary fields ----
+
+#: old name -> current name (records and summaries)
+RENAMED: dict[str, str] = {
+    "iterations": "rounds",
+    "drafted_tokens": "draft_nodes",
+    "energy.energy_j": "energy.energy_per_run_j",
+    "energy.net_energy_j": "energy.net_energy_per_run_j",
+    "energy.total_energy_j": "energy.energy_all_runs_j",
+    "energy.tokens": "energy.tokens_all_runs",
+}
+#: the energy reading's own field names (:meth:`harness.energy.reading.EnergyReading.as_record`) -> record names
+ENERGY_FIELDS: dict[str, str] = {old: new for old, new in RENAMED.items() if old.startswith("energy.")}
+
+
+def current_names(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields under their current names (a current name already present wins over its old one)."""
+    out = dict(fields)
+    for old, new in RENAMED.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
+
+
+def energy_record(reading_fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An energy reading's ``energy.*`` fields under the record's (scoped) names."""
+    return {ENERGY_FIELDS.get(k, k): v for k, v in reading_fields.items()}
+
+
+def reading_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's ``energy.*`` fields under the energy reading's own names (what its summaries read)."""
+    back = {new: old for old, new in ENERGY_FIELDS.items()}
+    return {back.get(k, k): v for k, v in record.items() if k.startswith("energy.")}

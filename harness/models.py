@@ -35,7 +35,7 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 class ModelPair:
     """A target model, an optional draft model, and their shared tokenizer.
 
-    ``drafts`` maps every loaded draft's id to its model (seed 004 §5: drafts to select from, all
+    ``drafts`` maps every loaded draft's id to its model (adaptive §5: drafts to select from, all
     sharing the target's tokenizer); ``draft``/``draft_id`` is the default one (the first).
     """
 
@@ -89,10 +89,10 @@ class ModelPair:
 def check_model_ref(key: str, ref: str) -> None:
     """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
     if not isinstance(ref, str) or not ref:
-        raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}")
+        raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}", key=key)
     if ref.startswith("tiny/"):
         if ref not in TINY_MODELS:
-            raise ConfigError(f"{key}: unknown embedded model '{ref}'. Valid: {', '.join(TINY_MODELS)}")
+            raise ConfigError(f"{key}: unknown embedded model '{ref}'. Valid: {', '.join(TINY_MODELS)}", key=key)
         return
     path = Path(ref).expanduser()
     if path.is_dir():
@@ -102,16 +102,16 @@ def check_model_ref(key: str, ref: str) -> None:
     looks_like_path = (ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or "\\" in ref
                        or ("/" in ref and Path(ref.split("/")[0]).expanduser().is_dir()))
     if path.exists():
-        raise ConfigError(f"{key}: '{ref}' is a file, not a model directory")
+        raise ConfigError(f"{key}: '{ref}' is a file, not a model directory", key=key)
     if looks_like_path:
-        raise ConfigError(f"{key}: directory not found: {ref}")
+        raise ConfigError(f"{key}: directory not found: {ref}", key=key)
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(ref)
     except HFValidationError as e:
         raise ConfigError(f"{key}: '{ref}' is no local directory (not found) and no valid hub id "
-                          f"(namespace/name): {e}") from e
+                          f"(namespace/name): {e}", key=key) from e
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class PairSpec:
     device_map: Any = None
     draft_device_map: Any = None
     attn_implementation: str | None = None
-    drafts: list[str] | None = None  # several drafts to select from (seed 004 §5); draft = the default one
+    drafts: list[str] | None = None  # several drafts to select from (adaptive §5); draft = the default one
     revision: str | None = None  # the target's hub revision (commit, tag or branch); null = the default branch
     draft_revision: str | None = None  # the drafts' hub revision; null = the default branch
 
@@ -134,19 +134,21 @@ class PairSpec:
         check_model_ref("pair.target", self.target)
         if self.drafts is not None:
             if not list(self.drafts):
-                raise ConfigError("pair.drafts is empty; list at least one draft or leave it out")
+                raise ConfigError("pair.drafts is empty; list at least one draft or leave it out", key="pair.drafts")
             for i, d in enumerate(self.drafts):
                 check_model_ref(f"pair.drafts[{i}]", d)
             if self.draft is None:
                 object.__setattr__(self, "draft", list(self.drafts)[0])
             elif self.draft not in self.drafts:
-                raise ConfigError(f"pair.draft '{self.draft}' is not among pair.drafts {list(self.drafts)}")
+                raise ConfigError(f"pair.draft '{self.draft}' is not among pair.drafts {list(self.drafts)}",
+                                  key="pair.draft")
         if self.draft:
             check_model_ref("pair.draft", self.draft)
         if self.dtype not in DTYPE_CHOICES:
-            raise ConfigError(f"unknown pair.dtype '{self.dtype}'. Valid: {', '.join(DTYPE_CHOICES)}")
+            raise ConfigError(f"unknown pair.dtype '{self.dtype}'. Valid: {', '.join(DTYPE_CHOICES)}", key="pair.dtype")
         if not isinstance(self.device, str) or not DEVICE_PATTERN.match(self.device):
-            raise ConfigError(f"unknown pair.device '{self.device}'. Valid: auto, cpu, cuda, cuda:N, mps")
+            raise ConfigError(f"unknown pair.device '{self.device}'. Valid: auto, cpu, cuda, cuda:N, mps",
+                              key="pair.device")
         resolve_device(self.device)
         for key in ("revision", "draft_revision"):
             value = getattr(self, key)
@@ -164,7 +166,7 @@ class PairSpec:
         valid = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(cfg) - set(valid))
         if unknown:
-            raise ConfigError(f"unknown pair key(s) {unknown}. Valid keys: {', '.join(valid)}")
+            raise ConfigError(f"unknown pair key(s) {unknown}. Valid keys: {', '.join(valid)}", key="pair")
         return cls(**cfg)
 
 
@@ -210,7 +212,8 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' requested but no CUDA device is available (use device=cpu or auto)")
+        raise ConfigError(f"device '{device}' requested but no CUDA device is available (use device=cpu or auto)",
+                          key="pair.device")
     return device
 
 
@@ -277,7 +280,7 @@ def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, 
     """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
     target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
 
-    ``drafts``: several drafts to select from (seed 004 §5; each checked against the target's tokenizer,
+    ``drafts``: several drafts to select from (adaptive §5; each checked against the target's tokenizer,
     each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
     and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
     whose content hash is recorded instead: :mod:`harness.provenance`).

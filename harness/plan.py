@@ -22,9 +22,10 @@ import sys
 from pathlib import Path
 
 from harness import store
+from harness.cell import interleave_key, plan_cell, prepare_cell
 from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
-from harness.runner import cell_status, interleave_key, plan_cell, prepare_cell, run_cells
+from harness.schema import runner_config
 
 CONF_DIR = conf_dir()
 
@@ -36,13 +37,16 @@ def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[di
     (:func:`harness.sweeper.config_sweep_overrides`, the same expansion validation uses)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
     from harness.configs import register_configs
+    from harness.preflight import ConfigTooLarge, resolved_container, yaml_problems
     from harness.sweeper import config_sweep_overrides
 
     register_configs()
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
+    problems = yaml_problems(config_dir) if config_dir else []
+    if problems:
+        raise ConfigTooLarge("; ".join(problems))
     if config_dir:
         overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
     GlobalHydra.instance().clear()
@@ -53,8 +57,7 @@ def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[di
         primary = compose(config_name="config", overrides=plain, return_hydra_config=True)
         jobs = config_sweep_overrides(primary, overrides) or [overrides]
         for job in jobs:
-            cfg = compose(config_name="config", overrides=list(job))
-            out.append(OmegaConf.to_container(cfg, resolve=True))
+            out.append(resolved_container(compose(config_name="config", overrides=list(job))))
     return out
 
 
@@ -70,7 +73,7 @@ def units(jobs: list[dict]) -> list[list[dict]]:
     groups: dict[str, list[dict]] = {}
     out: list[list[dict]] = []
     for cfg in jobs:
-        if (cfg.get("runner") or {}).get("interleave"):
+        if runner_config(cfg).interleave:
             key = interleave_key(cfg)
             if key not in groups:
                 groups[key] = []
@@ -88,7 +91,7 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
             cfg, cid, cell_dir = prepare_cell(cfg, cfg.get("results_dir", "results"))
             try:
                 plan_cell(cfg)
-                st = cell_status(cell_dir)
+                st = store.cell_status(cell_dir)
             except Exception as e:  # noqa: BLE001 — not applicable, or a configuration error
                 from harness.errors import NotApplicable
 
@@ -108,6 +111,24 @@ def _args(argv, prog, extra=None):
     return p.parse_args(argv)
 
 
+def _compose_or_exit(args, prog: str) -> list[dict]:
+    """:func:`compose_jobs`, or exit 2 naming the problem when the overrides do not compose (an unknown key or
+    group option, a value of the wrong type, a config beyond the size bounds)."""
+    try:
+        return compose_jobs(args.overrides, args.config_dir)
+    except Exception as e:  # noqa: BLE001 — Hydra's composition and override-parsing errors
+        cause = f" ({e.__cause__})" if e.__cause__ is not None else ""
+        print(f"{prog}: invalid overrides: {' '.join(str(e).split())}{cause}; nothing was run or submitted",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+def _label(cfg: dict) -> list[str]:
+    """A cell's readable name in problem messages: its method, decoding, dataset and seed."""
+    return [f"method={cfg['method']['name']}", f"decoding={(cfg.get('decoding') or {}).get('name')}",
+            f"dataset={cfg['dataset']['name']}", f"seed={cfg.get('seed')}"]
+
+
 def plan_main(argv: list[str]) -> int:
     def extra(p):
         p.add_argument("--json", action="store_true", help="one JSON object per cell")
@@ -117,7 +138,11 @@ def plan_main(argv: list[str]) -> int:
         p.add_argument("--write", metavar="PLAN.json", default=None,
                        help="also write every unit's composed configs to this file, for `harness task --plan`")
     args = _args(argv, "harness plan", extra)
-    jobs = compose_jobs(args.overrides, args.config_dir)
+    jobs = _compose_or_exit(args, "harness plan")
+    if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
+        from harness.validation import exit_on_problems, validate_cells
+
+        exit_on_problems(validate_cells([(" ".join(_label(c)), c) for c in jobs], single=False), len(jobs))
     if args.write:
         from harness.planfile import write_plan
 
@@ -126,10 +151,7 @@ def plan_main(argv: list[str]) -> int:
         print(len(units(jobs)))
         return 0
     rows = plan_rows(jobs)
-    if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
-        from harness.validation import exit_on_problems, validate_cells
-
-        exit_on_problems(validate_cells([(c["method"]["name"], c) for c in jobs], single=False), len(jobs))
+    if args.todo:
         todo = sorted({r["unit"] for r in rows if r["status"] not in ("done", "n/a", "invalid", "running")})
         print(",".join(map(str, todo)))
         return 0
@@ -161,18 +183,19 @@ def task_main(argv: list[str]) -> int:
 
         unit = task_unit(args.plan, args.index, args.overrides)
     else:
-        plan = units(compose_jobs(args.overrides, args.config_dir))
+        plan = units(_compose_or_exit(args, "harness task"))
         if not 0 <= args.index < len(plan):
             print(f"harness task: index {args.index} is out of range: this sweep has {len(plan)} units "
                   f"(0..{len(plan) - 1})", file=sys.stderr)
             return 2
         unit = plan[args.index]
     from harness.errors import ConfigError
+    from harness.runner import run_cells
     from harness.validation import exit_on_problems, validate_cells
 
     exit_on_problems(validate_cells([(c["method"]["name"], c) for c in unit]), len(unit))  # exit 2 before loading
     try:
-        outcomes = run_cells(unit, unit[0].get("results_dir", "results"), force=bool(unit[0].get("force")))
+        outcomes = run_cells(unit, unit[0].get("results_dir", "results"), force=unit[0].get("force"))
     except ConfigError as e:
         print(f"harness task: error: {e}", file=sys.stderr)
         return 2
@@ -206,13 +229,17 @@ def merge(sources: list[Path], dest: Path) -> dict[str, int]:
                     if store.finished_state(target)[0] == "done":
                         counts["present"] += 1
                         continue
-                    for name in (store.RECORDS, store.SUMMARY):  # summary last: it marks the cell finished
+                    store.clean_temp_files(target)  # what a killed merger or writer left
+                    for name in (store.RECORDS, store.DIGESTS, store.SUMMARY):  # summary last: it marks it finished
+                        if not (cell / name).exists():
+                            (target / name).unlink(missing_ok=True)
+                            continue
                         tmp = target / f".{name}.merge.{os.getpid()}.tmp"
                         shutil.copyfile(cell / name, tmp)
                         with open(tmp, "rb+") as f:
                             os.fsync(f.fileno())
                         os.replace(tmp, target / name)
-                    for stale in (store.PARTIAL, store.ERROR):
+                    for stale in (store.PARTIAL, store.ERROR, store.SEGMENTS):
                         (target / stale).unlink(missing_ok=True)
                     counts["merged"] += 1
             except store.CellBusy:

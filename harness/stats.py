@@ -71,8 +71,6 @@ RATIO_DEFINITIONS: dict[str, tuple[str, str]] = {
     "node_acceptance_rate": ("accepted_tokens", "draft_nodes"),
     "mean_acceptance_length": ("committed_tokens", "rounds"),
 }
-#: Record fields of older result folders -> their name now.
-LEGACY_NAMES = {"rounds": "iterations", "draft_positions": "drafted_tokens"}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -102,11 +100,11 @@ def _finite_sum(values) -> float:
 def pooled_totals(records: list[Mapping[str, Any]]) -> dict[str, float]:
     """A cell's totals from its records: counts summed, ``committed_tokens`` = Σ of every accept length.
 
-    Reads older records too (``iterations``/``drafted_tokens`` for ``rounds``/``draft_positions``).
+    Records of older result folders are read under the current names (:mod:`harness.legacy`).
     """
     totals: dict[str, float] = {}
     for key in COUNT_FIELDS:
-        values = [r.get(key, r.get(LEGACY_NAMES.get(key, ""), 0)) for r in records]
+        values = [r.get(key, 0) for r in records]
         if key in MAYBE_TIMES:
             totals[key] = _finite_sum(values) if records else NAN
         else:

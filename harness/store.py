@@ -1,43 +1,47 @@
 """Crash-safe result files: every file appears whole (write to a temp file, fsync, rename) or not at all.
 
-A cell directory holds ``records.jsonl`` (one record per prompt) and ``summary.json``; the
-summary is written last and marks the cell finished, so a rerun skips it. The summary stores the
-record count and a SHA-256 of ``records.jsonl``; a rerun verifies them before skipping
-(:func:`finished_state`), and a cell whose records were later truncated or edited is repaired
-(its complete records kept, the rest rerun), never skipped silently.
+A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (the SHA-256 of each
+record's line, one per line) and ``summary.json``; the summary is written last and marks the cell finished,
+so a rerun skips it. The summary stores the record count and a SHA-256 of ``records.jsonl``; a rerun
+verifies them, and every record's fields against their ranges (:func:`harness.record.record_problems`),
+before skipping (:func:`finished_state`). A cell that fails is repaired, never skipped silently and never
+blessed: its files are kept aside as ``*.invalid*``, the leading records whose lines still match their own
+checksums (and ranges) are kept, and every other record is rerun — a checksum is never written over bytes
+the harness did not write (:func:`reopen_corrupt`).
 
-While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` (one line, flushed
-and fsynced, so a kill loses at most the prompt in flight). A killed cell is resumed at prompt
-granularity: :meth:`RecordWriter.resume` keeps every complete line, drops a torn last line, and the
-runner continues with the next prompt. ``records.partial.jsonl`` is never read as results.
-
-Two processes never run one cell: :class:`CellLock` (``.lock`` in the cell folder) is an exclusive
-``flock`` (POSIX byte-range locks on NFS, which Linux maps ``flock`` to) holding the owner's host and
-pid; the kernel releases it when its owner dies, so a lock left by a killed process is detected as
-stale and taken over. On file systems without working ``flock`` (Lustre mounted ``noflock``) it
-falls back to an atomic ``O_EXCL`` create with host, pid and a heartbeat: stale when the owner's pid
-is gone (same host) or its heartbeat is older than ``stale_after_s`` (other hosts).
+While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` and its line's checksum to
+``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight). A killed cell
+is resumed at prompt granularity: :meth:`RecordWriter.resume` keeps every complete record whose checksum
+matches, drops a torn last line, and the runner continues with the next prompt. ``records.partial.jsonl``
+is never read as results. ``segments.json`` lists the cell's run segments (where each started, on which
+host, with which inputs: :mod:`harness.fingerprint`) until the summary takes them over. Two processes never
+run one cell: see :mod:`harness.lock` (re-exported here).
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import logging
 import math
 import os
-import socket
+import shutil
 import tempfile
-import time
 from pathlib import Path
+from typing import Callable
+
+from harness.legacy import current_names
+from harness.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
+from harness.record import record_problems
 
 SUMMARY = "summary.json"
 RECORDS = "records.jsonl"
 PARTIAL = "records.partial.jsonl"
+DIGESTS = "records.sha256"
 ERROR = "error.json"
-LOCK = ".lock"
+SEGMENTS = "segments.json"
+INVALID_SUFFIX = ".invalid"  # summary.json -> summary.invalid.json, records.jsonl -> records.invalid.jsonl
 log = logging.getLogger("harness")
+Check = Callable[[dict], list]  # a record -> its problems (empty when it is in range)
 
 
 def _json_default(o):
@@ -54,13 +58,11 @@ def dumps(obj) -> str:
 
 
 def _finite(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
     if isinstance(o, dict):
         return {k: _finite(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
         return [_finite(v) for v in o]
-    return o
+    return None if isinstance(o, float) and not math.isfinite(o) else o
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -81,24 +83,56 @@ def atomic_write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(_finite(obj), default=_json_default, indent=2, ensure_ascii=False) + "\n")
 
 
-class RecordWriter:
-    """Appends one record per prompt to the partial file (each line written whole with one
-    ``write``, flushed and fsynced), then publishes them atomically as ``records.jsonl`` with
-    :meth:`commit`. ``RecordWriter(cell_dir)`` starts the cell afresh; :meth:`resume` keeps the
-    complete records a killed run left."""
+def line_digest(line: bytes) -> str:
+    """The checksum of one record: SHA-256 hex of its line's bytes (without the newline)."""
+    return hashlib.sha256(line).hexdigest()
 
-    def __init__(self, cell_dir: Path, resume: bool = False):
+
+def invalid_name(name: str) -> str:
+    """Where a file that failed verification is kept aside: ``summary.json`` -> ``summary.invalid.json``."""
+    stem, dot, ext = name.partition(".")
+    return f"{stem}{INVALID_SUFFIX}.{ext}" if dot else name + INVALID_SUFFIX
+
+
+def keep_aside(path: Path) -> None:
+    """Move a file that failed verification aside (``*.invalid*``), replacing an older one kept there."""
+    if path.exists():
+        os.replace(path, path.with_name(invalid_name(path.name)))
+
+
+def clean_temp_files(cell_dir: Path) -> list[str]:
+    """Remove the temporary files a killed writer or merger left in a cell (call under the cell's lock:
+    only its holder writes there, so any temporary file found is stale). Returns their names."""
+    removed = []
+    for p in Path(cell_dir).glob(".*"):
+        if p.is_file() and (p.name.endswith(".tmp") or p.name.startswith(".lock.stale.")):
+            p.unlink(missing_ok=True)
+            removed.append(p.name)
+    if removed:
+        log.warning("cell %s: removed %d temporary file(s) a killed run or merge left: %s", Path(cell_dir).name,
+                    len(removed), ", ".join(sorted(removed)[:5]))
+    return removed
+
+
+class RecordWriter:
+    """Appends one record per prompt to the partial file and its checksum to ``records.sha256`` (each line
+    written whole with one ``write``, flushed and fsynced), then publishes the records atomically as
+    ``records.jsonl`` with :meth:`commit`. ``RecordWriter(cell_dir)`` starts the cell afresh; :meth:`resume`
+    keeps the verified records a killed run left (``check``: the range check of each record)."""
+
+    def __init__(self, cell_dir: Path, resume: bool = False, check: Check | None = None):
         self.cell_dir = cell_dir
         cell_dir.mkdir(parents=True, exist_ok=True)
         self.partial = cell_dir / PARTIAL
         self.records: list[dict] = []
         if resume:
-            self.records = recover_partial(cell_dir)
+            self.records = recover_partial(cell_dir, check)
         self._f = self.partial.open("a" if resume else "w", encoding="utf-8")
+        self._d = (cell_dir / DIGESTS).open("a" if resume else "w", encoding="utf-8")
 
     @classmethod
-    def resume(cls, cell_dir: Path) -> "RecordWriter":
-        return cls(cell_dir, resume=True)
+    def resume(cls, cell_dir: Path, check: Check | None = None) -> "RecordWriter":
+        return cls(cell_dir, resume=True, check=check)
 
     @property
     def next_index(self) -> int:
@@ -108,23 +142,26 @@ class RecordWriter:
         if record.get("index") != len(self.records):
             raise ValueError(f"record index {record.get('index')} written out of order (expected {len(self.records)})")
         line = dumps(record)
-        self._f.write(line + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        for f, text in ((self._f, line), (self._d, line_digest(line.encode("utf-8")))):  # the record, then its checksum
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         self.records.append(record)
 
     def commit(self) -> Path:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
+        for f in (self._f, self._d):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
         final = self.cell_dir / RECORDS
         os.replace(self.partial, final)
         _fsync_dir(self.cell_dir)
         return final
 
     def abort(self) -> None:
-        if not self._f.closed:
-            self._f.close()
+        for f in (self._f, self._d):
+            if not f.closed:
+                f.close()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -134,39 +171,55 @@ def _fsync_dir(path: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
+    except OSError:  # not every file system syncs a folder
         pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
-def _parse_prefix(data: bytes, source: Path) -> tuple[list[dict], int]:
-    """The complete, well-formed records at the start of ``data`` whose indices run 0, 1, 2, ...;
-    returns (records, byte length of that prefix). Stops at a torn or malformed line (bad JSON or
-    bytes that are not UTF-8)."""
-    records, good = [], 0
-    pos = 0
+def _read_digests(cell_dir: Path) -> list[str]:
+    """The per-record checksums (complete lines only; none when the file is missing)."""
+    try:
+        data = (cell_dir / DIGESTS).read_bytes()
+    except OSError:
+        return []
+    return [line.decode("ascii", "replace") for line in data.split(b"\n")[:-1]]
+
+
+def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
+                  check: Check | None = None) -> tuple[list[dict], int, str]:
+    """The complete, trusted records at the start of ``data`` whose indices run 0, 1, 2, ...; returns
+    (records, byte length of that prefix, why it stopped early or ""). Stops at a torn or malformed line
+    (bad JSON, bytes that are not UTF-8), a record of another cell, a line whose checksum is not the one
+    ``digests`` holds for it (when given), or a record out of range (``check``)."""
+    records, good, pos, why = [], 0, 0, ""
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
             log.warning("%s: dropping a torn last line (%d bytes) left by a kill", source, len(data) - pos)
             break
-        line = data[pos:nl]
+        line, n = data[pos:nl], len(records)
         try:
             rec = json.loads(line) if line.strip() else None
         except ValueError:
-            log.warning("%s: dropping a malformed line %d and everything after it", source, len(records) + 1)
+            why = f"line {n + 1} is not valid JSON"
             break
         if rec is not None:
-            if not isinstance(rec, dict) or rec.get("index") != len(records) or \
-                    rec.get("cell_id") != source.parent.name:
-                log.warning("%s: line %d is not record %d of this cell; dropping it and everything after it",
-                            source, len(records) + 1, len(records))
+            if not isinstance(rec, dict) or rec.get("index") != n or rec.get("cell_id") != source.parent.name:
+                why = f"line {n + 1} is not record {n} of this cell"
+                break
+            if digests is not None and (n >= len(digests) or digests[n] != line_digest(line)):
+                why = f"record {n} does not match its checksum in {DIGESTS} (edited, or written without one)"
+                break
+            problems = check(current_names(rec)) if check is not None else []
+            if problems:
+                why = f"record {n} is out of range: {'; '.join(problems[:3])}"
                 break
             records.append(rec)
         pos = nl + 1
         good = pos
-    return records, good
+    if why:
+        log.warning("%s: %s; it and every record after it are untrusted and rerun", source, why)
+    return records, good, why
 
 
 _TEXT_SUFFIXES = ("reason", "source", "mode", "label", "basis", "error", "text", "prompt", "id", "category")
@@ -178,24 +231,35 @@ def _restore_nan(record: dict) -> dict:
     return {k: (math.nan if v is None and not k.endswith(_TEXT_SUFFIXES) else v) for k, v in record.items()}
 
 
-def recover_partial(cell_dir: Path) -> list[dict]:
-    """Make ``records.partial.jsonl`` hold exactly its complete records 0..k-1 (a torn last line or
-    a corrupted tail is cut off) and return them. A ``records.jsonl`` without a summary (a kill
-    between publishing the records and writing the summary) is taken back as the partial file."""
+def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
+    """Make ``records.partial.jsonl`` hold exactly its trusted records 0..k-1 — complete lines whose checksums
+    match ``records.sha256`` and whose fields are in range — and return them. A torn last line is cut off; a
+    file with any other untrusted line is first kept aside whole (``records.partial.invalid.jsonl``). A
+    ``records.jsonl`` without a summary (a kill between publishing the records and writing the summary) is
+    taken back as the partial file."""
     partial, final = cell_dir / PARTIAL, cell_dir / RECORDS
     if not partial.exists() and final.exists() and not (cell_dir / SUMMARY).exists():
         os.replace(final, partial)
     if not partial.exists():
+        (cell_dir / DIGESTS).unlink(missing_ok=True)
         return []
     raw = partial.read_bytes()
-    records, good = _parse_prefix(raw, partial)
-    records = [_restore_nan(r) for r in records]
+    records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check)
+    if why:
+        shutil.copyfile(partial, partial.with_name(invalid_name(partial.name)))
     if good != len(raw):
-        with partial.open("r+b") as f:
-            f.truncate(good)
-            f.flush()
-            os.fsync(f.fileno())
-    return records
+        _truncate(partial, good)
+    digests = cell_dir / DIGESTS
+    if digests.exists():
+        _truncate(digests, len(records) * 65)  # 64 hex digits and a newline per record
+    return [_restore_nan(current_names(r)) for r in records]
+
+
+def _truncate(path: Path, size: int) -> None:
+    with path.open("r+b") as f:
+        f.truncate(size)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def records_digest(path: Path) -> tuple[int, str]:
@@ -204,21 +268,33 @@ def records_digest(path: Path) -> tuple[int, str]:
     return sum(1 for line in data.split(b"\n") if line.strip()), hashlib.sha256(data).hexdigest()
 
 
-def is_finished(cell_dir: Path) -> bool:
+def is_finished(cell_dir: Path) -> bool:  # a summary exists (verified or not: finished_state)
     return (cell_dir / SUMMARY).is_file()
 
 
-def finished_state(cell_dir: Path) -> tuple[str, str]:
-    """("done" | "corrupt" | "none", detail). "done": the summary exists and ``records.jsonl`` has
-    the record count and checksum it stores (older summaries without a checksum: the count of
-    parseable records equals ``prompts``). "corrupt": a summary whose records do not match."""
-    summary_path, records_path = cell_dir / SUMMARY, cell_dir / RECORDS
-    if not summary_path.is_file():
-        return "none", ""
+def read_summary(cell_dir: Path) -> dict:
+    """A cell's summary; ValueError naming the file when it is unreadable or not a JSON object."""
+    path = Path(cell_dir) / SUMMARY
     try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return "corrupt", f"{summary_path} is unreadable: {e}"
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path} is unreadable: {e}") from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path} holds {type(summary).__name__}, not a summary object")
+    return summary
+
+
+def finished_state(cell_dir: Path) -> tuple[str, str]:
+    """("done" | "corrupt" | "none", detail). "done": the summary is a readable object, ``records.jsonl`` has
+    the record count and checksum it stores (older summaries without a checksum: the count of parseable
+    records equals ``prompts``), and every record is in range. "corrupt": anything else under a summary."""
+    if not (cell_dir / SUMMARY).is_file():
+        return "none", ""
+    records_path = cell_dir / RECORDS
+    try:
+        summary = read_summary(cell_dir)
+    except ValueError as e:
+        return "corrupt", str(e)
     if not records_path.is_file():
         return "corrupt", f"{records_path} is missing"
     n, digest = records_digest(records_path)
@@ -226,209 +302,97 @@ def finished_state(cell_dir: Path) -> tuple[str, str]:
         if digest != summary["records_sha256"] or n != summary.get("records_count"):
             return "corrupt", (f"{records_path} has {n} records and checksum {digest[:12]}, the summary says "
                                f"{summary.get('records_count')} records, {str(summary['records_sha256'])[:12]}")
-        return "done", ""
-    try:
-        read_records(cell_dir)
-    except ValueError as e:
-        return "corrupt", f"{records_path}: {e}"
-    if summary.get("prompts") is not None and int(summary["prompts"]) != n:
+    elif summary.get("prompts") is not None and summary["prompts"] != n:
         return "corrupt", f"{records_path} has {n} records, the summary says {summary['prompts']} prompts"
+    try:
+        read_records(cell_dir, max_new_tokens=summary.get("max_new_tokens"))
+    except ValueError as e:
+        return "corrupt", str(e)
     return "done", ""
 
 
-def reopen_corrupt(cell_dir: Path, detail: str) -> None:
-    """Turn a finished cell whose records do not match its summary back into a partial cell: the
-    summary is kept aside as ``summary.invalid.json``, the complete leading records become the
-    partial file, and the runner reruns the rest."""
-    log.warning("cell %s: %s — repairing: keeping its complete records and rerunning the rest", cell_dir.name, detail)
-    if (cell_dir / SUMMARY).exists():
-        os.replace(cell_dir / SUMMARY, cell_dir / "summary.invalid.json")
+def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> None:
+    """Turn a finished cell that failed verification back into a partial cell without blessing anything: the
+    summary and records are kept aside (``summary.invalid.json``, ``records.invalid.jsonl``), the leading
+    records whose lines match their own checksums and ranges become the partial file (with the run
+    segments that wrote them), and the runner reruns every other record."""
+    log.warning("cell %s: %s — repairing: its files are kept as *.invalid*, records that fail their checksum or "
+                "range are rerun", cell_dir.name, detail)
+    try:
+        segments = read_summary(cell_dir).get("segments")
+    except ValueError:
+        segments = None
+    keep_aside(cell_dir / SUMMARY)
     if (cell_dir / RECORDS).exists():
+        shutil.copyfile(cell_dir / RECORDS, cell_dir / invalid_name(RECORDS))
         os.replace(cell_dir / RECORDS, cell_dir / PARTIAL)
-    recover_partial(cell_dir)
+    kept = recover_partial(cell_dir, check)
+    (cell_dir / SEGMENTS).unlink(missing_ok=True)
+    if kept and isinstance(segments, list):
+        atomic_write_json(cell_dir / SEGMENTS, [s for s in segments if isinstance(s, dict)])
 
 
-def read_records(cell_dir: Path) -> list[dict]:
+def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool = True) -> list[dict]:
+    """The records of a finished cell under the current field names (:mod:`harness.legacy`); ValueError naming
+    the line when one is not valid JSON or (``check``) has a field out of range
+    (:func:`harness.record.record_problems`)."""
     path = cell_dir / RECORDS
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError as e:
             raise ValueError(f"{path}, line {n}: not valid JSON ({e}); the file was truncated or edited — "
                              f"rerun `harness` with the same overrides to repair the cell") from None
+        rec = current_names(rec)
+        problems = record_problems(rec, max_new_tokens) if check else []
+        if problems:
+            raise ValueError(f"{path}, line {n}: out of range: {'; '.join(problems[:3])}; the file was edited or "
+                             f"written wrongly — rerun `harness` with the same overrides to repair the cell")
+        out.append(rec)
     return out
 
 
-# ---- per-cell lock --------------------------------------------------------------------------------
+# ---- run segments -------------------------------------------------------------------------------
 
-class CellBusy(RuntimeError):
-    """Another live process holds the cell's lock."""
-
-
-def _pid_alive(pid: int) -> bool:
+def read_segments(cell_dir: Path) -> list[dict]:
+    """The cell's run segments so far (first run, then each resume); [] when none are stored."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        data = json.loads((cell_dir / SEGMENTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
 
 
-class CellLock:
-    """Exclusive per-cell lock (see the module docstring). ``acquire()`` raises :class:`CellBusy`
-    naming the owner when a live process holds it; ``release()`` removes it. Use as a context
-    manager. ``mode``: "flock" (default; falls back to "excl" where flock is not supported) or "excl"."""
+def add_segment(cell_dir: Path, segment: dict) -> list[dict]:
+    """Append one run segment (``from_index``, when, where, with which inputs) and return them all."""
+    segments = [*read_segments(cell_dir), segment]
+    atomic_write_json(cell_dir / SEGMENTS, segments)
+    return segments
 
-    def __init__(self, cell_dir: Path, mode: str = "flock", stale_after_s: float = 6 * 3600):
-        self.cell_dir = Path(cell_dir)
-        self.path = self.cell_dir / LOCK
-        self.mode = mode
-        self.stale_after_s = stale_after_s
-        self._fd: int | None = None
-        self.took_over: dict | None = None  # the stale owner a takeover replaced
 
-    @staticmethod
-    def owner_info() -> dict:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
-
-    def _read_owner(self) -> dict:
+def cell_status(cell_dir: Path) -> dict:
+    """State of a cell folder for ``harness plan``: status (done | running | partial | failed | corrupt |
+    pending) and how many prompts are written."""
+    state, detail = finished_state(cell_dir)
+    if state == "done":
+        return {"status": "done", "prompts_written": records_digest(cell_dir / RECORDS)[0], "detail": ""}
+    owner = lock_state(cell_dir)
+    partial = cell_dir / PARTIAL
+    n = sum(1 for line in partial.read_bytes().split(b"\n")[:-1] if line.strip()) if partial.exists() else 0
+    if owner:
+        return {"status": "running", "prompts_written": n, "detail": f"{owner.get('host')} pid {owner.get('pid')}"}
+    if state == "corrupt":
+        return {"status": "corrupt", "prompts_written": n, "detail": detail}
+    if (cell_dir / ERROR).exists():
         try:
-            return json.loads(self.path.read_text(encoding="utf-8") or "{}")
-        except (OSError, ValueError):
-            return {}
-
-    def acquire(self) -> "CellLock":
-        self.cell_dir.mkdir(parents=True, exist_ok=True)
-        if self.mode == "flock":
-            try:
-                return self._acquire_flock()
-            except OSError as e:
-                if e.errno not in (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL):
-                    raise
-                log.warning("flock is not supported on %s (%s); using an O_EXCL lock file", self.cell_dir, e)
-                self.mode = "excl"
-                try:  # the empty file the flock attempt created is not an owner
-                    if self.path.stat().st_size == 0:
-                        self.path.unlink()
-                except FileNotFoundError:
-                    pass
-        return self._acquire_excl()
-
-    def _acquire_flock(self) -> "CellLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            owner = self._read_owner()
-            raise CellBusy(f"cell {self.cell_dir.name} is being run by {owner.get('host', '?')} "
-                           f"pid {owner.get('pid', '?')}") from None
-        except OSError:
-            os.close(fd)
-            raise
-        previous = self._read_owner()
-        if previous and (previous.get("host"), previous.get("pid")) != (socket.gethostname(), os.getpid()):
-            self.took_over = previous
-            log.warning("cell %s: stale lock of %s pid %s (its process is gone) taken over", self.cell_dir.name,
-                        previous.get("host"), previous.get("pid"))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(self.owner_info()).encode(), 0)
-        os.fsync(fd)
-        self._fd = fd
-        return self
-
-    def _excl_stale(self, owner: dict) -> bool:
-        if not owner:
-            try:  # an empty or torn lock file: stale once it is older than a few seconds
-                return time.time() - self.path.stat().st_mtime > 10
-            except FileNotFoundError:
-                return True
-        if owner.get("host") == socket.gethostname():
-            return not _pid_alive(int(owner.get("pid", -1)))
-        try:
-            return time.time() - self.path.stat().st_mtime > self.stale_after_s
-        except FileNotFoundError:
-            return True
-
-    def _acquire_excl(self) -> "CellLock":
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                owner = self._read_owner()
-                if not self._excl_stale(owner):
-                    raise CellBusy(f"cell {self.cell_dir.name} is being run by {owner.get('host', '?')} "
-                                   f"pid {owner.get('pid', '?')}") from None
-                # break the stale lock: only one breaker's rename of this exact file succeeds
-                aside = self.cell_dir / f".lock.stale.{os.getpid()}"
-                try:
-                    os.rename(self.path, aside)
-                except FileNotFoundError:
-                    continue
-                self.took_over = owner
-                log.warning("cell %s: stale lock of %s pid %s taken over", self.cell_dir.name,
-                            owner.get("host"), owner.get("pid"))
-                aside.unlink(missing_ok=True)
-                continue
-            os.write(fd, json.dumps(self.owner_info()).encode())
-            os.fsync(fd)
-            self._fd = fd
-            return self
-        raise CellBusy(f"cell {self.cell_dir.name}: could not take its lock")
-
-    def heartbeat(self) -> None:
-        """Refresh the lock's mtime (the excl mode's liveness signal on other hosts)."""
-        if self._fd is not None:
-            try:
-                os.utime(self.path)
-            except OSError:
-                pass
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            if self.mode == "flock":
-                # the file is never unlinked (a process that opened it must lock the same inode); an empty
-                # file means "released cleanly", a non-empty unlocked one was left by a process that died
-                os.ftruncate(self._fd, 0)
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            else:
-                self.path.unlink(missing_ok=True)
-        finally:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        return self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
-
-
-def lock_state(cell_dir: Path) -> dict | None:
-    """The owner of a cell's lock if a live process holds it (for ``harness plan``), else None."""
-    path = Path(cell_dir) / LOCK
-    if not path.exists():
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None  # nobody holds it: a stale file
-    except BlockingIOError:
-        try:
-            return json.loads(path.read_text(encoding="utf-8") or "{}") or {"host": "?", "pid": "?"}
-        except (OSError, ValueError):
-            return {"host": "?", "pid": "?"}
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+            err = json.loads((cell_dir / ERROR).read_text(encoding="utf-8"))
+            detail = f"{err.get('kind')}: {str(err.get('error'))[:120]}"
+        except (OSError, ValueError, AttributeError):
+            detail = "unreadable error.json"
+        return {"status": "failed", "prompts_written": n, "detail": detail}
+    if n:
+        return {"status": "partial", "prompts_written": n, "detail": "resumes at prompt %d" % n}
+    return {"status": "pending", "prompts_written": 0, "detail": ""}

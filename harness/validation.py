@@ -2,21 +2,19 @@
 
 ``harness`` (single run or ``-m`` sweep) composes each cell's config exactly as Hydra's launcher will
 (:class:`ValidateCells`, a Hydra callback: ``on_run_start`` / ``on_multirun_start``, i.e. before Hydra
-creates any output folder) and checks it here without loading weights:
+creates any output folder) and checks it here without loading weights. Each value's own range is its
+schema's: the top-level and ``runner`` keys (:mod:`harness.schema`), the method's Params under the decoding
+(:func:`harness.cell.plan_cell`), the pair (:class:`harness.models.PairSpec`), the dataset's task, the energy
+config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
-* the method's own Params checks under the decoding (:func:`harness.runner.plan_cell`), the pair config
-  (model references: an embedded model, an existing directory, or a hub id; dtype, device), and a
-  method that needs a draft on a pair without one;
-* ``max_new_tokens`` (``null`` = the dataset's; else an integer >= 1), ``seed``, the ``runner`` options,
-  the ``energy`` options;
-* the dataset: its keys, ``num_prompts`` (``null`` = all; else >= 1), ``max_new_tokens`` >= 1, and its
-  data file read as the cell will read it (missing, not UTF-8, malformed: the file is named), at least one
-  prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
+* a method that needs a draft on a pair without one; a method that does not apply to the decoding;
+* the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
+  at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
-  method's lookahead must leave room for a prompt (:mod:`harness.context`); longer prompts are truncated
-  at run time by that module's rule and flagged in their records;
-* ``results_dir`` is writable (nothing is created to find out);
-* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`).
+  method's lookahead must leave room for a prompt (:mod:`harness.context`);
+* ``results_dir`` is writable with room to spare (nothing is created to find out);
+* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`)
+  unless ``force`` names it; ``force=<id>`` names cells of this run.
 
 Every problem is printed with its key and the valid values, and the command exits with status 2 having
 written nothing. A method that does not apply to the decoding (``NotApplicable``) is skipped in a sweep
@@ -29,6 +27,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +38,12 @@ from hydra.experimental.callback import Callback
 from harness import identity
 from harness.context import pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
+from harness.schema import field_problems
 
 log = logging.getLogger("harness")
 EXIT_CONFIG = 2
 WARP_KEYS = ("temperature", "top_k", "top_p")
+MIN_FREE_BYTES = 16 << 20  # a results folder's file system needs room for a cell's files and Hydra's
 
 
 @dataclass(frozen=True)
@@ -57,25 +58,12 @@ class Problem:
         return text + where
 
 
-# ---- small checks ----------------------------------------------------------------------------------------
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def check_int(key: str, value, minimum: int, allow_null: str | None = None) -> list[Problem]:
-    """An integer >= minimum (or null when ``allow_null`` says what null means)."""
-    if value is None and allow_null:
-        return []
-    valid = f"an integer >= {minimum}" + (f", or null ({allow_null})" if allow_null else "")
-    if not _is_int(value) or value < minimum:
-        return [Problem(key, f"must be {valid}, got {value!r}")]
-    return []
-
+# ---- keys of errors whose raiser does not name one -----------------------------------------------------
 
 def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
-    """The config key a Params/warp error message is about: ``decoding.<k>`` for the warp under a decoding,
-    else ``method.<k>`` for the first method key the message names, else ``method``."""
+    """The config key a Params/warp error is about, for errors raised without a key (the decoders' Params
+    checks): ``decoding.<k>`` for the warp under a decoding, else ``method.<k>`` for the first method key the
+    message names, else ``method``."""
     head = message.split(" ")[0].strip("'\":,")
     method_keys = [k for k in (cfg.get("method") or {}) if k != "name"]
     if head in WARP_KEYS:
@@ -87,28 +75,6 @@ def _method_key(message: str, cfg: Mapping[str, Any]) -> str:
         if k in message:
             return f"decoding.{k}" if cfg.get("decoding") is not None else f"method.{k}"
     return "method"
-
-
-def _dataset_key(message: str) -> str:
-    import re
-
-    named = re.search(r"\bdataset\.([a-z_]+)", message)
-    if named:
-        return f"dataset.{named.group(1)}"
-    for k in ("num_prompts", "max_new_tokens", "prompt_format", "sample_seed", "path", "task"):
-        if k in message:
-            return f"dataset.{k}"
-    return "dataset"
-
-
-def _pair_key(message: str) -> str:
-    head = message.split(":")[0].split(" ")[0]
-    if head.startswith("pair."):
-        return head.split("[")[0]
-    for k in ("target", "draft", "drafts", "dtype", "device"):
-        if f"pair.{k}" in message:
-            return f"pair.{k}"
-    return "pair"
 
 
 # ---- datasets and models (cached across the cells of a sweep) ----------------------------------------------
@@ -177,6 +143,10 @@ def writable_problem(results_dir: str | os.PathLike) -> str | None:
         return f"'{probe}' is not a directory, so '{path}' cannot be created"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"'{probe}' is not writable (read-only folder or file system)"
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        return (f"the file system of '{probe}' has {free / 2**20:.1f} MiB free; a results folder needs at least "
+                f"{MIN_FREE_BYTES >> 20} MiB (free some space, or choose another results_dir)")
     cells = path / "cells"
     if cells.exists() and (not cells.is_dir() or not os.access(cells, os.W_OK | os.X_OK)):
         return f"'{cells}' is not a writable directory"
@@ -188,115 +158,124 @@ def writable_problem(results_dir: str | os.PathLike) -> str | None:
 def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: str = "",
                   single: bool = True) -> list[Problem]:
     """Every problem of one composed cell config (a plain dict, interpolations resolved). Loads no weights.
-    ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells)."""
-    from harness.runner import gpu_label, plan_cell
-
+    ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells). Each
+    value's own range is its schema's (:func:`harness.schema.field_problems`, the task's and pair's checks);
+    what is checked here is how the values fit together."""
     cache = cache or _Cache()
-    problems: list[Problem] = []
+    problems = [Problem(e.key or "config", str(e), label) for e in field_problems(cfg)]
 
     def add(key: str, message: str) -> None:
         problems.append(Problem(key, message, label))
 
-    if not _is_int(cfg.get("seed")) or cfg.get("seed") < 0:
-        add("seed", f"must be an integer >= 0, got {cfg.get('seed')!r}")
-    for p in check_int("max_new_tokens", cfg.get("max_new_tokens"), 1, allow_null="the dataset's max_new_tokens"):
-        add(p.key, p.message)
-    runner = cfg.get("runner") or {}
-    for key, minimum, null in (("warmup_generations", 0, None), ("warmup_new_tokens", 1, None),
-                               ("threads", 1, "torch's default")):
-        if key in runner:
-            for p in check_int(f"runner.{key}", runner[key], minimum, null):
-                add(p.key, p.message)
-    for key in ("progress", "sync_timing", "breakdown"):
-        if key in runner and not isinstance(runner[key], bool):
-            add(f"runner.{key}", f"must be true or false, got {runner[key]!r}")
     if cfg.get("energy") is not None:
         try:
             from harness.energy import EnergyConfig
 
             EnergyConfig.from_any(dict(cfg["energy"]))
         except (ConfigError, TypeError, ValueError) as e:
-            add("energy", str(e))
-
-    plan = None
-    try:
-        plan = plan_cell(dict(cfg))
-    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
-        if single:
-            add("method", str(e))
-    except ConfigError as e:
-        msg = str(e)
-        add(_pair_key(msg) if "pair." in msg else _method_key(msg, cfg), msg)
-    except (TypeError, ValueError) as e:
-        add("method", f"{type(e).__name__}: {e}")
-
-    dataset = cfg.get("dataset") or {}
-    task, examples = None, []
-    num = dataset.get("num_prompts")
-    bad_num = check_int("dataset.num_prompts", num, 1, allow_null="all prompts of the set")
-    for p in bad_num + check_int("dataset.max_new_tokens", dataset.get("max_new_tokens", 1), 1):
-        add(p.key, p.message)
-    if not bad_num:
-        try:
-            task, examples = dataset_examples(dataset, cache)
-            if not examples:
-                add("dataset", f"dataset '{dataset.get('name')}' produced no prompts (check dataset.path and its "
-                               "filters, e.g. prompt_words)")
-        except ConfigError as e:
-            add(_dataset_key(str(e)), str(e))
-        except Exception as e:  # noqa: BLE001 — a missing/unreadable data file: named in the message
-            add("dataset.path", f"dataset '{dataset.get('name')}' cannot be read: {type(e).__name__}: {e}")
-
+            add(getattr(e, "key", None) or "energy", str(e))
+    plan = _plan(cfg, add, single)
+    task, examples = _dataset(cfg.get("dataset") or {}, cache, add)
     if plan is not None and task is not None and examples:
-        if plan.decoder_cls.uses_draft and not plan.pair.draft:
-            add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair "
-                              f"'{plan.pair.name}' has none (set pair.draft)")
-        max_new = None
-        if not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems):
-            max_new = resolve_max_new_tokens(cfg, task.max_new_tokens)
-        refs = [plan.pair.target, *plan.pair.draft_ids]
-        n_positions = _positions(refs, cache)
-        extra = plan.method.lookahead
-        if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
-            add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for "
-                                  f"a prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
-        tok = _tokenizer(plan.pair.target, cache)
-        if tok is not None:
-            key = (json.dumps(dataset, sort_keys=True, default=str), plan.pair.target)
-            try:
-                if key not in cache.lengths:
-                    cache.lengths[key] = [len(task.prompt_ids(ex, tok)) for ex in examples]
-                lengths = cache.lengths[key]
-            except ConfigError as e:
-                add(_dataset_key(str(e)), str(e))
-            else:
-                empty = [ex.id for ex, n in zip(examples, lengths) if n == 0]
-                if empty:
-                    add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after "
-                                   f"tokenization (ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
-
+        max_new_ok = not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems)
+        _fit(cfg, plan, task, examples, cache, add, max_new_ok)
     if cfg.get("judge") is not None:  # the LLM judge (harness.judge): endpoint, key variable, model, options
         from harness.judge import judge_problems
 
         for key, message in judge_problems(cfg["judge"], task, single=single):
             add(key, message)
-
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
     if cache.writable[results_dir]:
         add("results_dir", cache.writable[results_dir])
-    elif plan is not None and not cfg.get("force"):
-        labelled = {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}} if "gpu" in cfg else dict(cfg)
-        try:
-            cell_dir = Path(results_dir) / "cells" / identity.cell_id(labelled)
-            if (cell_dir / identity.SUMMARY).is_file():
-                identity.check_reusable(cell_dir, labelled)
-        except identity.CellConflict as e:
-            add("results_dir", str(e))
-        except (KeyError, TypeError) as e:
-            add("config", f"incomplete cell config: {type(e).__name__}: {e}")
+    elif plan is not None:
+        _check_cell_folder(cfg, results_dir, add)
     return problems
+
+
+def _plan(cfg: Mapping[str, Any], add, single: bool):
+    """The cell's plan (method × decoding, the method's parameters, the pair), or None with its problem."""
+    from harness.cell import plan_cell
+
+    try:
+        return plan_cell(dict(cfg))
+    except NotApplicable as e:  # a sweep skips the cell; its other settings are still checked
+        if single:
+            add("method", str(e))
+    except ConfigError as e:
+        add(e.key or _method_key(str(e), cfg), str(e))
+    except (TypeError, ValueError) as e:
+        add("method", f"{type(e).__name__}: {e}")
+    return None
+
+
+def _dataset(dataset: Mapping[str, Any], cache: _Cache, add) -> tuple[Any, list]:
+    """(task, examples) read as the cell will read them, or (None, []) with the problem."""
+    try:
+        task, examples = dataset_examples(dataset, cache)
+    except ConfigError as e:
+        add(e.key or "dataset", str(e))
+        return None, []
+    except Exception as e:  # noqa: BLE001 — a missing/unreadable data file: named in the message
+        add("dataset.path", f"dataset '{dataset.get('name')}' cannot be read: {type(e).__name__}: {e}")
+        return None, []
+    if not examples:
+        add("dataset", f"dataset '{dataset.get('name')}' produced no prompts (check dataset.path and its filters, "
+                       "e.g. prompt_words)")
+    return task, examples
+
+
+def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add, max_new_ok: bool) -> None:
+    """The method fits the pair (a draft where it needs one) and the context (room for a prompt); no prompt
+    tokenizes to nothing."""
+    if plan.decoder_cls.uses_draft and not plan.pair.draft:
+        add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
+                          "none (set pair.draft)")
+    max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
+    n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
+    extra = plan.method.lookahead
+    if max_new is not None and n_positions is not None and prompt_budget(n_positions, max_new, extra) < 1:
+        add("max_new_tokens", f"{max_new} (+ lookahead {extra} of {plan.decoder_cls.method}) leaves no room for a "
+                              f"prompt in the model's {n_positions} positions: valid 1..{n_positions - extra - 1}")
+    tok = _tokenizer(plan.pair.target, cache)
+    if tok is None:
+        return
+    dataset = cfg.get("dataset") or {}
+    key = (json.dumps(dataset, sort_keys=True, default=str), plan.pair.target)
+    try:
+        if key not in cache.lengths:
+            cache.lengths[key] = [len(task.prompt_ids(ex, tok)) for ex in examples]
+    except ConfigError as e:
+        add(e.key or "dataset", str(e))
+        return
+    empty = [ex.id for ex, n in zip(examples, cache.lengths[key]) if n == 0]
+    if empty:
+        add("dataset", f"{len(empty)} prompt(s) of dataset '{dataset.get('name')}' are empty after tokenization "
+                       f"(ids: {', '.join(map(str, empty[:5]))}); remove them from the data")
+
+
+def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
+    """A finished cell at this id must have been measured under this identity, unless ``force`` names it; a
+    cell whose files fail verification is repaired on its own when it runs (a warning, not a problem)."""
+    from harness.cell import forced, prepare_cell, verified_state
+
+    try:
+        labelled, cid, cell_dir = prepare_cell(cfg, results_dir)
+    except (KeyError, TypeError) as e:
+        add("config", f"incomplete cell config: {type(e).__name__}: {e}")
+        return
+    except ConfigError as e:
+        add("results_dir", str(e))
+        return
+    if not (cell_dir / identity.SUMMARY).is_file():
+        return
+    state, detail = verified_state(cell_dir, labelled)
+    if state == "conflict" and not forced(cfg.get("force"), cid, state):
+        add("results_dir", detail)
+    elif state == "corrupt" and not forced(cfg.get("force"), cid, state):
+        log.warning("cell %s fails verification (%s); it will be repaired: records that fail their checksum or "
+                    "range are rerun (force=corrupt reruns such cells from scratch)", cid, detail)
 
 
 def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool = False) -> list[Problem]:
@@ -304,12 +283,27 @@ def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool 
     cache = _Cache()
     seen: dict[tuple[str, str], Problem] = {}
     counts: dict[tuple[str, str], int] = {}
+    cells = list(cells)
     for label, cfg in cells:
         for p in validate_cell(cfg, cache, label, single=single):
             seen.setdefault((p.key, p.message), p)
             counts[(p.key, p.message)] = counts.get((p.key, p.message), 0) + 1
+    for p in _unknown_forced_ids(cells):
+        seen.setdefault((p.key, p.message), p)
+        counts[(p.key, p.message)] = 1
     return [dataclasses.replace(p, cell=f"{p.cell} and {counts[k] - 1} more cell(s)") if counts[k] > 1 and p.cell else p
             for k, p in seen.items()]
+
+
+def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Problem]:
+    """``force=<cell id>`` (or a list of them) must name cells of this run."""
+    from harness.cell import FORCE_CORRUPT, unknown_forced_ids
+
+    unknown, ids = unknown_forced_ids([cfg for _, cfg in cells])
+    if not unknown:
+        return []
+    return [Problem("force", f"names no cell of this run: {', '.join(unknown)} (valid: true, false, {FORCE_CORRUPT}, "
+                             f"or cell ids of this run, e.g. {ids[0] if ids else '(none)'}; `harness plan` lists them)")]
 
 
 def format_problems(problems: list[Problem], n_cells: int) -> str:
@@ -327,13 +321,11 @@ def exit_on_problems(problems: list[Problem], n_cells: int) -> None:
 # ---- Hydra: compose every cell as the launcher will --------------------------------------------------------
 
 def job_container(cfg) -> dict:
-    """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved."""
-    from omegaconf import OmegaConf, open_dict
+    """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved
+    (bounded first: :func:`harness.preflight.resolved_container`)."""
+    from harness.preflight import resolved_container
 
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return resolved_container(cfg)
 
 
 def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
@@ -355,11 +347,10 @@ def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
             label = " ".join(job_overrides)
             try:
                 composed = loader.load_sweep_config(master_config=config, sweep_overrides=list(job_overrides))
-            except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type)
+                cells.append((label, job_container(composed)))
+            except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type), size bounds
                 text = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
                 failures.append(Problem(_hydra_key(text), " ".join(text.split()), label))
-                continue
-            cells.append((label, job_container(composed)))
     return cells, failures
 
 
@@ -378,7 +369,12 @@ class ValidateCells(Callback):
     any folder or the first cell loads a model; exit with status 2 on a problem."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        cfg = job_container(config)
+        from harness.preflight import ConfigTooLarge
+
+        try:
+            cfg = job_container(config)
+        except ConfigTooLarge as e:
+            exit_on_problems([Problem("config", str(e))], 1)
         exit_on_problems(validate_cells([("", cfg)], single=True), 1)
 
     def on_multirun_start(self, config, **kwargs) -> None:

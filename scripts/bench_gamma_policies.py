@@ -1,6 +1,6 @@
 """Per-round overhead of each γ policy: the time of next_gamma() + observe(), nothing else.
 
-Seed 004 App. C.1 asks the RL agent to run "in under 1 millisecond" per step. Rounds are
+adaptive App. C.1 asks the RL agent to run "in under 1 millisecond" per step. Rounds are
 simulated (each draft accepted with probability β, times from a_q and b_p(γ)); only the two
 policy calls are timed, one round at a time, with perf_counter_ns. Prints the median and the
 99th percentile per round in microseconds, over ``--rounds`` rounds in generations of 64.

@@ -4,7 +4,7 @@ For greedy (temperature 0) and sampling (temperature 1, top-k 20, top-p 0.9) set
 tokens/s of each method ÷ AR (ar_greedy / ar_sampling), our ``sd`` ÷ HF assisted generation
 (``hf_assisted`` pinned to the same γ, constant schedule, no confidence early stop; goal ≥ 1.10),
 and SD's measured speed-up next to Leviathan et al.'s analytic improvement factor
-IF = (1 − α^(γ+1)) / ((1 − α)(cγ + 1)) (seed 003 Eq. 1), with α estimated from SD's rounds
+IF = (1 − α^(γ+1)) / ((1 − α)(cγ + 1)) (mcsd Eq. 1), with α estimated from SD's rounds
 (accepted ÷ (accepted + rejected rounds), the geometric MLE) and c = (draft forward time) ÷
 (target forward time), both timed one token at a time with a KV cache at the prompts' context.
 
@@ -47,7 +47,7 @@ def method_specs(gamma: int, m: int, k_config: list[int]) -> dict[str, tuple[str
 
 
 def analytic_improvement(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
-    """Leviathan et al.'s expected improvement factor (seed 003 §3, Eq. 1).
+    """Leviathan et al.'s expected improvement factor (mcsd §3, Eq. 1).
 
     ``verify_cost`` = (target forward of γ+1 tokens) ÷ (target forward of 1 token): 1 in the
     formula's model (verification as cheap as one step), measured > 1 on a CPU.

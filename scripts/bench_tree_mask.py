@@ -1,4 +1,4 @@
-"""Mask preparation per iteration: dynamic sliced mask vs rebuilt mask (seed 003 §3.2), a microbenchmark.
+"""Mask preparation per iteration: dynamic sliced mask vs rebuilt mask (mcsd §3.2), a microbenchmark.
 
 A dynamic MCSD loop drafts a tree whose depth changes every round (early stop), so each
 target verification needs the topology-aware causal mask and position ids of a different
@@ -16,7 +16,7 @@ rotating per repetition, so machine-load drifts hit all arms. Reported per shape
 per-round time of each arm over repetitions, and the rebuilt ÷ sliced ratio — median of the
 per-repetition ratios and ratio of totals, each with a 95 % bootstrap interval over repetitions.
 
-Shapes (seed 003): fork W = 16, D = 5 (§4.1, App. A.1); W = 3, D = 3 (Fig. 2); the
+Shapes (mcsd): fork W = 16, D = 5 (§4.1, App. A.1); W = 3, D = 3 (Fig. 2); the
 target-initialised fork of §5 (2 sequences, D = 5); Fig. 6's widths 4..21 at D = 5; the
 static k-configs (4,2,2,1) (§4.1 MCSD), (4,2,2,1,1) (Table 3) and (2,4,3,1,1) (§4.1) sliced by depth.
 

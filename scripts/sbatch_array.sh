@@ -4,9 +4,10 @@
 #   scripts/sbatch_array.sh OVERRIDES...      e.g.  scripts/sbatch_array.sh method=ar,sd,dsbd decoding=greedy \
 #                                                       pair=my_pair gpu=a100 results_dir=/shared/results
 #
-# Submitting (SLURM_ARRAY_TASK_ID unset): `harness plan --todo OVERRIDES` lists the units that still
-# have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt),
-# and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
+# Submitting (SLURM_ARRAY_TASK_ID unset): `harness plan --todo OVERRIDES` validates every cell (invalid
+# overrides: their problems are printed, nothing is submitted, exit 2) and lists the units that still
+# have a cell to run (finished cells are not resubmitted; partial ones resume at their next prompt;
+# corrupt ones are repaired), and this script submits itself as `sbatch --array=<those units>%$MAX_PARALLEL`.
 # The plan is composed once, at submission (`harness plan --write PLAN`, in <results_dir>/_plans/ or
 # $HARNESS_PLAN), and every task reads its unit from it: `harness task --plan PLAN $SLURM_ARRAY_TASK_ID`
 # runs that unit (one cell, or with runner.interleave=true one interleaved comparison of the methods)
@@ -50,7 +51,17 @@ fi
 mkdir -p "$shared/_plans"
 HARNESS_PLAN=${HARNESS_PLAN:-$(cd "$shared/_plans" && pwd)/plan-$(date +%Y%m%d-%H%M%S)-$$.json}
 export HARNESS_PLAN
-todo=$($HARNESS plan --todo --write "$HARNESS_PLAN" "$@")
+rc=0
+todo=$($HARNESS plan --todo --write "$HARNESS_PLAN" "$@") || rc=$?
+if (( rc != 0 )); then
+  # exit 2: the overrides are invalid (the problems are printed above); anything else: plan itself failed
+  if (( rc == 2 )); then
+    echo "sbatch_array: the overrides are invalid (see above); nothing was submitted" >&2
+  else
+    echo "sbatch_array: \`$HARNESS plan --todo\` failed (exit $rc); nothing was submitted" >&2
+  fi
+  exit "$rc"
+fi
 if [[ -z "$todo" ]]; then
   echo "sbatch_array: every cell of this sweep is already done (see: $HARNESS plan $*)"
   exit 0

@@ -1,4 +1,4 @@
-"""Study of adaptive speculation (issue 11 item 5; seed 004 §3-§6): γ policies and draft selection
+"""Study of adaptive speculation (issue 11 item 5; adaptive §3-§6): γ policies and draft selection
 on the tiny pair, side by side, interleaved prompt by prompt with rotating order.
 
 Arms run the real decoders (:func:`build_arm`): ``sd`` with the ``gamma_policy`` group (the CLI's keys),

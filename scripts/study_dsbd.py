@@ -1,16 +1,16 @@
 """DSBD and MTAD study on the tiny pair (issue 5): speed vs target-model perplexity, side by side in one run.
 
-Part 1 (seed 000 §4.2, Figs. 4-6): DSBD over the seed's grid W_S ∈ {2..6}, t ∈ {0.7, 0.9}, γ ∈ {2, 3},
+Part 1 (dsbd v1 §4.2, Figs. 4-6): DSBD over the paper's grid W_S ∈ {2..6}, t ∈ {0.7, 0.9}, γ ∈ {2, 3},
 W_min ∈ {1, 2, 3}, against beam sampling (W = 1..4; W = 1 is multinomial sampling) and speculative
-decoding, all with seed 000's warping (top-k 10, top-p 0.8); Pareto fronts of tokens/s (higher is
+decoding, all with the dsbd paper's warping (top-k 10, top-p 0.8); Pareto fronts of tokens/s (higher is
 better) against output perplexity (lower is better). Also DSBD's memory-constrained mode (§3.4, Table 1).
-Part 2 (seed 002 Table 4): MTAD (γ = 4, 8 beams, τ ∈ {0.1, 0.9}) against SD (γ = 4), with BiLD, typical
+Part 2 (mtad Table 4): MTAD (γ = 4, 8 beams, τ ∈ {0.1, 0.9}) against SD (γ = 4), with BiLD, typical
 acceptance and AR sampling as context and MTJD (K = 4) as the slow quality reference, all with seed
 002's warping (top-k 20, top-p 0.9).
 
 Every configuration decodes the same prompts with the same seeds, after one warm-up generation;
 tokens/s = total new tokens ÷ total decoder wall time; perplexity = mean over prompts of the
-output's perplexity under the target (seed 002 Eq. 1). Configurations run in rounds, in a shuffled
+output's perplexity under the target (mtad Eq. 1). Configurations run in rounds, in a shuffled
 order per round, so drifts in machine load spread over all of them.
 
     python scripts/study_dsbd.py [--prompts 8] [--max-new-tokens 32] [--rounds 1] [--out outputs/study_dsbd]
@@ -37,8 +37,8 @@ from harness.metrics.perplexity import output_perplexity  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.tasks import load_task  # noqa: E402
 
-WARP_000 = dict(temperature=1.0, top_k=10, top_p=0.8)  # seed 000 §4.1
-WARP_002 = dict(temperature=1.0, top_k=20, top_p=0.9)  # seed 002 App. F
+WARP_000 = dict(temperature=1.0, top_k=10, top_p=0.8)  # dsbd v1 §4.1
+WARP_002 = dict(temperature=1.0, top_k=20, top_p=0.9)  # mtad App. F
 
 
 def configurations(include_sd: bool) -> list[tuple[str, str, str, dict]]:
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(json.dumps(meta))
     for part in ("dsbd", "mtad"):
-        warp = "top-k 10, top-p 0.8 (seed 000)" if part == "dsbd" else "top-k 20, top-p 0.9 (seed 002)"
+        warp = "top-k 10, top-p 0.8 (dsbd v1)" if part == "dsbd" else "top-k 20, top-p 0.9 (mtad)"
         print(f"\n## part {part} (warping: {warp})")
         print("| config | tok/s | PPL (± s.e.) | tok/target call | W̄ | layers acc./iter | front |")
         print("|---|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""Study of improved multi-candidate speculative decoding (issue 12 item 6; seed 003 §4, Tables 1-4, Fig. 8, App. A).
+"""Study of improved multi-candidate speculative decoding (issue 12 item 6; mcsd §4, Tables 1-4, Fig. 8, App. A).
 
 Part 1 — the tiny pair on ``mt_bench`` and ``alpaca``, under temperature 0.7 and 1.0 (plain temperature,
 no top-k/top-p, as the seed and as the decision models were trained) and greedy. Arms, interleaved
@@ -12,7 +12,7 @@ over every arm), same seed for every arm on a prompt, after one warm-up generati
   and T1 at β = 0.8 (a threshold where it does stop on this pair).
 
 Per arm and (dataset, decoding): acceptance rate α = accepted_tokens ÷ draft_positions (the record
-contract's ``acceptance_rate``; with a fixed γ it is the seed's α, "the longest accepted draft length ÷
+contract's ``acceptance_rate``; with a fixed γ it is the paper's α, "the longest accepted draft length ÷
 the maximum draft length", pooled over rounds), the mean accepted length (Spec-Bench MAT), tokens per
 target call, tokens/s ÷ AR and ÷ MCSD (ratio of totals, 95 % percentile bootstrap CI over prompts,
 paired), target perplexity of the outputs and its shift against AR at the same temperature (paired

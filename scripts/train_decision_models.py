@@ -1,4 +1,4 @@
-"""Train the early-stop decision models T1 and T2 of improved MCSD (seed 003 §3.3, App. A.2) on the tiny pair.
+"""Train the early-stop decision models T1 and T2 of improved MCSD (mcsd §3.3, App. A.2) on the tiny pair.
 
 Labels. From contexts cut out of TRAINING-split KJV text, the draft samples W = 16 fork-shaped
 continuations of D = 5 tokens each (i.i.d. sequences from T∘q at the given temperature; §4.1's
@@ -219,10 +219,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-contexts", type=int, default=1800)
     ap.add_argument("--val-contexts", type=int, default=200)
     ap.add_argument("--eval-contexts", type=int, default=400)
-    ap.add_argument("--width", type=int, default=16, help="W, sequences per fork (seed 003 §4.1: 16)")
-    ap.add_argument("--depth", type=int, default=5, help="D, tokens per sequence (seed 003 §4.1: 5)")
+    ap.add_argument("--width", type=int, default=16, help="W, sequences per fork (mcsd §4.1: 16)")
+    ap.add_argument("--depth", type=int, default=5, help="D, tokens per sequence (mcsd §4.1: 5)")
     ap.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
-    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="β (seed 003 §3.3: 0.4)")
+    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="β (mcsd §3.3: 0.4)")
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch", type=int, default=512)
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
         base = {
             "pair": "tiny (harness/assets/tiny_pair)", "temperature": temperature, "warp": warp.as_dict(),
             "width": args.width, "depth": args.depth, "threshold": args.threshold,
-            "threshold_source": "seed 003 §3.3 (0.4 for both decision models), Fig. 2",
+            "threshold_source": "mcsd §3.3 (0.4 for both decision models), Fig. 2",
             "data": {"corpus": "KJV training split of scripts/train_tiny_pair.py (every 25th chapter, offset 7, "
                                "held out there and never read here)",
                      "split": "training-split chapters by index % 10: 3 → eval (held-out labels), 6 → val, rest → fit",
@@ -279,10 +279,10 @@ def main(argv=None) -> int:
             "script": "scripts/train_decision_models.py",
         }
         for kind, target_key, description in (
-                ("t1", "accept_prob", "3-layer MLP on the draft's last hidden state (seed 003 §3.3, P_T1 = MLP(y_i^H)); "
+                ("t1", "accept_prob", "3-layer MLP on the draft's last hidden state (mcsd §3.3, P_T1 = MLP(y_i^H)); "
                                       "label min(1, p/q) (the seed prints max; the acceptance probability is min)"),
                 ("t2", "accepted", "2-layer MLP on ConCat(Topk(y_i^D), Ent(y_i^D)) of the warped draft distribution "
-                                   "(seed 003 §3.3, P_T2); label: sampled accept (1) / reject (0)")):
+                                   "(mcsd §3.3, P_T2); label: sampled accept (1) / reject (0)")):
             in_features = pair.draft.config.hidden_size if kind == "t1" else args.top_k + 1
             torch.manual_seed(args.seed)  # the initial weights (training reseeds for its batch order)
             model = DecisionModel(kind, in_features, top_k=None if kind == "t1" else args.top_k)

@@ -1,4 +1,4 @@
-"""Train one more draft for the embedded tiny target (seed 004 §5: drafts to select from).
+"""Train one more draft for the embedded tiny target (adaptive §5: drafts to select from).
 
 The new draft shares the committed target's tokenizer and the same KJV training split as
 ``scripts/train_tiny_pair.py`` (whose corpus, batching, training loop and evaluation it reuses).

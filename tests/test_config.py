@@ -130,7 +130,8 @@ def test_every_policy_is_reachable_with_its_defaults(policy):
 def test_the_groups_compose_only_what_is_chosen():
     """method=sd composes SD's keys only; a policy and draft selection are their own groups, unset by default."""
     cfg = OmegaConf.to_container(_compose("method=sd"))
-    assert cfg["method"] == {"name": "sd", "gamma": 4} and "gamma_policy" not in cfg and "draft_selection" not in cfg
+    # the typed schema (harness/schema.py) declares both groups' slots: unchosen, they hold null and nothing else
+    assert cfg["method"] == {"name": "sd", "gamma": 4} and cfg["gamma_policy"] is None and cfg["draft_selection"] is None
     cfg = OmegaConf.to_container(_compose("method=sd", "gamma_policy=online", "gamma_policy.acc_history=9",
                                           "draft_selection=ols", "draft_selection.fit_prompts=3"))
     assert cfg["gamma_policy"]["acc_history"] == 9 and cfg["draft_selection"] == {"name": "ols", "fit_prompts": 3,

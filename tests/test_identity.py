@@ -111,7 +111,7 @@ def test_finished_cell_is_reused_only_under_the_same_identity(tmp_path):
     summary = json.loads(path.read_text())
     summary["config"]["max_new_tokens"] = 99
     path.write_text(json.dumps(summary))
-    with pytest.raises(CellConflict, match=r"max_new_tokens: stored 99, requested 3.*force=true"):
+    with pytest.raises(CellConflict, match=r"max_new_tokens: stored 99, requested 3.*force="):
         run_cell(CELL, tmp_path)
     del summary["config"]
     path.write_text(json.dumps(summary))
@@ -149,5 +149,16 @@ def test_cli_stops_before_loading_when_a_finished_cell_has_another_config(tmp_pa
     summary_path.write_text(json.dumps(summary))
     r = _cli(*args)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "dataset.num_prompts: stored 7, requested 1" in r.stderr and "force=true" in r.stderr
+    assert "dataset.num_prompts: stored 7, requested 1" in r.stderr and "force=" in r.stderr
     assert "[skipped]" not in r.stdout and "[done]" not in r.stdout
+
+
+def test_a_policy_key_that_release_0_2_did_not_have_changes_the_id():
+    """The id hashes 0.2's flat layout for 0.2's policy keys; a key added since (a new policy's threshold)
+    must still tell cells apart, and a method without 0.2 policy slots hashes its chosen group as it is."""
+    cfg = composed("method=sd", "gamma_policy=online")
+    one = _set(cfg, "gamma_policy", {**cfg["gamma_policy"], "new_threshold": 0.3})
+    two = _set(cfg, "gamma_policy", {**cfg["gamma_policy"], "new_threshold": 0.5})
+    assert len({cell_id(cfg), cell_id(one), cell_id(two)}) == 3
+    dsbd = composed("method=dsbd")
+    assert cell_id(dsbd) != cell_id(_set(dsbd, "gamma_policy", {"name": "online"}))

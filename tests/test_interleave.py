@@ -66,7 +66,7 @@ def test_interleaved_order_rotates_per_prompt(tmp_path, monkeypatch):
     real = runner._one_prompt
 
     def spy(c, *a, **k):
-        order.append((a[4], c.cfg["method"]["name"]))  # (prompt index, method)
+        order.append((a[-1], c.cfg["method"]["name"]))  # (prompt index: the last argument, method)
         return real(c, *a, **k)
     monkeypatch.setattr(runner, "_one_prompt", spy)
     run_cells(_cfgs(3), tmp_path)

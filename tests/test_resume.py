@@ -70,6 +70,8 @@ def test_torn_last_line_is_dropped_and_the_prompt_rerun(tmp_path):
     cell_dir.mkdir(parents=True)
     lines = (tmp_path / "reference" / "cells" / cell_dir.name / store.RECORDS).read_text().splitlines(True)
     (cell_dir / store.PARTIAL).write_text(lines[0] + lines[1] + lines[2][: len(lines[2]) // 2])
+    digests = (tmp_path / "reference" / "cells" / cell_dir.name / store.DIGESTS).read_text().splitlines(True)
+    (cell_dir / store.DIGESTS).write_text(digests[0] + digests[1])  # a kill mid-record: its checksum not yet written
     assert run_cell(SD, results).status == "done"
     summary = _same_as_reference(cell_dir, ref_records, ref_summary)
     assert [s["from_index"] for s in summary["segments"]] == [2]
@@ -106,6 +108,7 @@ def test_records_published_without_a_summary_are_resumed(tmp_path):
     cell_dir.mkdir(parents=True)
     ref_dir = tmp_path / "reference" / "cells" / cell_dir.name
     (cell_dir / store.RECORDS).write_bytes((ref_dir / store.RECORDS).read_bytes())
+    (cell_dir / store.DIGESTS).write_bytes((ref_dir / store.DIGESTS).read_bytes())  # written with the records
     assert run_cell(SD, results).status == "done"
     summary = _same_as_reference(cell_dir, ref_records, ref_summary)
     assert summary["segments"][0]["from_index"] == len(ref_records)  # nothing regenerated
@@ -116,9 +119,11 @@ def test_garbage_in_the_partial_file_keeps_the_valid_prefix(tmp_path):
     cell_dir.mkdir()
     good = [json.dumps({"index": i, "cell_id": "c"}) for i in range(3)]
     (cell_dir / store.PARTIAL).write_text("\n".join([good[0], good[1], "\x00\x00garbage", good[2]]) + "\n")
+    (cell_dir / store.DIGESTS).write_text("".join(store.line_digest(g.encode()) + "\n" for g in good))
     other = tmp_path / "d"
     other.mkdir()
     (other / store.PARTIAL).write_text(good[0] + "\n")  # a record of another cell is not kept
+    (other / store.DIGESTS).write_text(store.line_digest(good[0].encode()) + "\n")
     assert store.RecordWriter.resume(other).next_index == 0
     w = store.RecordWriter.resume(cell_dir)
     assert w.next_index == 2

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -159,3 +160,33 @@ def test_out_of_memory_in_one_cell_is_recorded_and_the_next_cell_runs(tmp_path, 
     monkeypatch.setattr(MethodSpec, "build", real_build)
     retry = run_cell(dict(CELL, method={"name": "beam_search", "width": 8}), tmp_path)  # a rerun retries it
     assert retry.status == "done" and not (retry.cell_dir / store.ERROR).exists()
+
+
+def test_decoder_warmup_generations_are_run_unrecorded_and_untimed(tmp_path, monkeypatch):
+    """Issue 22 item 4 (runner part): max(runner.warmup_generations, decoder.warmup_generations()) generations
+    run before the first measured prompt (the Q-learning γ policy's 25 warm-up trials, adaptive App. C.1), none
+    of them recorded or timed."""
+    import harness.runner as runner
+    from harness.methods import MethodSpec
+
+    calls = []
+    real_build = MethodSpec.build
+
+    def build(spec, pair, **kw):
+        decoder = real_build(spec, pair, **kw)
+        real_generate = decoder.generate
+        decoder.warmup_generations = lambda: 4
+
+        def generate(ids, max_new, **k):
+            calls.append(max_new)
+            return real_generate(ids, max_new, **k)
+        decoder.generate = generate
+        return decoder
+    monkeypatch.setattr(MethodSpec, "build", build)
+    out = run_cell(CELL, tmp_path)
+    records = store.read_records(out.cell_dir)
+    warmup = CELL["runner"]["warmup_new_tokens"]
+    assert calls == [warmup] * 4 + [CELL["max_new_tokens"]] * len(records)  # 4 > runner.warmup_generations=1
+    assert len(records) == CELL["dataset"]["num_prompts"]
+    quiet = SimpleNamespace(warmup_generations=lambda: 0)  # the contract's default: the runner's count
+    assert runner.warmup_generations(runner.runner_config(CELL), quiet) == 1

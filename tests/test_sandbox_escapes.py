@@ -109,7 +109,7 @@ attempt("ctypes", lambda: __import__("ctypes"))
 attempt("_ctypes by file path", lambda: __import__("importlib.util").util.module_from_spec(
     __import__("importlib.util").util.spec_from_file_location("_ctypes", {ctypes_path!r})))
 attempt("third-party C extension", lambda: __import__("importlib.util").util.module_from_spec(
-    __import__("importlib.util").util.spec_from_file_location("_psutil_linux", {extension_path!r})))
+    __import__("importlib.util").util.spec_from_file_location({extension_name!r}, {extension_path!r})))
 attempt("sub-interpreter without the hook", lambda: __import__("_xxsubinterpreters"))
 attempt("_testcapi", lambda: __import__("_testcapi"))
 attempt("crafted code object", lambda: (lambda: 0).__code__.replace(co_code=b"d\\xff\\x00S"))
@@ -208,12 +208,14 @@ def _run(program: str, outside: Path, mode: str, guard: bool = True, request=Non
     """Run ``PRELUDE + program`` in ``mode``; ``{outside}``, ``{harness}``... are filled in with
     ``str.format``; ``values`` become Python variables of the program (``repr``)."""
     import _ctypes
-    import psutil._psutil_linux
+
+    import numpy._core._multiarray_umath as extension  # a third-party C extension the harness depends on
 
     if mode == "weak":
         request.getfixturevalue("weak")
     source = (PRELUDE + program).format(outside=str(outside), harness=harness, ctypes_path=_ctypes.__file__,
-                                        extension_path=psutil._psutil_linux.__file__)
+                                        extension_path=extension.__file__,
+                                        extension_name=extension.__name__.rsplit(".", 1)[-1])
     assignments = "".join(f"{name} = {value!r}\n" for name, value in values.items())
     return run_python(assignments + source, limits, audit_guard=guard, isolation=mode)
 

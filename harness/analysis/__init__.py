@@ -17,7 +17,7 @@ and never imports decoder code or torch:
   acceptance, per-request vs pooled means;
 * :mod:`~harness.analysis.checks` — provenance and the measurement-quality flags;
 * :mod:`~harness.analysis.paper` — DSBD- and MTAD-style tables (Markdown, LaTeX);
-* :mod:`~harness.analysis.oracle` — fixed-γ sweeps: best γ per dataset and per prompt (seed 004 §3),
+* :mod:`~harness.analysis.oracle` — fixed-γ sweeps: best γ per dataset and per prompt (adaptive §3),
   adaptive γ policies against them;
 * :mod:`~harness.analysis.plots` — matplotlib figures (Agg);
 * :mod:`~harness.analysis.specbench` — Spec-Bench answer files.

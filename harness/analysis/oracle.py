@@ -1,4 +1,4 @@
-"""The fixed-γ oracle in the report (seed 004 §3; issue 11 item 4): adaptive policies against the best fixed γ.
+"""The fixed-γ oracle in the report (adaptive §3; issue 11 item 4): adaptive policies against the best fixed γ.
 
 A **fixed-γ sweep** is a set of finished cells that differ only in ``gamma`` — same method, pair,
 dataset, gpu, seed, decoding and every other parameter, ``gamma_policy`` fixed (or absent: cells from

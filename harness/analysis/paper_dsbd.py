@@ -63,7 +63,7 @@ def select_constrained(dsbd: pd.DataFrame, quality: str, higher: bool, spd: pd.D
     branch = (f"{fast} of them are" if fast else "none is" if not spd.empty else "no SpecDecode cell: all count") + \
         (" that fast" if not spd.empty else "")
     rule = (f"DSBD row: of {len(per)} memory-constrained setting(s), the {name} among those at least {SPEED_FLOOR:.0%} "
-            f"as fast as SpecDecode in tokens/s, else of all (ties: the faster) — the seeds do not say which setting "
+            f"as fast as SpecDecode in tokens/s, else of all (ties: the faster) — the papers do not say which setting "
             f"they report (§4.3). Here {branch}. Chosen: {pool.index[0]}.")
     return dsbd[dsbd["label"] == pool.index[0]], rule
 

@@ -1,6 +1,6 @@
 """Pareto fronts (quality vs tokens/s and vs J/token) and iso-quality ratios between method families.
 
-Iso-quality (seed 000 §4.2, GUIDE §5): each family swept over its parameters traces points of
+Iso-quality (dsbd v1 §4.2, GUIDE §5): each family swept over its parameters traces points of
 (quality, cost); its own non-dominated points form its front. Interpolating both fronts linearly
 in quality, one family's advantage over the other is read at equal quality, over the quality
 range where both fronts exist; where they do not overlap no ratio is made up. The ratio is

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.regime import comparison_items, comparison_key, regime_label, warp_of
+from harness.legacy import current_names
 
 GREEDY, SAMPLING = "greedy", "sampling"
 CELL_KEYS = ("pair", "dataset", "gpu", "seed")  # with the method: what identifies a cell
@@ -96,7 +97,7 @@ def cell_row(summary: dict) -> dict:
     """One row of the cells table from a ``summary.json``: its scalar fields, ``env.*``,
     ``energy_meter.*``, ``param.*``, and the identity columns (method label, pair, dataset, gpu,
     seed, decoding, interleaved)."""
-    summary = dict(summary)
+    summary = current_names(summary)
     cfg = summary.pop("config", None) or {}
     method_name = summary.get("method_name") or (cfg.get("method") or {}).get("name")
     if not method_name:
@@ -188,12 +189,8 @@ def normalize_record(rec: dict, cell: dict, params: dict | None = None) -> dict:
     drafted count) and the draft proposed at least Σ γ_r tokens (BiLD, which stops drafting early,
     fails this: its depths stay unknown); ``draft_positions`` = Σ round_gammas; ``rejected_rounds`` from ``stat.``.
     """
-    r = dict(rec)
+    r = current_names(rec)  # iterations → rounds, drafted_tokens → draft_nodes, ... (the one table)
     params = params if params is not None else {}
-    if "rounds" not in r and "iterations" in r:
-        r["rounds"] = r.pop("iterations")
-    if "draft_nodes" not in r and "drafted_tokens" in r:
-        r["draft_nodes"] = r.pop("drafted_tokens")
     if "rejected_rounds" not in r and "stat.rejected_rounds" in r:
         r["rejected_rounds"] = r["stat.rejected_rounds"]
     lengths = [int(x) for x in (r.get("accept_lengths") or [])]

@@ -9,9 +9,9 @@ P(A = k) = α^k (1 − α) for k < γ and P(A = γ) = α^γ. Its expectation is
 α is estimated by maximum likelihood from the rounds (``accept_lengths``, ``round_gammas``): the
 log-likelihood Σ_r [a_r log α + 1(a_r < γ_r) log(1 − α)] is maximised at
 
-    α̂ = Σ_r a_r / (Σ_r a_r + #{r : a_r < γ_r})                           (seed 004 Eq. 2)
+    α̂ = Σ_r a_r / (Σ_r a_r + #{r : a_r < γ_r})                           (adaptive Eq. 2)
 
-(seed 004 App. B.2 writes the same censored geometric as a "truncated" one; its Eq. 12 normalises
+(adaptive App. B.2 writes the same censored geometric as a "truncated" one; its Eq. 12 normalises
 the pmf instead, which is a different model — a round that reached γ is not a rejection.)
 
 Speed-up: with c the cost of one draft call and v the cost of one verification call, both in units

@@ -15,7 +15,7 @@ The round commits the root and its accepted drafts (``accept_lengths`` = accepte
 the place of the correction token); γ = ``len(k_config) − 1``.
 
 NOT LOSSLESS for n_t ≥ 2 (§3.1): selecting the root by its accepted length makes
-P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S's | S) — the seed's
+P_out(t) = Σ_{S ∋ t} P(roots = S) · P(t's accepted path is the longest of S's | S) — the paper's
 P_output(t) = P_target(t) × P_acceptance(t+1, t+2, … | t) — so tokens whose continuations the draft
 predicts well are favoured; the seed measures the quality loss growing with n_t (Table 1). n_t = 1
 is exact: the root is a draw from r, i.e. MCSD with its correction token drawn one round later

@@ -2,7 +2,7 @@
 config group's schema (a Hydra structured config stored as ``energy/protocol``, the default: the
 protocol of Yang, Adamek & Armour 2023, arXiv 2312.02741, adapted to the source; see
 :mod:`harness.energy.counter` and :mod:`harness.energy.polled`). ``conf/energy/naive.yaml`` (the
-seeds' method: seed 000 App. B, seed 002 App. D, 1 Hz ``power.draw`` samples summed) and
+seeds' method: dsbd App. B, mtad App. D, 1 Hz ``power.draw`` samples summed) and
 ``off.yaml`` (nothing measured) are presets over it. ``source: simulated`` meters a simulated GPU
 described by the ``gpu`` profile's ``simulated`` section (a CPU-only run of the whole path).
 """
@@ -34,7 +34,7 @@ class EnergyConfig:
                                "power-usage | smi | simulated | none")
     sample_hz: float = option(50.0, "polling rate of the sampler thread (power, counter, GPU state)")
     integration: str = option("trapezoid", "free windows and the cross-check: trapezoid (over power readings) | "
-                                         "sum (the seeds' method)")
+                                         "sum (the papers' method)")
     skip_unchanged: bool = option(True, "keep a reading only when it changed: one sample per sensor update")
     align_timestamps: bool = option(True, "place a reading mid-way between the polls around its refresh, and "
                                         "mid-way in its averaging window")

@@ -9,7 +9,7 @@ The protocols' overhead is predictable from the configuration and the GPU profil
   only while its expected bound exceeds ``target_bound`` (sub-0.1 s generations);
 * **polled power only**: every prompt runs in ``max(trials, phase_shifts)`` trials, each at least
   ``min_window_s`` of runs (or ``min_repetitions`` runs), with idle around each trial;
-* the seeds' 1 Hz sum (``energy=naive``) and ``energy=off``: nothing beyond the sampler.
+* the papers' 1 Hz sum (``energy=naive``) and ``energy=off``: nothing beyond the sampler.
 """
 from __future__ import annotations
 

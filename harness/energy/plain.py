@@ -7,7 +7,7 @@ read off the sampler's cumulative values with no alignment and no repetition —
   counter's measured resolution;
 * polled, trapezoid: edges ± (half the averaging window + one update) at full power, and the
   unseen fraction of a part-time reading (aliasing);
-* the seeds' 1 Hz sum (``integration: sum``): its own sampling error — the window holds T/Δ
+* the papers' 1 Hz sum (``integration: sum``): its own sampling error — the window holds T/Δ
   samples ± one (each edge ± one sample interval Δ at the window's mean power) and each sample
   sees only min(W, Δ) of its Δ (the readings' scatter over the unseen fraction); no bound with
   fewer than two samples.
@@ -76,7 +76,7 @@ def naive_bound(state, start: list[dict], end: list[dict], energy: float, second
     cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if mean_r > 0 else 0.0
     count = (step + min(window or 0.0, step)) / seconds
     sampling = 2 * cv * math.sqrt((1 - seen) / per_device)
-    return count + sampling, (f"{power.name} sampled every {step:g} s and summed (the seeds' method): "
+    return count + sampling, (f"{power.name} sampled every {step:g} s and summed (the papers' method): "
                               f"{per_device:.0f} samples, edges ± one sample and the readings' averaging "
                               f"{100 * count:.1f} %, sampling {100 * sampling:.1f} % (each sample sees "
                               f"{100 * seen:.0f} % of its interval)")

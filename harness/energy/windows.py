@@ -12,7 +12,7 @@ of a series, and a window's energy is its value at the end minus its value at th
 * hold: each reading held from its refresh to the next — with the window extended by the
   sensor's averaging window plus one update and idle subtracted there, this is the protocol's
   edge-exact estimator for polled power;
-* sum: the seeds' method (seed 000 App. B, seed 002 App. D) — each power sample inside the
+* sum: the papers' method (dsbd App. B, mtad App. D) — each power sample inside the
   window times the sampling interval, summed; NaN (with the reason) when no sample falls inside.
 
 The list-based functions below evaluate the same integrals on explicit readings (for tests and
@@ -85,7 +85,7 @@ def counter_energy(times: list[float], joules: list[float], a: float, b: float) 
 
 
 def sample_sum_energy(times: list[float], watts: list[float], a: float, b: float, interval_s: float) -> float:
-    """Σ samples in (a, b] × sampling interval (the seeds' method)."""
+    """Σ samples in (a, b] × sampling interval (the papers' method)."""
     series = _series(times, watts, "power")
     return (series.cumulative(b, SUM) - series.cumulative(a, SUM)) * interval_s
 

@@ -1,4 +1,4 @@
-"""Output perplexity under the TARGET model (seed 002 Eq. 1): teacher-forced on prompt + output,
+"""Output perplexity under the TARGET model (mtad Eq. 1): teacher-forced on prompt + output,
 averaged over the output tokens only."""
 from __future__ import annotations
 

@@ -14,6 +14,10 @@ import torch
 
 from harness.errors import ConfigError
 
+#: Valid temperatures besides 0 (greedy). Below 0.01 sampling is argmax up to float underflow, which breaks the
+#: speculative rules' ratios and residuals; above 100 it is uniform sampling.
+TEMPERATURE_RANGE = (0.01, 100.0)
+
 
 @dataclass(frozen=True)
 class Warp:
@@ -24,8 +28,11 @@ class Warp:
     top_p: float = 1.0  # 1.0 = off
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        t = self.temperature
+        if not isinstance(t, (int, float)) or not (t == 0 or TEMPERATURE_RANGE[0] <= t <= TEMPERATURE_RANGE[1]):
+            raise ConfigError(f"temperature must be >= 0: 0 (greedy) or in [{TEMPERATURE_RANGE[0]}, "
+                              f"{TEMPERATURE_RANGE[1]}] (nearer 0 the warped probabilities underflow; inf and nan are "
+                              f"no temperature), got {t}")
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

@@ -88,7 +88,12 @@ def _export(args) -> int:
     if res.cells.empty:
         print(f"harness-report: no finished cells under {args.results}/cells — run `harness` first")
         return 1
-    paths = specbench.export(res.records, res.cells, directory)
+    try:
+        paths = specbench.export(res.records, res.cells, directory)
+    except OSError as e:  # a full disk, a read-only folder, a path through a file
+        print(f"harness-report: cannot write the Spec-Bench files to '{directory}': {e.strerror or e} "
+              f"({e.filename or directory})", file=sys.stderr)
+        return 1
     print(f"{len(paths)} Spec-Bench answer files -> {directory}/<cell id>.jsonl")
     return 0
 
@@ -108,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.export:
         if args.export[0] != "specbench":
             ap.error(f"--export FORMAT must be 'specbench', got '{args.export[0]}'")
+        if Path(args.export[1]).exists() and not Path(args.export[1]).is_dir():
+            ap.error(f"--export specbench DIR: '{args.export[1]}' is an existing file, not a folder (nothing written)")
         return _export(args)
     if args.bootstrap < 100:
         ap.error(f"--bootstrap must be >= 100, got {args.bootstrap}")

@@ -81,6 +81,10 @@ def encode_prompt(tokenizer, prompt, *, prompt_format: str = "auto", response_pr
     return tokenizer(rendered, add_special_tokens=not chat)["input_ids"]
 
 
+def _int_at_least(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 @dataclass
 class Task:
     """Base task. Subclasses add fields (their config keys) and override ``load``/``score``.
@@ -106,13 +110,20 @@ class Task:
 
     def __post_init__(self):
         if self.prompt_format not in PROMPT_FORMATS:
-            raise ConfigError(f"unknown prompt_format '{self.prompt_format}'. Valid: {', '.join(PROMPT_FORMATS)}")
-        if self.num_prompts is not None and (isinstance(self.num_prompts, bool) or not isinstance(self.num_prompts, int)
-                                             or self.num_prompts < 1):
+            raise ConfigError(f"unknown prompt_format '{self.prompt_format}'. Valid: {', '.join(PROMPT_FORMATS)}",
+                              key="dataset.prompt_format")
+        if self.num_prompts is not None and not _int_at_least(self.num_prompts, 1):
             raise ConfigError(f"dataset.num_prompts must be an integer >= 1, or null (all prompts of the set), "
-                              f"got {self.num_prompts!r}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"dataset.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+                              f"got {self.num_prompts!r}", key="dataset.num_prompts")
+        if not _int_at_least(self.max_new_tokens, 1):
+            raise ConfigError(f"dataset.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}",
+                              key="dataset.max_new_tokens")
+        if self.sample_seed is not None and not (_int_at_least(self.sample_seed, 0) and self.sample_seed < 2**32):
+            raise ConfigError(f"dataset.sample_seed must be an integer >= 0 and <= {2**32 - 1}, or null (the first "
+                              f"num_prompts), got {self.sample_seed!r}", key="dataset.sample_seed")
+        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(x, str) and x for x in self.stop):
+            raise ConfigError(f"dataset.stop must be a list of non-empty strings (an empty one would cut every "
+                              f"output to nothing), got {self.stop!r}", key="dataset.stop")
 
     def load(self) -> list[Example]:
         raise NotImplementedError
@@ -130,18 +141,20 @@ class Task:
             items = self.load()
         except UnicodeDecodeError as e:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid UTF-8 text "
-                              f"(byte {e.object[e.start:e.start + 1]!r} at offset {e.start}); re-encode it as UTF-8"
-                              ) from e
+                              f"(byte {e.object[e.start:e.start + 1]!r} at offset {e.start}); re-encode it as UTF-8",
+                              key="dataset.path") from e
         except ValueError as e:
             if type(e).__name__ != "JSONDecodeError":
                 raise
-            raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid JSON/JSONL: {e}") from e
+            raise ConfigError(f"dataset '{self.name}': {self._data_file()} is not valid JSON/JSONL: {e}",
+                              key="dataset.path") from e
         except FileNotFoundError as e:
             raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
-                              "(dataset.path is relative to the package's data folder, harness/data/, unless absolute)") from e
+                              "(dataset.path is relative to the package's data folder, harness/data/, unless absolute)",
+                              key="dataset.path") from e
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} has a row of the wrong shape for task "
-                              f"'{self.kind}' ({type(e).__name__}: {e})") from e
+                              f"'{self.kind}' ({type(e).__name__}: {e})", key="dataset.path") from e
         if self.num_prompts is None or self.num_prompts >= len(items):
             return items
         if self.sample_seed is None:
@@ -206,5 +219,6 @@ def load_task(cfg: dict) -> Task:
     valid = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(cfg) - valid)
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} for task '{kind}'. Valid keys: {', '.join(sorted(valid))}")
+        raise ConfigError(f"unknown key(s) {unknown} for task '{kind}'. Valid keys: {', '.join(sorted(valid))}",
+                          key=f"dataset.{unknown[0]}")
     return cls(**cfg)

@@ -12,13 +12,13 @@ has them (Alpaca).
   prompts in 13 categories (the 8 MT-Bench ones, 10 each, and translation, summarization, qa,
   math_reasoning, rag, 80 each); first turns; ``meta["category"]`` for per-category results.
 - ``alpaca``: 80 Alpaca instructions (Taori et al. 2023; the EAGLE subset) with reference outputs;
-  scored with ROUGE as seed 002 (Fig. 1) scores outputs against example outputs. The full data
+  scored with ROUGE as the mtad paper (Fig. 1) scores outputs against example outputs. The full data
   loads with ``hf_dataset: tatsu-lab/alpaca``, ``hf_split: train``.
 - ``chatgpt_prompts``: 220 awesome-chatgpt-prompts (act, prompt), the offline substitute for
-  MohamedRashad/ChatGPT-prompts (seed 002); the real set loads with ``hf_dataset`` and ``columns``
+  MohamedRashad/ChatGPT-prompts (mtad); the real set loads with ``hf_dataset`` and ``columns``
   mapping its prompt column to ``prompt``.
 
-Prompts (the seeds give none): the chat template when the tokenizer has one; otherwise the Vicuna
+Prompts (the papers give none): the chat template when the tokenizer has one; otherwise the Vicuna
 v1.1 conversation format that MT-Bench and Spec-Bench use for their reference models (FastChat),
 and the Alpaca template for Alpaca.
 """

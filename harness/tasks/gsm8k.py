@@ -1,7 +1,7 @@
-"""GSM8K grade-school maths (Cobbe et al. 2021), test split; seed 004 uses it.
+"""GSM8K grade-school maths (Cobbe et al. 2021), test split; the adaptive paper uses it.
 
 Shipped: the 1,319 test problems (``question``, ``answer`` ending in ``#### N``); the same schema
-loads from ``hf_dataset: openai/gsm8k`` with ``hf_config: main``. Prompt: seed 004's system prompt
+loads from ``hf_dataset: openai/gsm8k`` with ``hf_config: main``. Prompt: the adaptive paper's system prompt
 (App. C.1, Table 5) — in front of ``Question: … Answer:`` in the plain prompt, as the system message
 under a chat template. Metric: ``accuracy`` — the output's final number equals the gold one
 (:mod:`harness.metrics.math_answer`).

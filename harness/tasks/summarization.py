@@ -1,5 +1,5 @@
-"""News summarisation: CNN/DailyMail (See et al. 2017; seed 002 reports ROUGE-L) and XSum
-(Narayan et al. 2018; seed 004). Metrics: ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``
+"""News summarisation: CNN/DailyMail (See et al. 2017; mtad reports ROUGE-L) and XSum
+(Narayan et al. 2018; the adaptive paper). Metrics: ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``
 F-measures in [0, 1] (:mod:`harness.metrics.rouge`).
 
 Shipped: 80 CNN/DM test articles (the EAGLE / Spec-Bench summarisation set, stored in the HF
@@ -7,8 +7,8 @@ Shipped: 80 CNN/DM test articles (the EAGLE / Spec-Bench summarisation set, stor
 schema: ``document``, ``summary``). Full test sets: ``hf_dataset: abisee/cnn_dailymail`` with
 ``hf_config: 3.0.0``, or ``hf_dataset: EdinburghNLP/xsum``.
 
-Prompts: XSum follows seed 004 (App. C.1, Table 5): its system prompt, the article as the user
-message. CNN/DM (no prompt in the seeds): plain ``Article: … TL;DR:`` (the zero-shot summarisation
+Prompts: XSum follows the adaptive paper (App. C.1, Table 5): its system prompt, the article as the user
+message. CNN/DM (no prompt in the papers): plain ``Article: … TL;DR:`` (the zero-shot summarisation
 cue of Radford et al. 2019); under a chat template the Spec-Bench user message ``Summarize: …``.
 ``max_document_words`` cuts long documents for short-context models (off by default).
 """

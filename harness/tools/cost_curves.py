@@ -1,7 +1,7 @@
 """The cost curves that decide speculative speed-ups, for ``harness-gpu-check``: forward time of a
 k-token verification call ÷ a 1-token call (KV cache of a prefix) for each target, the draft ÷
 target cost c of one cached step — on synthetic models with random weights built from config
-(``AutoModelForCausalLM.from_config``, no download) in the shapes of the seeds' pairs, and on the
+(``AutoModelForCausalLM.from_config``, no download) in the shapes of the papers' pairs, and on the
 embedded tiny pair — and AR decoding against the HBM roofline. Models are called through
 :class:`harness.primitives.forward.CountedModel`, the one place that knows how a model takes its KV
 cache (``cache`` in current transformers; ``past_key_values`` is deprecated)."""

@@ -6,7 +6,7 @@ writes ``gpu_check.json`` and ``gpu_check.md``. For every visible GPU (``--devic
    (how long the GPU stays above its floor after work: ``energy.idle_settle_s`` should exceed it);
 2. **a short cell through the real measurement path**: the embedded tiny pair generating on the
    device, each prompt measured by ``meter.measure`` exactly as the runner does — with the energy
-   counter protocol, with polled power only, and with the seeds' 1 Hz sum — compared with each
+   counter protocol, with polled power only, and with the papers' 1 Hz sum — compared with each
    other and with an external meter's log where one is given (``--external FILE``: CSV with a
    ``time`` column in Unix seconds and ``watts`` or cumulative ``joules``);
 3. **sampler overhead**: tokens/s with the 50 Hz sampler ÷ without, interleaved rounds (a ratio

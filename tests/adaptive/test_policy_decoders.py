@@ -289,7 +289,8 @@ def test_draft_selection_record_fields_reach_the_record():
                           selection={"draft": "close", "alpha_predicted": 0.5})
     rec = build_record(cell_id="c", index=0, example=SimpleNamespace(id="e", meta={}), prompt_ids=[1], generation=gen,
                        output_text="", prompt_text="", output_ppl=1.0, metrics={}, energy={})
-    assert rec["selection.draft"] == "close" and rec["selection.alpha_predicted"] == 0.5
+    flat = rec.flat()  # a Record in sections; the file's flat names only at the edge
+    assert flat["selection.draft"] == "close" and flat["selection.alpha_predicted"] == 0.5
 
 
 def test_draft_selection_needs_several_drafts_and_a_method_that_can_switch():

@@ -1,0 +1,152 @@
+"""What a cell is — method × decoding × pair × dataset × gpu × seed — before anything runs.
+
+From a composed cell config this module gives the cell's plan (method and decoding resolved, parameters and
+pair config validated: :func:`plan_cell`), its gpu label (:func:`gpu_label`), its id (:mod:`harness.identity`)
+and its folder (:func:`cell_folder`, always one folder directly under ``<results_dir>/cells``), whether a
+finished cell may be reused (:func:`verified_state`) and whether ``force`` reruns it (:func:`forced`).
+Nothing here loads weights or writes files; the runner, validation and planning all build on it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness import identity, store
+from harness.decoders.base import Decoder
+from harness.decoding import Decoding, as_decoding
+from harness.errors import ConfigError
+from harness.methods import MethodSpec, cell_method_spec
+from harness.models import PairSpec
+from harness.resources import conf_dir
+
+log = logging.getLogger("harness")
+FORCE_CORRUPT = "corrupt"  # force=corrupt: rerun only the cells that fail verification or conflict
+
+
+@dataclass
+class CellPlan:
+    """What a cell runs, resolved and validated before any weights load."""
+
+    method: MethodSpec
+    decoding: Decoding | None
+    pair: PairSpec
+
+    @property
+    def decoder_cls(self) -> type[Decoder]:
+        return self.method.cls
+
+
+def plan_cell(cfg: Mapping[str, Any]) -> CellPlan:
+    """Resolve the method under the decoding (aliases, the decoding's warp) with its γ policy and draft
+    selection, validate its parameters and the pair config. Raises :class:`~harness.errors.NotApplicable` for
+    a method that cannot decode the requested way, :class:`~harness.errors.ConfigError` for bad input; loads
+    nothing."""
+    decoding = cfg.get("decoding")
+    return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
+                    PairSpec.from_config(cfg["pair"]))
+
+
+def gpu_label(gpu_cfg: Mapping[str, Any]) -> str:
+    """The ``gpu`` label of a cell: the profile's name, or for ``auto`` what this machine has — ``cpu``
+    without a GPU, else the matching ``conf/gpu`` profile or the device name."""
+    name = gpu_cfg.get("name", "auto")
+    if name != "auto":
+        return name
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    device = torch.cuda.get_device_name(0)
+    import yaml
+
+    for path in sorted((conf_dir() / "gpu").glob("*.yaml")):
+        profile = yaml.safe_load(path.read_text()) or {}
+        if any(tag in device for tag in profile.get("match") or []):
+            return profile.get("name", path.stem)
+    return re.sub(r"[^a-z0-9]+", "_", device.lower()).strip("_")
+
+
+def cell_id(cfg: Mapping[str, Any]) -> str:
+    """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of every setting that
+    can change what the cell measures (:func:`harness.identity.cell_id`; gpu label already resolved)."""
+    return identity.cell_id(cfg)
+
+
+def labelled(cfg: Mapping[str, Any]) -> dict:
+    """The config with its ``gpu`` label resolved (``auto`` → this machine's), as the cell id is taken."""
+    return {**cfg, "gpu": {**cfg["gpu"], "name": gpu_label(cfg["gpu"])}} if "gpu" in cfg else dict(cfg)
+
+
+def cell_folder(results_dir: str | Path, cid: str) -> Path:
+    """``<results_dir>/cells/<cid>``, refused unless it is one folder directly under ``cells``."""
+    cells = Path(results_dir) / "cells"
+    folder = cells / cid
+    if cid in ("", ".", "..") or folder.resolve().parent != cells.resolve():
+        raise ConfigError(f"cell id '{cid}' is not one folder name under {cells}")
+    return folder
+
+
+def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") -> tuple[dict, str, Path]:
+    """(config with the ``gpu`` label resolved, cell id, cell folder) — what a cell is called and where
+    it lives, without running anything (shared by the runner, validation and ``harness plan``)."""
+    cfg = labelled(cfg)
+    cid = identity.cell_id(cfg)
+    return cfg, cid, cell_folder(results_dir, cid)
+
+
+def interleave_key(cfg: Mapping[str, Any]) -> str:
+    """Cells that can run as one interleaved comparison share everything but ``method``."""
+    return json.dumps({k: v for k, v in cfg.items() if k != "method"}, sort_keys=True, default=str)
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed of prompt ``index``'s generation: every prompt is seeded on its own (resume, interleaving)."""
+    return seed * 1_000_003 + index
+
+
+def verified_state(cell_dir: Path, cfg: Mapping[str, Any]) -> tuple[str, str]:
+    """("done" | "corrupt" | "conflict" | "none", detail) of a cell folder for the config ``cfg``: "done" is a
+    finished cell whose files verify (:func:`harness.store.finished_state`) and whose stored config has
+    ``cfg``'s identity; "conflict" a verified cell measured under another identity; "corrupt" a cell whose
+    files fail verification (repaired on its own when it runs)."""
+    state, detail = store.finished_state(cell_dir)
+    if state != "done":
+        return state, detail
+    try:
+        identity.check_reusable(cell_dir, cfg)
+    except identity.CellConflict as e:
+        return "conflict", str(e)
+    return "done", ""
+
+
+def forced(force: Any, cid: str, state: str) -> bool:
+    """Whether ``force`` reruns cell ``cid`` (in ``state``) from scratch: ``true`` every cell; ``corrupt``
+    the cells that fail verification or conflict; a cell id, or a list of them, those cells."""
+    if force is True:
+        return True
+    if not force or isinstance(force, bool):
+        return False
+    values = force if isinstance(force, (list, tuple)) else [force]
+    return any(v == cid or (v == FORCE_CORRUPT and state in ("corrupt", "conflict")) for v in values)
+
+
+def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the cell ids ``force`` names that are no cell of ``cfgs``, the cells' ids)."""
+    named: set[str] = set()
+    for cfg in cfgs:
+        force = cfg.get("force")
+        values = [force] if isinstance(force, str) else force if isinstance(force, (list, tuple)) else []
+        named |= {v for v in values if isinstance(v, str) and v != FORCE_CORRUPT}
+    if not named:
+        return [], []
+    ids = []
+    for cfg in cfgs:
+        try:
+            ids.append(identity.cell_id(labelled(cfg)))
+        except (KeyError, TypeError):
+            pass
+    return sorted(named - set(ids)), ids

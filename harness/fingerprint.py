@@ -1,0 +1,97 @@
+"""What a cell's records were computed from, beyond its config: the prompts and the pair's weights.
+
+A cell's id hashes its config (:mod:`harness.identity`), not the bytes of its data file or of the weights a
+model reference points to. Each run segment of a cell stores :func:`cell_inputs` (``segments`` in the
+summary); a resume compares it with the inputs now (:func:`changed_inputs`) and refuses, naming the file,
+rather than mixing records computed from two versions of a data file or of a model.
+
+* prompts: SHA-256 over every example (id, prompt, reference, messages, meta) and its prompt token ids
+  (so a changed tokenizer or chat template counts too);
+* weights: per model reference, a hub snapshot's commit, or for a local folder SHA-256 over each file's
+  name and size, the whole of every small file (configs, tokenizer) and the first, middle and last MiB of
+  every large one (cheap at any model size; a retrained checkpoint differs there).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from harness.errors import HarnessError
+
+SAMPLE = 1 << 20  # bytes read at the start, middle and end of a large file
+
+
+class InputsChanged(HarnessError):
+    """A resumed cell's prompts or weights differ from those its records were computed from."""
+
+
+def prompts_digest(examples: Iterable[Any], prompt_ids: Iterable[list[int]]) -> str:
+    h = hashlib.sha256()
+    for ex, ids in zip(examples, prompt_ids):
+        item = {k: getattr(ex, k, None) for k in ("id", "prompt", "reference", "messages", "response_prefix", "meta")}
+        h.update(json.dumps([item, list(ids)], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _file_digest(path: Path, h) -> None:
+    size = path.stat().st_size
+    h.update(f"{path.name}\0{size}\0".encode())
+    with path.open("rb") as f:
+        if size <= 3 * SAMPLE:
+            h.update(f.read())
+            return
+        for offset in (0, size // 2, size - SAMPLE):
+            f.seek(offset)
+            h.update(f.read(SAMPLE))
+
+
+@functools.lru_cache(maxsize=32)
+def _folder_digest(folder: str, mtimes: str) -> str:  # mtimes: part of the cache key only
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and ".cache" not in p.parts):
+        h.update(str(path.relative_to(folder)).encode())
+        _file_digest(path, h)
+    return h.hexdigest()
+
+
+def weights_identity(ref: str) -> str:
+    """A model reference's identity: ``sha256:<digest>`` of a local folder, ``hub:<commit>`` of a cached hub
+    snapshot, or ``unknown`` (neither found: the reference alone identifies it)."""
+    from harness.models import resolve_model_path
+
+    path = Path(resolve_model_path(ref)).expanduser()
+    if path.is_dir():
+        mtimes = ",".join(str(p.stat().st_mtime_ns) for p in sorted(path.rglob("*")) if p.is_file())
+        return "sha256:" + _folder_digest(str(path.resolve()), mtimes)
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot = snapshot_download(ref, local_files_only=True)
+        return "hub:" + Path(snapshot).name
+    except Exception:  # noqa: BLE001 — not in the local cache (or not a hub id)
+        return "unknown"
+
+
+def cell_inputs(data_file: str, examples: list, prompt_ids: list[list[int]], model_refs: list[str]) -> dict:
+    """The inputs a segment's records are computed from (stored in ``segments.json``)."""
+    return {"data_file": data_file, "prompts_sha256": prompts_digest(examples, prompt_ids),
+            "weights": {ref: weights_identity(ref) for ref in model_refs}}
+
+
+def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between the inputs a cell's records came from and the inputs now, each naming its file."""
+    out = []
+    if stored.get("prompts_sha256") and stored["prompts_sha256"] != now["prompts_sha256"]:
+        out.append(f"the prompts of {now['data_file']} changed (sha256 {str(stored['prompts_sha256'])[:12]} when its "
+                   f"records were written, {now['prompts_sha256'][:12]} now)")
+    for ref, was in (stored.get("weights") or {}).items():
+        is_now = now["weights"].get(ref)
+        if was != "unknown" and is_now not in (None, "unknown") and was != is_now:
+            from harness.models import resolve_model_path
+
+            out.append(f"the weights of model '{ref}' ({resolve_model_path(ref)}) changed ({was[:19]} when its records "
+                       f"were written, {is_now[:19]} now)")
+    return out
