@@ -75,6 +75,7 @@ class Eagle2(HeadDecoder[Eagle2Params]):
         tokens = torch.tensor([spec.tokens[-k:]], dtype=torch.long, device=features.device)
         target = self.pair.target
         tree = eagle_draft_tree(self.head, target.get_input_embeddings(), target.get_output_embeddings(), features,
-                                tokens, top_k=self.params.tree_top_k, depth=depth, total_tokens=self.params.nodes(depth),
-                                cache=spec.state, vocab_size=self.pair.vocab_size)
+                                tokens, top_k=self.params.tree_top_k, depth=depth,
+                                total_tokens=self.params.nodes(depth), cache=spec.state,
+                                vocab_size=self.pair.vocab_size)
         return DraftTree(tree.tokens, tree.parents.tolist(), None, None, 0, depth=int(tree.depths.max()))
