@@ -9,7 +9,7 @@ drafts), so MAT without it is printed too; ``tokens/fwd`` = new tokens ÷ target
 Greedy outputs are checked against AR's token by token.
 
     nice -n 10 python scripts/bench_heads.py [--prompts 16] [--max-new-tokens 64] [--decodings greedy,sampling]
-                                             [--threads 1] [--out FILE]
+                                             [--policies] [--threads 1] [--out FILE]
 """
 from __future__ import annotations
 
@@ -30,17 +30,22 @@ from harness.tasks import load_task  # noqa: E402
 
 #: label -> (method, parameters); the first of each decoding is the baseline. The smaller trees (Medusa's first 10
 #: choices, EAGLE-2's 15 best nodes) suit a CPU, where verifying ~60 tree nodes costs several plain forwards.
+#: With ``--policies``: adaptive Table 4 (SpecDec++ at two thresholds beside the online policy; the tiny head is
+#: calibrated low, so h = 0.3 nearly always stops at gamma_min) and App. C.4 (EAGLE-2 with the online depth).
 HEADS = {"medusa": ("medusa", {}), "medusa_n10": ("medusa", {"tree_nodes": 10}), "eagle2": ("eagle2", {}),
          "eagle2_n15": ("eagle2", {"total_tokens": 15})}
+POLICIES = {"sd_online": ("sd", {"gamma_policy": "online"}),
+            "sd_specdecpp_h0.3": ("sd", {"gamma_policy": {"name": "specdecpp", "threshold": 0.3}}),
+            "sd_specdecpp_h0.9": ("sd", {"gamma_policy": {"name": "specdecpp", "threshold": 0.9}}),
+            "eagle2_online": ("eagle2", {"gamma_policy": "online"})}
 METHODS = {"greedy": {"ar_greedy": ("ar_greedy", {}), "sd": ("sd", {}), **HEADS},
            "sampling": {"ar_sampling": ("ar_sampling", {}), "sd": ("sd", {}), **HEADS,
                         "medusa_typical": ("medusa_typical", {})}}
 
 
-def run(pair, prompts, decoding: str, max_new: int) -> dict[str, list[dict]]:
+def run(pair, prompts, decoding: str, max_new: int, methods: dict) -> dict[str, list[dict]]:
     """Every method on every prompt, interleaved with rotating order; one row per (method, prompt)."""
-    decoders = {label: build_decoder(m, pair, decoding=decoding, **params)
-                for label, (m, params) in METHODS[decoding].items()}
+    decoders = {label: build_decoder(m, pair, decoding=decoding, **params) for label, (m, params) in methods.items()}
     for dec in decoders.values():  # warm-up (first-call allocations), not measured
         dec.generate(prompts[0], 8, seed=0)
     names = list(decoders)
@@ -79,6 +84,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--decodings", default="greedy,sampling")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--policies", action="store_true", help="add sd with online / SpecDec++ and eagle2 with online")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -88,15 +94,16 @@ def main() -> None:
     prompts = [pair.tokenizer(ex.prompt)["input_ids"] for ex in task.examples()]
     results = {}
     for decoding in args.decodings.split(","):
-        rows = run(pair, prompts, decoding, args.max_new_tokens)
+        methods = {**METHODS[decoding], **(POLICIES if args.policies else {})}
+        rows = run(pair, prompts, decoding, args.max_new_tokens, methods)
         results[decoding] = summarise(rows, next(iter(METHODS[decoding])))
         print(f"\n{decoding}: {len(prompts)} prompts x {args.max_new_tokens} tokens, interleaved (tiny pair, CPU, "
               f"{args.threads} thread)")
-        print(f"{'method':16} {'MAT':>6} {'MAT*':>6} {'tok/fwd':>8} {'draft/rnd':>9} {'tok/s':>8} "
+        print(f"{'method':18} {'MAT':>6} {'MAT*':>6} {'tok/fwd':>8} {'draft/rnd':>9} {'tok/s':>8} "
               f"{'÷ AR (geomean, 95% CI)':>28} {'= AR':>5}")
         for m, s in results[decoding].items():
             lo, hi = s["speedup_ci"]
-            print(f"{m:16} {s['mat']:6.2f} {s['mat_drafted_rounds']:6.2f} {s['tokens_per_target_forward']:8.2f} "
+            print(f"{m:18} {s['mat']:6.2f} {s['mat_drafted_rounds']:6.2f} {s['tokens_per_target_forward']:8.2f} "
                   f"{s['draft_calls_per_round']:9.2f} {s['tokens_per_s']:8.1f} "
                   f"{s['speedup_geomean']:10.3f} [{lo:.3f}, {hi:.3f}] "
                   f"{s['identical_to_baseline'] if decoding == 'greedy' else '-':>5}")

@@ -178,6 +178,8 @@ class Decoder(ABC, Generic[P]):
     #: the output follows the decoding's AR distribution exactly (greedy: token-identical to AR greedy),
     #: for every parameter setting; :meth:`is_lossless` refines it for one decoder's settings
     lossless: ClassVar[bool] = False
+    #: lossless under greedy decoding only, where the target's argmax decides every token (typical, BiLD)
+    lossless_when_greedy: ClassVar[bool] = False
     uses_draft: ClassVar[bool] = False
     uses_gamma_policy: ClassVar[bool] = False  # runs speculative rounds whose depth a γ policy chooses
     supports_draft_selection: ClassVar[bool] = False  # a draft may be chosen per prompt (adaptive §5)
@@ -215,7 +217,7 @@ class Decoder(ABC, Generic[P]):
 
     def is_lossless(self) -> bool:
         """Whether this decoder, with its parameters and decoding, is lossless (``lossless`` or better)."""
-        return self.lossless
+        return self.lossless or (self.lossless_when_greedy and self.decoding == "greedy")
 
     def warmup_generations(self) -> int:
         """Generations to run unrecorded and untimed before the first measured prompt (e.g. a learning

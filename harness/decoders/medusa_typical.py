@@ -52,9 +52,7 @@ class TypicalTree:
 @register
 class MedusaTypical(MedusaDecoder[MedusaTypicalParams]):
     method = "medusa_typical"
-
-    def is_lossless(self) -> bool:
-        return self.params.warp.is_greedy  # the target's argmax decides every token
+    lossless_when_greedy = True  # the target's argmax decides every token
 
     def acceptance(self, spec):
         return TypicalTree(self.params.posterior_threshold, self.params.posterior_alpha)

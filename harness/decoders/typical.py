@@ -43,9 +43,7 @@ def check_typical(params) -> None:
 @register
 class Typical(SpeculativeDecoder[TypicalParams]):
     method = "typical"
-
-    def is_lossless(self) -> bool:
-        return self.params.warp.is_greedy  # the target's argmax decides every token
+    lossless_when_greedy = True  # the target's argmax decides every token
 
     def acceptance(self, spec):
         return ChainAcceptance(parameterised(typical_rule, epsilon=self.params.posterior_threshold,
