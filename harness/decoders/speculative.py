@@ -16,7 +16,7 @@ A subclass of :class:`SpeculativeDecoder` gives
 and, where needed, ``begin(spec)`` (per-generation state), ``extras(spec)`` (its declared ``Extras``),
 ``verify_mask`` (a sliced mask for the verification forward), ``max_depth()`` and ``reads_target_hidden`` (the
 target's hidden states at the verified committed positions, ``spec.hidden``: the trained heads' input,
-:mod:`harness.decoders.heads`). The rest is written once:
+:mod:`harness.decoders.head_drafting`). The rest is written once:
 the γ policy (``gamma_policy`` config group; ``gamma`` is the fixed γ and every adaptive policy's γ_init),
 the round (:func:`~harness.primitives.spec_loop.speculative_round`: clock → draft → ONE target forward →
 accept → commit both caches), the loop (:func:`~harness.primitives.spec_loop.speculative_loop`) and its
