@@ -73,7 +73,7 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
                              "mean γ": col("mean_gamma"), "α̂": col("alpha_mle"), "tokens/round": col("tokens_per_round"),
                              "theory": col("tokens_per_round_theory"),
                              "deviation": [pct(x) for x in col("tokens_per_round_dev")],
-                             "flag": col("flag").fillna(""), "note": col("reason").fillna("")})
+                             "flag": _text(col("flag")), "note": _text(col("reason"))})
         doc.table(*compact(show))
         doc.h(3, "Speed-up vs the improvement factor")
         doc.p("Predicted speed-up Σ_r E_r ÷ (draft calls · c + target calls · v), with c and v the measured seconds of "
@@ -84,7 +84,7 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
                              "c": col("c"), "v": col("v"), "predicted": col("speedup_theory"),
                              "Leviathan (v=1)": col("speedup_leviathan"),
                              "deviation": [pct(x) for x in col("speedup_dev")],
-                             "why n/a": col("speedup_reason").fillna(col("reason")).fillna("")})
+                             "why n/a": _text(_text(col("speedup_reason"), empty=None).fillna(_text(col("reason"), empty=None)))})
         doc.table(*compact(show))
     doc.h(3, "DSBD Theorem 3.2")
     if ds.empty:
@@ -101,7 +101,7 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
     show = ds[[c for c in cols if c in ds]].rename(columns=cols)
     if "deviation" in show:
         show["deviation"] = [pct(x) for x in show["deviation"]]
-    doc.table(*compact(show.fillna("")))
+    doc.table(*compact(show.astype(object).where(show.notna(), "")))
 
 
 def sec_acceptance(doc: Doc, a: Analysis) -> None:
@@ -163,3 +163,10 @@ def sec_provenance(doc: Doc, a: Analysis) -> None:
     facts, per_cell = checks.provenance(a.cells)
     doc.items(f"{k}: {v}" for k, v in facts.items())
     doc.table(*compact(per_cell.reset_index(drop=True), keep=("cell",)))
+
+
+def _text(values: pd.Series, empty: str | None = "") -> pd.Series:
+    """A column of notes as objects (NaN → ``empty``): an all-NaN column is float, and pandas refuses a string
+    fill value for it from pandas 4 on."""
+    out = values.astype(object)
+    return out.where(out.notna(), empty)
