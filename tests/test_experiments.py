@@ -227,7 +227,10 @@ def test_adaptive_tables_settings(hydra_ctx):
     cells = [c for _, c in _cell_configs("adaptive_tables")]
     assert {c["decoding"]["name"] for c in cells} == {"greedy"}
     policies = {(c.get("gamma_policy") or {"name": "fixed"})["name"] for c in cells if c["method"]["name"] == "sd"}
-    assert policies == {"fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic"}
+    assert policies == {"fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic", "specdecpp"}
+    eagle = {(c["pair"]["name"], (c.get("gamma_policy") or {"name": "fixed"})["name"]) for c in cells
+             if c["method"]["name"] == "eagle2"}  # App. C.4: adaptive depth beside EAGLE-2's fixed depth
+    assert eagle == {(p, g) for p in ("llama2_7b_chat_68m", "llama2_70b_chat_7b_chat") for g in ("fixed", "online")}
     selection = [c for c in cells if (c.get("draft_selection") or {}).get("name") == "ols"]
     assert {c["pair"]["name"] for c in selection} == {"llama2_70b_chat_multi", "bloom_7b1_multi"}
 

@@ -17,7 +17,8 @@ from harness.runner import run_cell
 
 COMPOSED = [("method=ar", "decoding=greedy"), ("method=sd", "decoding=sampling"), ("method=specinfer",),
             ("method=dsbd", "dataset=squad"), ("method=mcsd", "dataset=humaneval", "energy=naive"),
-            ("method=beam", "decoding=greedy", "pair=tiny_multi", "gpu=sim_h100"), ("method=mtad", "energy=off")]
+            ("method=beam", "decoding=greedy", "pair=tiny_multi", "gpu=sim_h100"), ("method=mtad", "energy=off"),
+            ("method=eagle2", "gamma_policy=online"), ("method=medusa_typical",), ("method=sd", "gamma_policy=specdecpp")]
 
 
 def composed(*overrides) -> dict:

@@ -31,7 +31,7 @@ def test_license_citation_changelog_typed_and_one_version():
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert cff["cff-version"] == "1.2.0" and cff["version"] == __version__ and cff["license"] == "MIT"
     by_title = {r["title"]: r for r in cff["references"]}
-    assert len(by_title) == len(REFERENCES) == 5
+    assert len(by_title) == len(REFERENCES) == 9
     for ref in REFERENCES.values():
         entry = by_title[ref.title]
         assert entry["year"] == ref.year and entry["url"] == ref.url
