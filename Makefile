@@ -9,7 +9,7 @@ TORCH_PIP_ARGS ?=
 SWEEP_METHODS = $(shell $(PY) -c 'from harness.methods import sweep_methods; print(",".join(sweep_methods()))' 2>/dev/null)
 SWEEP ?= method=$(SWEEP_METHODS) decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
-# `make test` runs on every core (pytest-xdist; TEST_WORKERS=1 for one process); the slow tier runs in one process
+# `make test` runs on every core (pytest-xdist; TEST_WORKERS=0 for one process); the slow tier runs in one process
 # (the real SLURM cluster and the wheel build are machine-wide)
 TEST_WORKERS ?= auto
 
