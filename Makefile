@@ -9,6 +9,9 @@ TORCH_PIP_ARGS ?=
 SWEEP_METHODS = $(shell $(PY) -c 'from harness.methods import sweep_methods; print(",".join(sweep_methods()))' 2>/dev/null)
 SWEEP ?= method=$(SWEEP_METHODS) decoding=greedy,sampling runner.interleave=true
 PYTEST_ARGS ?=
+# `make test` runs on every core (pytest-xdist; TEST_WORKERS=0 for one process); the slow tier runs in one process
+# (the real SLURM cluster and the wheel build are machine-wide)
+TEST_WORKERS ?= auto
 
 .PHONY: setup setup-slurm browser sweep report test test-slow clean-results
 setup: $(STAMP) browser
@@ -46,7 +49,7 @@ report: setup
 	$(VENV)/bin/harness-report --plots plots
 
 test: setup
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m slow $(PYTEST_ARGS)

@@ -111,7 +111,7 @@ def make_params(cls: type[Decoder], params: Mapping[str, Any] | None) -> Decoder
 
 
 def _capable(kind: str) -> str:
-    return ", ".join(m for m, c in sorted(registry().items()) if getattr(c, kind))
+    return ", ".join(m for m, c in sorted(registry().items()) if getattr(c, kind, False))
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,11 @@ class MethodSpec:
             raise NotApplicable(f"method '{self.cls.method}' has no draft-length policy: not applicable under "
                                 f"gamma_policy={self.gamma_policy.name} (gamma_policy is for "
                                 f"{_capable('uses_gamma_policy')})")
+        if (self.gamma_policy is not None and self.gamma_policy.stops_drafting
+                and not getattr(self.cls, "supports_draft_stop", False)):
+            raise NotApplicable(f"method '{self.cls.method}' drafts no chain a γ policy could stop: not applicable "
+                                f"under gamma_policy={self.gamma_policy.name} (it is for "
+                                f"{_capable('supports_draft_stop')})")
         if self.draft_selection is not None and not self.cls.supports_draft_selection:
             raise NotApplicable(f"method '{self.cls.method}' cannot switch drafts per prompt: not applicable under "
                                 f"draft_selection={self.draft_selection.name} (draft_selection is for "

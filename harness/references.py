@@ -1,8 +1,8 @@
 """The papers the harness implements, in one table: docstrings, configs and the report cite them by
-short name (``dsbd``, ``mtad``, ``mcsd``, ``adaptive``, ``energy``; the methods researchers compare against:
-``pld``, ``lookahead``), never as "seed 00x".
+short name (``dsbd``, ``mtad``, ``mcsd``, ``adaptive``, ``energy``; the methods the field compares against:
+``medusa``, ``eagle``, ``eagle2``, ``specdecpp``, ``pld``, ``lookahead``), never as "seed 00x".
 
-``seed`` in this project is the RNG seed only. The short names map to the papers that the project was
+``seed`` in this project is the RNG seed only. The first five short names map to the papers that the project was
 built from (shipped as text beside it); ``CITATION.cff`` lists the same entries.
 """
 from __future__ import annotations
@@ -43,6 +43,18 @@ REFERENCES: dict[str, Reference] = {r.key: r for r in (
     Reference("energy", "Accurate and Convenient Energy Measurements for GPUs: A Detailed Study of NVIDIA GPU's "
               "Built-In Power Sensor", "Zeyu Yang, Karel Adamek, Wesley Armour", 2023, "arXiv preprint (SC 2024)",
               "2312.02741", "https://arxiv.org/abs/2312.02741"),
+    Reference("medusa", "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding Heads",
+              "Tianle Cai, Yuhong Li, Zhengyang Geng, Hongwu Peng, Jason D. Lee, Deming Chen, Tri Dao", 2024, "ICML 2024",
+              "2401.10774", "https://arxiv.org/abs/2401.10774"),
+    Reference("eagle", "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty",
+              "Yuhui Li, Fangyun Wei, Chao Zhang, Hongyang Zhang", 2024, "ICML 2024",
+              "2401.15077", "https://arxiv.org/abs/2401.15077"),
+    Reference("eagle2", "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
+              "Yuhui Li, Fangyun Wei, Chao Zhang, Hongyang Zhang", 2024, "EMNLP 2024",
+              "2406.16858", "https://arxiv.org/abs/2406.16858"),
+    Reference("specdecpp", "SpecDec++: Boosting Speculative Decoding via Adaptive Candidate Lengths",
+              "Kaixuan Huang, Xudong Guo, Mengdi Wang", 2024, "COLM 2025",
+              "2405.19715", "https://arxiv.org/abs/2405.19715"),
     Reference("pld", "Prompt Lookup Decoding", "Apoorv Saxena", 2023, "GitHub repository (software)", None,
               "https://github.com/apoorvumang/prompt-lookup-decoding"),
     Reference("lookahead", "Break the Sequential Dependency of LLM Inference Using Lookahead Decoding",

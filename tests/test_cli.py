@@ -89,6 +89,7 @@ def test_job_folder_names_fit_a_file_system():
     assert len(name.encode()) <= 200 and name != job_dirname(long + "x") and "/" not in name
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_task_reads_its_unit_from_a_plan_file(tmp_path):
     plan = tmp_path / "plan.json"
     results = tmp_path / "r"

@@ -90,6 +90,7 @@ def _harness(*args, tmp_path):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_cli_sweep_over_decodings_skips_what_does_not_apply(tmp_path):
     r = _harness("-m", "method=ar,dsbd", "decoding=greedy", tmp_path=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr

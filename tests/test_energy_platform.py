@@ -26,6 +26,7 @@ QUICK = {"idle_baseline_s": 0.5, "infer_update_period_s": 0.5, "host": False}
 
 # ---- item 2: the whole runner path on a simulated GPU, through the CLI ------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_cli_on_a_simulated_gpu_writes_j_per_token_matching_the_exact_integral(tmp_path):
     env = dict(os.environ, HYDRA_FULL_ERROR="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "harness", "energy.source=simulated", "gpu=sim_h100", "pair.device=cpu",
@@ -164,6 +165,7 @@ def test_attribution_reports_what_it_cannot_split():
 
 # ---- item 7: harness-gpu-check on a CPU --------------------------------------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_gpu_check_on_a_cpu_runs_the_steps_on_tiny_shapes_and_says_what_it_could_not_measure(tmp_path):
     """Issue 23 item 11: without a GPU the sensors and a short cell through the real measurement path
     (meter.measure around the decoder, every protocol) run against a simulated H100; every figure

@@ -89,6 +89,7 @@ def test_sweeper_unions_grids_and_the_command_line_wins():
 
 # ---- every experiment composes; every cell plans ------------------------------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     cfg = _experiment(name)
@@ -108,6 +109,7 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     assert max(ids.values()) == 1, "two grids produce the same cell"
 
 
+@pytest.mark.slow  # composes every cell of every twin (issue 21.10; CI runs -m slow)
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_has_a_tiny_twin_with_the_same_methods(hydra_ctx, name):
     if name.endswith("_tiny"):
@@ -118,6 +120,7 @@ def test_every_experiment_has_a_tiny_twin_with_the_same_methods(hydra_ctx, name)
     assert methods == tiny
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_fast_cell_composition_equals_hydra(hydra_ctx):
     """The shortcut of :func:`_cell_configs` (compose per group choice, then apply the rest) gives exactly
     Hydra's composition of the cell, on a sample of every experiment's cells."""
@@ -224,13 +227,17 @@ def test_adaptive_tables_settings(hydra_ctx):
     cells = [c for _, c in _cell_configs("adaptive_tables")]
     assert {c["decoding"]["name"] for c in cells} == {"greedy"}
     policies = {(c.get("gamma_policy") or {"name": "fixed"})["name"] for c in cells if c["method"]["name"] == "sd"}
-    assert policies == {"fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic"}
+    assert policies == {"fixed", "online", "fsm", "cache_fsm", "qlearning", "hf_heuristic", "specdecpp"}
+    eagle = {(c["pair"]["name"], (c.get("gamma_policy") or {"name": "fixed"})["name"]) for c in cells
+             if c["method"]["name"] == "eagle2"}  # App. C.4: adaptive depth beside EAGLE-2's fixed depth
+    assert eagle == {(p, g) for p in ("llama2_7b_chat_68m", "llama2_70b_chat_7b_chat") for g in ("fixed", "online")}
     selection = [c for c in cells if (c.get("draft_selection") or {}).get("name") == "ols"]
     assert {c["pair"]["name"] for c in selection} == {"llama2_70b_chat_multi", "bloom_7b1_multi"}
 
 
 # ---- one tiny twin, end to end through the CLI --------------------------------------------------------
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     name = "mcsd_tables_tiny"
     expected = len(config_sweep_overrides(_experiment(name)))
@@ -247,6 +254,7 @@ def test_a_tiny_experiment_runs_end_to_end(hydra_ctx, tmp_path):
     assert {s["max_new_tokens"] for s in summaries} == {8}
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(tmp_path):
     """An install made before ``hydra_plugins/`` existed still finds the sweeper next to its ``harness``."""
     (tmp_path / "path").mkdir()

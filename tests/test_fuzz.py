@@ -125,6 +125,7 @@ def no_weights():
 
 @settings(max_examples=50, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 @given(overrides=cells())
 def test_fuzz_invalid_combinations_fail_before_loading_and_valid_ones_pass(overrides):
     cfg = compose_cell(overrides)

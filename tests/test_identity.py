@@ -17,7 +17,8 @@ from harness.runner import run_cell
 
 COMPOSED = [("method=ar", "decoding=greedy"), ("method=sd", "decoding=sampling"), ("method=specinfer",),
             ("method=dsbd", "dataset=squad"), ("method=mcsd", "dataset=humaneval", "energy=naive"),
-            ("method=beam", "decoding=greedy", "pair=tiny_multi", "gpu=sim_h100"), ("method=mtad", "energy=off")]
+            ("method=beam", "decoding=greedy", "pair=tiny_multi", "gpu=sim_h100"), ("method=mtad", "energy=off"),
+            ("method=eagle2", "gamma_policy=online"), ("method=medusa_typical",), ("method=sd", "gamma_policy=specdecpp")]
 
 
 def composed(*overrides) -> dict:
@@ -127,6 +128,7 @@ def _cli(*args, cwd=None):
                           timeout=600, cwd=cwd)
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_sweep_over_max_new_tokens_runs_one_cell_per_value(tmp_path):
     """The issue's repro: `harness -m max_new_tokens=8,16` ran the first cell and reported the second as
     already finished."""
@@ -139,6 +141,7 @@ def test_sweep_over_max_new_tokens_runs_one_cell_per_value(tmp_path):
     assert maxes == [2, 3]
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_cli_stops_before_loading_when_a_finished_cell_has_another_config(tmp_path):
     args = ["method=ar_greedy", "decoding=greedy", "dataset.num_prompts=1", "max_new_tokens=2", "runner.progress=false",
             "runner.warmup_generations=0", "pair.device=cpu", "gpu=cpu", f"results_dir={tmp_path}"]

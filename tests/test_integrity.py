@@ -216,6 +216,7 @@ def test_a_slashed_pair_name_is_seen_by_the_report(tmp_path):
     assert list(res.cells["cell_id"]) == [out.cell_id] and res.cells["pair"].iloc[0] == "org/model"
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_a_sweep_with_a_traversing_name_writes_only_under_its_results_folder(tmp_path):
     work = tmp_path / "a" / "b"
     work.mkdir(parents=True)

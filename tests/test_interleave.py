@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cellproc import CELL, DETERMINISTIC_SUMMARY, ROOT, det, env, outcomes, partial_lines, start
 from harness import store
 from harness.runner import prepare_cell, run_cell, run_cells
@@ -77,6 +79,7 @@ def test_interleaved_order_rotates_per_prompt(tmp_path, monkeypatch):
     assert [i for i, _ in order] == sorted(i for i, _ in order)  # prompt i by every method before i+1
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_interleaved_survives_kill_and_rerun(tmp_path):
     cfgs = _cfgs(5)
     for c in cfgs:
@@ -100,6 +103,7 @@ def test_interleaved_survives_kill_and_rerun(tmp_path):
         assert s["interleaved"] and not (d / store.ERROR).exists()
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_cli_sweep_with_runner_interleave_groups_methods(tmp_path):
     cmd = [sys.executable, "-m", "harness", "-m", "method=ar,sd", "decoding=greedy,sampling", "runner.interleave=true",
            f"results_dir={tmp_path}", "dataset.num_prompts=2", "max_new_tokens=4", "runner.progress=false",

@@ -87,8 +87,9 @@ def test_primitives_import_only_primitives_and_leaf_modules():
             assert not bad, f"{module} imports {bad}"
 
 
-#: modules of harness/decoders that hold no decoder: the contract, the speculative template, the decision-model loader
-DECODER_SUPPORT = ("__init__", "base", "speculative", "decision_model")
+#: modules of harness/decoders that hold no decoder: the contract, the speculative template, the decision-model loader,
+#: the trained-head decoders' shared base
+DECODER_SUPPORT = ("__init__", "base", "speculative", "decision_model", "head_drafting")
 
 
 def test_every_decoder_module_registers_one_decoder():

@@ -26,6 +26,7 @@ def _check_one_writer(cell_dir):
     assert [r["index"] for r in store.read_records(cell_dir)] == list(range(CELL["dataset"]["num_prompts"]))
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_second_process_on_a_running_cell_is_busy_and_writes_nothing(tmp_path):
     cfg = json.loads(json.dumps(CELL))
     cfg["dataset"]["num_prompts"] = 6
@@ -46,6 +47,7 @@ def test_second_process_on_a_running_cell_is_busy_and_writes_nothing(tmp_path):
     assert not (cell_dir / store.ERROR).exists()
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_two_processes_started_together_run_the_cell_once(tmp_path):
     procs = [start([CELL], tmp_path) for _ in range(2)]
     statuses = sorted(o["status"] for p in procs for o in outcomes(p))

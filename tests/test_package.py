@@ -31,8 +31,9 @@ def test_license_citation_changelog_typed_and_one_version():
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert cff["cff-version"] == "1.2.0" and cff["version"] == __version__ and cff["license"] == "MIT"
     by_title = {r["title"]: r for r in cff["references"]}
-    assert len(by_title) == len(REFERENCES)
-    assert {"dsbd", "mtad", "mcsd", "adaptive", "energy", "pld", "lookahead"} <= set(REFERENCES)
+    assert len(by_title) == len(REFERENCES) == 11
+    assert {"dsbd", "mtad", "mcsd", "adaptive", "energy", "medusa", "eagle", "eagle2", "specdecpp", "pld",
+            "lookahead"} == set(REFERENCES)
     for ref in REFERENCES.values():
         entry = by_title[ref.title]
         assert entry["year"] == ref.year and entry["url"] == ref.url
@@ -124,6 +125,7 @@ main()
 '''
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_default_install_without_extras_runs_the_embedded_cell(tmp_path):
     r = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS, "method=sd", "decoding=greedy", "dataset.num_prompts=1",
                         "max_new_tokens=3", "runner.progress=false", "gpu=cpu", "pair.device=cpu",

@@ -76,7 +76,7 @@ def test_dsbd_table1_rows_columns_and_cells(dsbd):
     assert _sources(t, (block, "SpecInfer"), "J/token") == {_find(c, "specinfer")}
     constrained = set(c[(c["method_name"] == "dsbd") & (c["param.memory_constrained"] == True)]["cell_id"])  # noqa: E712
     assert len(constrained) == 2 and _sources(t, dsbd_row, "PPL") < constrained
-    assert any("the seeds do not say which setting" in n for n in t.notes)
+    assert any("the papers do not say which setting" in n for n in t.notes)
     _filled(t)
 
 

@@ -150,6 +150,7 @@ def test_lossy_methods_are_marked_and_the_overview_names_the_fastest_lossless_on
     assert "specinfer" not in row.split("|")[2] and row.split("|")[4].strip() == "1"  # unknown: counted, not ranked
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_two_results_folders_in_one_parent_get_two_reports_and_nothing_is_overwritten(tmp_path, capsys):
     for name in ("results", "results_b"):
         shutil.copytree(FIXTURE, tmp_path / name)

@@ -6,6 +6,8 @@ import random
 import signal
 import time
 
+import pytest
+
 from cellproc import CELL, DETERMINISTIC_SUMMARY, det, outcomes, partial_lines, start
 from harness import store
 from harness.runner import prepare_cell, run_cell
@@ -31,6 +33,7 @@ def _same_as_reference(cell_dir, ref_records, ref_summary):
     return summary
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_sigkill_at_random_points_then_rerun_writes_each_prompt_once(tmp_path):
     cfg = json.loads(json.dumps(SD))
     cfg["dataset"]["num_prompts"], cfg["max_new_tokens"] = 6, 16

@@ -101,6 +101,7 @@ def _harness(args, results):
             "max_new_tokens=16", "runner.progress=false", "gpu=cpu", "pair.device=cpu"], env
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_killed_sweep_resumes_without_duplicates(tmp_path):
     """Kill a 3-cell sweep while its second cell runs; the rerun finishes it, with each row once."""
     cmd, env = _harness(["-m", "method=ar_greedy,beam_search,ar_sampling", "decoding=greedy"], tmp_path)

@@ -68,6 +68,7 @@ def _check(results, n_cells, prompts=3):
         assert len(json.loads((d / store.SUMMARY).read_text())["segments"]) == 1  # one task ran it
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_sbatch_array_runs_every_unit_once_concurrently(tmp_path):
     results = tmp_path / "shared"
     e = _fake_env(tmp_path, MAX_PARALLEL="3", FAKE_SBATCH_DUPLICATE="0 1")
@@ -98,6 +99,7 @@ def test_sbatch_array_interleaved_units_and_local_results_merge(tmp_path):
     assert cells["interleaved"].all()
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_concurrent_merges_never_tear_or_duplicate(tmp_path):
     from harness.runner import run_cell
     from cellproc import CELL

@@ -112,6 +112,7 @@ def test_spider_output_extraction():
     assert t.score(ex, t.truncate(" nonsense FROM nowhere"))["execution_accuracy"] == 0.0
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_humaneval_canonical_solutions_pass_and_broken_ones_fail():
     t = task("humaneval")
     examples = t.examples()

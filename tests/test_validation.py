@@ -115,6 +115,7 @@ def test_cli_single_run_exits_2_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_cli_sweep_validates_every_cell_before_the_first_loads(tmp_path):
     """The bad cell is the last of the sweep; nothing runs, nothing is written (not even Hydra's folders)."""
     r = _cli("-m", "method=sd,specinfer", "method.gamma=2,-1", "max_new_tokens=4,0", f"results_dir={tmp_path / 'r'}")

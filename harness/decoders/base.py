@@ -178,6 +178,8 @@ class Decoder(ABC, Generic[P]):
     #: the output follows the decoding's AR distribution exactly (greedy: token-identical to AR greedy),
     #: for every parameter setting; :meth:`is_lossless` refines it for one decoder's settings
     lossless: ClassVar[bool] = False
+    #: lossless under greedy decoding only, where the target's argmax decides every token (typical, BiLD)
+    lossless_when_greedy: ClassVar[bool] = False
     uses_draft: ClassVar[bool] = False
     uses_gamma_policy: ClassVar[bool] = False  # runs speculative rounds whose depth a γ policy chooses
     supports_draft_selection: ClassVar[bool] = False  # a draft may be chosen per prompt (adaptive §5)
@@ -213,9 +215,15 @@ class Decoder(ABC, Generic[P]):
         decoder reads the measured times (e.g. the online γ policy)."""
         return False
 
+    def counted(self) -> dict[str, Any]:
+        """The counted callables by role: ``target`` and, where the method drafts, ``draft`` (the draft model, or a
+        draft-free method's trained head, :class:`~harness.primitives.forward.CountedHead`): their calls are the
+        statistics' ``target_calls``/``draft_calls``, their spans the energy attribution's."""
+        return {"target": self.target, **({"draft": self.draft} if self.draft else {})}
+
     def is_lossless(self) -> bool:
         """Whether this decoder, with its parameters and decoding, is lossless (``lossless`` or better)."""
-        return self.lossless
+        return self.lossless or (self.lossless_when_greedy and self.decoding == "greedy")
 
     def warmup_generations(self) -> int:
         """Generations to run unrecorded and untimed before the first measured prompt (e.g. a learning
@@ -264,8 +272,8 @@ class Decoder(ABC, Generic[P]):
         ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device).reshape(1, -1)
         request = self.request(ids, max_new_tokens, make_generator(seed, self.device), stop)
         stats = GenerationStats()
-        t_calls, d_calls = self.target.calls, (self.draft.calls if self.draft else 0)
-        models = {"target": self.target, **({"draft": self.draft} if self.draft else {})}
+        models = self.counted()
+        t_calls, d_calls = self.target.calls, (models["draft"].calls if "draft" in models else 0)
         for m in models.values():
             m.spans = []
         synchronize(self.device)
@@ -280,7 +288,7 @@ class Decoder(ABC, Generic[P]):
         out, by_stop = self.stop_condition(stop).trim([int(t) for t in decoded.tokens][:max_new_tokens])
         stats.new_tokens = len(out)
         stats.target_calls = self.target.calls - t_calls
-        stats.draft_calls = (self.draft.calls - d_calls) if self.draft else 0
+        stats.draft_calls = (models["draft"].calls - d_calls) if "draft" in models else 0
         extras = decoded.extras if decoded.extras is not None else self.Extras()
         if not isinstance(extras, self.Extras):
             raise TypeError(f"{type(self).__name__} returned extras of type {type(extras).__name__}, "

@@ -53,10 +53,8 @@ class BiLD(SpeculativeDecoder[BiLDParams]):
     round is rejected (``rejected_rounds``) exactly when it rolls back."""
 
     method = "bild"
+    lossless_when_greedy = True  # the target's argmax decides every token
     Extras = BiLDExtras
-
-    def is_lossless(self) -> bool:
-        return self.params.warp.is_greedy  # the target's argmax decides every token
 
     def acceptance(self, spec):
         return ChainAcceptance(parameterised(bild_rule, threshold=self.params.rollback_threshold))

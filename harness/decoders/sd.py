@@ -30,6 +30,7 @@ class SDParams(SpeculativeParams):
 class SpeculativeDecoding(SpeculativeDecoder[SDParams]):
     method = "sd"
     lossless = True
+    supports_draft_stop = True  # a chain: a γ policy may end it inside the drafting (SpecDec++)
     accept = ChainAcceptance(speculative_sampling)
 
     def propose(self, spec, depth):

@@ -14,7 +14,9 @@ A subclass of :class:`SpeculativeDecoder` gives
   accepts the target's argmax (the rule's ``greedy()`` form);
 
 and, where needed, ``begin(spec)`` (per-generation state), ``extras(spec)`` (its declared ``Extras``),
-``verify_mask`` (a sliced mask for the verification forward) and ``max_depth()``. The rest is written once:
+``verify_mask`` (a sliced mask for the verification forward), ``max_depth()`` and ``reads_target_hidden`` (the
+target's hidden states at the verified committed positions, ``spec.hidden``: the trained heads' input,
+:mod:`harness.decoders.head_drafting`). The rest is written once:
 the γ policy (``gamma_policy`` config group; ``gamma`` is the fixed γ and every adaptive policy's γ_init),
 the round (:func:`~harness.primitives.spec_loop.speculative_round`: clock → draft → ONE target forward →
 accept → commit both caches), the loop (:func:`~harness.primitives.spec_loop.speculative_loop`) and its
@@ -35,6 +37,7 @@ import torch
 from harness.adaptive.policies import PolicyParams
 from harness.adaptive.policies.fixed import FixedParams
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams
+from harness.errors import ConfigError
 from harness.legacy import flat_policy_params
 from harness.models import ModelPair
 from harness.primitives.drafting import Proposal
@@ -66,6 +69,10 @@ class SpeculativeDecoder(Decoder[P]):
     supports_draft_selection = True
     accept: ClassVar[Acceptance]
     verify_mask: SlicedTreeMask | None = None
+    #: a γ policy may end the round's chain inside the drafting (``stops_drafting``: SpecDec++)
+    supports_draft_stop: ClassVar[bool] = False
+    #: the rounds keep the target's hidden states at the committed positions they verified (``spec.hidden``)
+    reads_target_hidden: ClassVar[bool] = False
 
     def __init__(self, pair: ModelPair, params: P | None = None, *,
                  gamma_policy: PolicyParams | GammaPolicy | None = None, sync_timing: bool = False):
@@ -77,6 +84,9 @@ class SpeculativeDecoder(Decoder[P]):
         else:
             self.policy_params = gamma_policy if gamma_policy is not None else FixedParams()
             self.gamma_policy = self.policy_params.build(int(self.params.gamma), self.max_depth())
+        if getattr(self.gamma_policy, "draft_stop", None) is not None and not self.supports_draft_stop:
+            raise ConfigError(f"gamma_policy={getattr(self.gamma_policy, 'name', '?')} ends rounds inside the drafting; "
+                              f"method '{self.method}' does not draft a chain it could stop")
         super().__init__(pair, self.params, sync_timing=sync_timing)
 
     def needs_timing(self) -> bool:
@@ -111,6 +121,9 @@ class SpeculativeDecoder(Decoder[P]):
         """A generation's state, ready for :meth:`round`: caches with the prompt pending, the decoder's ``begin``
         done, and this generation's acceptance (``spec.accept``; greedy decoding accepts the target's argmax)."""
         spec = Speculation(self.target, self.draft, prompt_ids, self.params.warp, generator, self.sync_timing)
+        spec.want_hidden = self.reads_target_hidden
+        stop_hook = getattr(self.gamma_policy, "draft_stop", None)  # a policy deciding inside the round (SpecDec++)
+        spec.draft_stop = stop_hook(spec.warp) if stop_hook is not None else None
         self.begin(spec)
         accept = self.acceptance(spec)
         spec.accept = accept.greedy() if spec.warp.is_greedy else accept

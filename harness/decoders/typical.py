@@ -30,17 +30,20 @@ class TypicalParams(SpeculativeParams):
     def __post_init__(self):
         super().__post_init__()
         self.check_at_least(1, "gamma")
-        if not (0.0 <= self.posterior_threshold <= 1.0 and self.posterior_alpha >= 0.0):
-            raise ConfigError(f"need posterior_threshold ε in [0, 1] and posterior_alpha δ >= 0, got "
-                              f"{self.posterior_threshold}, {self.posterior_alpha}")
+        check_typical(self)
+
+
+def check_typical(params) -> None:
+    """ConfigError unless ε (``posterior_threshold``) is in [0, 1] and δ (``posterior_alpha``) >= 0."""
+    if not (0.0 <= params.posterior_threshold <= 1.0 and params.posterior_alpha >= 0.0):
+        raise ConfigError(f"need posterior_threshold ε in [0, 1] and posterior_alpha δ >= 0, got "
+                          f"{params.posterior_threshold}, {params.posterior_alpha}")
 
 
 @register
 class Typical(SpeculativeDecoder[TypicalParams]):
     method = "typical"
-
-    def is_lossless(self) -> bool:
-        return self.params.warp.is_greedy  # the target's argmax decides every token
+    lossless_when_greedy = True  # the target's argmax decides every token
 
     def acceptance(self, spec):
         return ChainAcceptance(parameterised(typical_rule, epsilon=self.params.posterior_threshold,

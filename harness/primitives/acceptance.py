@@ -10,7 +10,8 @@ Two families, each with ONE signature:
   :class:`~harness.primitives.spec_state.DraftTree` (its draft distributions). Lossless:
   :func:`speculative_sampling` (Leviathan et al. 2023 Alg. 1, dsbd §2.2) and :func:`greedy_chain`;
   :func:`point_mass_chain` (deterministic drafts: a lookup); lossy baselines: :func:`mtad_rule` (mtad §3.2,
-  Alg. 1), :func:`bild_rule` (BiLD's rollback) and :func:`typical_rule` (Medusa's typical acceptance).
+  Alg. 1), :func:`bild_rule` (BiLD's rollback) and :func:`typical_rule` (Medusa's typical acceptance; on a tree
+  :func:`typical_tree_path`).
 * selection rules — :data:`SelectionRule` ``(p (V,), q (V,) | None, candidates (k,), generator) ->
   (index of the accepted candidate or None, distribution of the correction token)``: one node of a
   token tree. :func:`multi_step_select` (SpecInfer), :func:`multi_step_select_without_replacement`
@@ -109,21 +110,46 @@ def bild_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator
     return kept, p[kept]
 
 
-def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
-                          delta: float) -> int:
-    """Number of leading drafts that pass Medusa's entropy-adaptive test (argmax match when greedy).
+def typical_mask(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
+                 delta: float) -> torch.Tensor:
+    """(n,) bool: which drafts pass Medusa's entropy-adaptive test (argmax match when greedy) — the one definition.
 
-    ``logits`` (n, V) are the target's at the n draft positions, ``tokens`` (n,) the drafts. Draft x_t is
-    typical iff p_τ(x_t | x_{<t}) > min(ε, δ · exp(−H(p_τ(· | x_{<t})))), p_τ = softmax(logits / temperature).
+    ``logits`` (n, V) are the target's where each draft is proposed, ``tokens`` (n,) the drafts. Draft x is
+    typical iff p_τ(x | context) > min(ε, δ · exp(−H(p_τ(· | context)))), p_τ = softmax(logits / temperature).
     """
     if temperature == 0:
-        ok = logits.argmax(-1) == tokens
-    else:
-        logp = torch.log_softmax(logits.float() / temperature, -1)
-        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-        bar = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
-        ok = logp.gather(1, tokens[:, None]).squeeze(1).exp() > bar
-    return int(ok.long().cumprod(0).sum())
+        return logits.argmax(-1) == tokens
+    logp = torch.log_softmax(logits.float() / temperature, -1)
+    entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+    bar = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
+    return logp.gather(1, tokens[:, None]).squeeze(1).exp() > bar
+
+
+def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
+                          delta: float) -> int:
+    """Number of leading drafts of a chain that pass :func:`typical_mask` (``logits`` at the n draft positions)."""
+    return int(typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum())
+
+
+def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int], temperature: float,
+                      epsilon: float, delta: float) -> list[int]:
+    """Medusa's typical acceptance on a token tree: the longest root-to-node path whose every node passes
+    :func:`typical_mask` (ties: the first such node in the tree's topological order — Medusa keeps the first
+    candidate path of the longest accepted prefix). ``parent_logits[i]`` (V,): the target's logits where node i
+    is proposed (after its parent). Returns the path's nodes ([]: none accepted)."""
+    ok = typical_mask(parent_logits, tokens, temperature, epsilon, delta).tolist()
+    length = [0] * len(parents)
+    best = -1
+    for i, par in enumerate(parents):
+        if ok[i] and (par < 0 or length[par] > 0):
+            length[i] = 1 + (length[par] if par >= 0 else 0)
+            if best < 0 or length[i] > length[best]:
+                best = i
+    path: list[int] = []
+    while best >= 0:
+        path.append(best)
+        best = parents[best]
+    return path[::-1]
 
 
 def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,

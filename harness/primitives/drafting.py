@@ -52,8 +52,11 @@ class DraftStop(Protocol):
     Called after draft turn ``depth``'s forward (1 ≤ depth < the round's depth) with that level's rows:
     ``hidden`` (F, H) the draft's last hidden states at the level's tokens (None unless
     ``needs_hidden``) and ``logits`` (F, V) the draft's logits there (the next tokens' distribution).
-    True ends the round's drafting at ``depth``. It must decide from these alone — never from tokens
-    not yet drawn — so that the tree's shape is a stopping time and verification stays exact.
+    True ends the round's drafting at ``depth`` — or, where the hook sets ``draws_one_more`` (optional, default
+    False), at ``depth + 1``: the next level is drawn from the logits at hand and not fed (SpecDec++'s
+    order: the forward that reads candidate d yields the distribution candidate d + 1 is drawn from, then the
+    rule decides). It must decide from these alone — never from tokens not yet drawn — so that the tree's
+    shape is a stopping time and verification stays exact.
     """
 
     needs_hidden: bool
@@ -96,7 +99,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     root_q = None if greedy or roots is not None else probs[0]
     if roots is not None and not greedy:
         fed_q.append(probs)
-    stopped = False
+    stopped = last = False
     for depth, k in enumerate(widths):
         kids, owner = _draw_level(probs, logits, frontier, k, warp, replacement, generator)
         first = len(parents)
@@ -104,7 +107,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         parents.extend(owner)
         frontier = list(range(first, len(parents)))
         levels += 1
-        if depth == len(widths) - 1:
+        if last or depth == len(widths) - 1:
             break
         logits, hidden = _feed_level(draft, cache, kids, parents, len(parents) == levels, base, first, masks,
                                      want_hidden)
@@ -112,8 +115,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
             probs = warp.probs(logits)
             fed_q.append(probs)
         if stop is not None and stop(depth + 1, hidden, logits):
-            stopped = True
-            break
+            last = bool(getattr(stop, "draws_one_more", False))  # draw the next level, then end unfed
+            stopped = not last
+            if stopped:
+                break
     node_q = torch.cat(fed_q) if fed_q else None
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels,

@@ -71,6 +71,31 @@ class CountedModel:
         return (logits, out.hidden_states[-1]) if return_hidden else logits
 
 
+class CountedHead:
+    """A trained draft head (a torch module that is no causal LM: Medusa's heads, EAGLE's layer) with
+    :class:`CountedModel`'s counter and spans: a draft-free method's head calls are its draft calls, timed and
+    attributed as drafting (heads-design item 6). ``module`` is the head itself; calling this counts one call."""
+
+    def __init__(self, module, sync: bool = False):
+        self.module = module
+        self.calls = 0
+        self.sync = sync
+        self.spans: list[tuple[float, float]] = []
+
+    @torch.no_grad()
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        device = next(self.module.parameters()).device
+        if self.sync:
+            synchronize(device)
+        start = time.perf_counter()
+        out = self.module(*args, **kwargs)
+        if self.sync:
+            synchronize(device)
+        self.spans.append((start, time.perf_counter()))
+        return out
+
+
 def cache_kwarg(model) -> str:
     """The keyword a model's forward takes its KV cache by: ``cache`` (transformers >= 5.24, which warns that
     ``past_key_values`` goes away in 5.40), else ``past_key_values`` (earlier releases of the allowed range)."""

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Protocol
 import torch
 
 from harness.primitives.acceptance import ChainRule, SelectionRule, greedy_chain, greedy_select
-from harness.primitives.drafting import Proposal, draft_tree
+from harness.primitives.drafting import DraftStop, Proposal, draft_tree
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
 from harness.primitives.sampling import sample
@@ -44,7 +44,14 @@ class Speculation:
     """One speculative generation: target and draft (:class:`~harness.primitives.forward.CountedModel`; no
     draft for a draft-free method), their caches with the prompt pending, the warp, the random stream,
     ``tokens`` (the prompt and every token committed so far), and ``state``, whatever per-generation state the
-    decoder keeps (e.g. a target-initialised tree's next-token distribution)."""
+    decoder keeps (e.g. a target-initialised tree's next-token distribution).
+
+    Optional, off by default: with ``want_hidden`` each round keeps the target's last hidden states (after the
+    final norm) at the committed positions its verification fed — the tokens pending before it, then the
+    accepted path — as ``hidden`` (k, H): ``hidden[i]`` is at ``tokens[-k - 1 + i]``, the token after it
+    ``tokens[-k + i]`` (the trained heads read them: Medusa, EAGLE; None before the first round). ``draft_stop``:
+    a :class:`~harness.primitives.drafting.DraftStop` every :meth:`draft_tree` uses unless given one (a γ policy
+    that decides inside the round, SpecDec++)."""
 
     def __init__(self, target, draft, prompt_ids: torch.Tensor, warp: Warp, generator, sync_timing: bool = False):
         self.target, self.draft, self.warp, self.generator = target, draft, warp, generator
@@ -52,9 +59,14 @@ class Speculation:
         self.tokens: list[int] = prompt_ids[0].tolist()
         self.state = None
         self.accept: Acceptance | None = None  # the rounds' acceptance, set by the decoder
+        self.want_hidden = False
+        self.hidden: torch.Tensor | None = None
+        self.draft_stop: DraftStop | None = None
 
     def draft_tree(self, widths: list[int], replacement: bool = True, **options) -> DraftTree:
         """The draft's tree for this round (:func:`~harness.primitives.drafting.draft_tree`)."""
+        if self.draft_stop is not None:
+            options.setdefault("stop", self.draft_stop)
         return draft_tree(self.draft, self.caches, widths, self.warp, self.generator, replacement, **options)
 
 
@@ -155,9 +167,12 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
             proposal = Proposal.of(proposal)
     with caches.clock.verifying():
         target_prefix = caches.target_prefix()
-        stem_logits, node_logits = tree_forward(spec.target, caches.target_cache, caches.target_pending,
-                                                proposal.tree, sliced=sliced, all_stem=False)
+        stem_logits, node_logits, *hidden = tree_forward(spec.target, caches.target_cache, caches.target_pending,
+                                                         proposal.tree, sliced=sliced, all_stem=False,
+                                                         return_hidden=spec.want_hidden)
         path, token = accept(Verified(proposal, stem_logits, node_logits, spec.warp), spec.generator)
+        if hidden:
+            spec.hidden = torch.cat([hidden[0], hidden[1][path]])
         commit_target(caches, target_prefix, path, token)
         commit_draft(caches, draft_prefix, proposal.dtree, proposal.draft_path(path), token)
     draft_s, verify_s = caches.clock.take()

@@ -17,8 +17,8 @@ from harness.primitives.tree import (TokenTree, _as_list, ancestor_matrix, check
                                      tree_position_ids, with_stem)
 
 
-def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
-                 sliced: SlicedTreeMask | None = None, all_stem: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree, sliced: SlicedTreeMask | None = None,
+                 all_stem: bool = True, return_hidden: bool = False) -> tuple[torch.Tensor, ...]:
     """ONE forward of ``stem`` (1, S) then the flattened tree, with tree attention.
 
     ``model`` is a :class:`~harness.primitives.forward.CountedModel`. Returns
@@ -28,6 +28,9 @@ def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
     is skipped at the others, which at a prefill costs more than the round's drafting.
     ``sliced``: a :class:`SlicedTreeMask` the mask is sliced from when the tree is its tree
     truncated at some depth (mcsd §3.2); otherwise (or without it) the mask is built.
+    ``return_hidden``: also the model's last hidden states (after the final norm), same call —
+    ``(stem_logits, node_logits, stem_hidden (S, H), node_hidden (N, H))``, every stem position's hidden
+    state whatever ``all_stem`` says (the trained heads read them: Medusa's, EAGLE's).
     """
     stem = stem.reshape(1, -1)
     s = stem.size(1)
@@ -37,11 +40,15 @@ def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree,
     n_stem = s if all_stem else min(s, 1)
     keep = tree.tokens.numel() + n_stem
     if tree.is_chain:  # plain causal attention is the tree mask of a chain
-        logits = model(ids, cache, keep=keep)[0]
+        out = model(ids, cache, keep=keep, return_hidden=return_hidden)
     else:
         dtype = next(model.model.parameters()).dtype
         mask, pos = attention_inputs(tree.parents, prefix_len, stem_len=s, sliced=sliced, dtype=dtype, device=device)
-        logits = model(ids, cache, position_ids=pos, attention_mask=mask, keep=keep)[0]
+        out = model(ids, cache, position_ids=pos, attention_mask=mask, keep=keep, return_hidden=return_hidden)
+    logits = (out[0] if return_hidden else out)[0]
+    if return_hidden:
+        hidden = out[1][0]
+        return logits[:n_stem], logits[n_stem:], hidden[:s], hidden[s:]
     return logits[:n_stem], logits[n_stem:]
 
 

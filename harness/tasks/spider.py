@@ -1,4 +1,4 @@
-"""Spider text-to-SQL, dev split (Yu et al. 2018); seeds 000/001/002 report execution accuracy.
+"""Spider text-to-SQL, dev split (Yu et al. 2018); the dsbd and mtad papers report execution accuracy.
 
 Data: ``path`` is a folder with ``dev.json``, ``tables.json`` and ``database/<db>/<db>.sqlite`` — the
 shipped copy (``harness/data/spider``: the 1,034 dev questions, 19 of the 20 dev databases) or a full

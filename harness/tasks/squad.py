@@ -1,4 +1,4 @@
-"""SQuAD v1.1 extractive question answering (Rajpurkar et al. 2016); seeds 000/001 report EM.
+"""SQuAD v1.1 extractive question answering (Rajpurkar et al. 2016); the dsbd paper reports EM.
 
 Shipped: the 1,190 XQuAD-en questions (240 SQuAD v1.1 dev paragraphs, original question ids, one
 gold answer each where dev has about three, so EM is slightly stricter than on the full dev set).

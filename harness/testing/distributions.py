@@ -4,7 +4,8 @@
   from T∘p (by enumeration over a toy vocabulary);
 * :func:`total_variation` and :func:`tv_bound` — TV distance of samples from it, and a high-probability
   bound for n i.i.d. samples;
-* :func:`chi_square_pvalue` — Pearson's χ² goodness of fit (rare outcomes pooled).
+* :func:`chi_square_pvalue` — Pearson's χ² goodness of fit (rare outcomes pooled);
+* :func:`sample_generations` — a decoder's samples (seeds 0 … n − 1).
 """
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def exact_sequence_distribution(model, prompt: list[int], length: int, warp: War
     for s, q in frontier.items():
         dist[s] = dist.get(s, 0.0) + q
     return dist
+
+
+def sample_generations(decoder, prompt: list[int], length: int, n: int) -> list:
+    """``n`` generations of ``decoder`` from ``prompt`` (seeds 0 … n − 1): an exactness test's samples."""
+    return [decoder.generate(prompt, length, seed=s) for s in range(n)]
 
 
 def total_variation(samples: list[tuple[int, ...]], exact: dict[tuple[int, ...], float]) -> float:

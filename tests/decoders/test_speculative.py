@@ -20,6 +20,7 @@ from harness.primitives.sampling import make_generator
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, exact_sequence_distribution, near_pair, toy_pair, total_variation, tv_bound
 from harness.testing.checks import assert_cache_matches_scratch
+from harness.testing.heads import random_head_params
 
 WARP = Warp(temperature=0.9, top_k=3, top_p=0.95)
 PROMPT, LENGTH, N = [1, 2, 3], 4, 1500
@@ -80,7 +81,7 @@ def test_greedy_lossless_decoders_are_token_identical_to_ar_greedy_on_toy_pairs(
     """The ``lossless`` declaration checked: every decoder lossless under greedy decoding outputs AR greedy's tokens."""
     for p in (near_pair(vocab_size=7, noise=0.2), toy_pair(vocab_size=7), near_pair(vocab_size=7, eos_token_id=3)):
         ar = build_decoder("ar_greedy", p)
-        decoder = build_decoder(method, p, decoding="greedy")
+        decoder = build_decoder(method, p, decoding="greedy", **random_head_params(method, p))
         if not decoder.is_lossless():
             assert not registry()[method].lossless
             return
@@ -187,5 +188,5 @@ def test_method_config_builds_decoder(pair, method, method_config):
     name = cfg.pop("name")
     assert name == method
     decoder = build_decoder(name, pair, decoding="sampling" if "sampling" in registry()[name].decodings else "greedy",
-                            **cfg)
+                            **{**cfg, **random_head_params(name, pair)})
     assert decoder.method == method and decoder.params_dict().items() >= decoder.params.as_dict().items()

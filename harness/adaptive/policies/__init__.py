@@ -13,6 +13,8 @@ cache_fsm      token cache seeded with the prompt: ±1 on whether the round's   
 qlearning      tabular Q-learning; state = previous γ values, action = next γ,        §4.2, Alg. 2
                reward = fraction of drafted tokens accepted; 25 warm-up trials         (App. B.4, C.1)
 hf_heuristic   HF transformers' ``num_assistant_tokens_schedule="heuristic"``         (peer baseline)
+specdecpp      SpecDec++: an acceptance head on the draft's hidden state ends the     Table 4 (baseline)
+               round once P(a rejection) > threshold (inside the drafting; sd only)
 =============  =====================================================================  ==================
 
 Each is a frozen Params dataclass (:mod:`harness.adaptive.policies.base`) registered under its name:

@@ -27,6 +27,9 @@ class PolicyParams(Params):
     """Base of a γ policy's parameters; ``name`` is the policy (the config node's name)."""
 
     name: ClassVar[str] = ""
+    #: the policy ends rounds inside the drafting (a per-turn stop hook, SpecDec++): only for methods whose
+    #: draft is a chain of the draft model (``supports_draft_stop``)
+    stops_drafting: ClassVar[bool] = False
 
     def describe_group(self) -> str:
         return f"gamma policy '{self.name}':"

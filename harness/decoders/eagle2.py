@@ -1,0 +1,81 @@
+"""EAGLE-2 (Li et al. 2024, arXiv:2406.16858): EAGLE's feature-level draft head with a dynamic draft tree.
+
+The head (EAGLE, arXiv:2401.15077; :mod:`harness.heads.eagle`) pairs each target feature f_i (the target's last
+hidden state) with the embedding of the token after it and predicts the next feature through one decoder layer;
+the target's own LM head turns it into a draft distribution. Each round grows a tree below the stem (the last
+committed token) by confidence: the ``top_k`` children of each of the ``top_k`` most confident frontier nodes,
+level by level to ``depth``, scored by their paths' cumulative draft log-probability; then re-ranked, the
+``total_tokens`` best nodes kept (EAGLE-2 §4; :func:`~harness.heads.eagle.eagle_draft_tree`). ONE target forward
+verifies ``[stem] + tree`` and yields the features of the stem and the accepted nodes, which the head's KV cache
+takes in the next round (it only ever holds committed pairs, so it needs no rollback). Lossless: the tree is a
+deterministic function of the committed context, accepted by the point-mass rule when sampling (EAGLE's
+``evaluate_posterior``) and by the target's argmax when greedy.
+
+Params (EAGLE-2's code defaults total_token 60, depth 5, top_k 10 in its own counting): ``tree_top_k`` 10 (named
+apart from the decoding's warp ``top_k``), ``depth`` 6 the deepest path here (the reference's depth + 1),
+``total_tokens`` 59 the draft nodes without the stem. ``depth`` is the
+round's γ: a γ policy may choose it per round (adaptive App. C.4: EAGLE-2 with adaptive depth); ``total_tokens``
+is then clipped to what a shallower tree can hold. The head's calls (``depth`` per round) are the draft calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.decoders.base import param, register
+from harness.decoders.head_drafting import HeadDecoder
+from harness.decoders.speculative import SpeculativeParams
+from harness.heads.eagle import (DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL_TOKENS, check_tree_params,
+                                 eagle_draft_tree, load_eagle, new_head_cache)
+from harness.primitives.spec_state import DraftTree
+
+
+@dataclass(frozen=True)
+class Eagle2Params(SpeculativeParams):
+    head: str = param("tiny/eagle", "EAGLE head: tiny/eagle (embedded, on tiny/target), a checkpoint directory or a "
+                                    "hub id (SafeAILab/EAGLE layout)")
+    tree_top_k: int = param(DEFAULT_TOP_K, "children per expanded node and nodes expanded per level (EAGLE-2's "
+                                           "top_k: 10; top_k is the decoding's warp)")
+    depth: int = param(DEFAULT_DEPTH, "deepest draft path, the round's γ (EAGLE-2's depth 5 + 1)")
+    total_tokens: int = param(DEFAULT_TOTAL_TOKENS, "draft nodes kept after re-ranking, stem excluded "
+                                                    "(EAGLE-2's total_token 60 − 1)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_tree_params(self.tree_top_k, self.depth, self.total_tokens)
+
+    @property
+    def gamma(self) -> int:
+        return self.depth
+
+    def nodes(self, depth: int) -> int:
+        """``total_tokens``, clipped to what a tree of ``depth`` levels can hold."""
+        return min(self.total_tokens, self.tree_top_k + (depth - 1) * self.tree_top_k ** 2)
+
+
+@register
+class Eagle2(HeadDecoder[Eagle2Params]):
+    method = "eagle2"
+    lossless = True
+
+    def load_head(self, ref, dtype, device):
+        head = load_eagle(ref, dtype, device)
+        self.check_fits(ref, "EAGLE head", int(head.config.hidden_size))
+        return head
+
+    def begin(self, spec):
+        spec.state = new_head_cache(self.head.module)  # the committed feature/token pairs, across rounds
+
+    def propose(self, spec, depth):
+        if spec.hidden is None or depth == 0:
+            return self.no_draft(spec)
+        k = spec.hidden.size(0)
+        features = spec.hidden[None]
+        tokens = torch.tensor([spec.tokens[-k:]], dtype=torch.long, device=features.device)
+        target = self.pair.target
+        tree = eagle_draft_tree(self.head, target.get_input_embeddings(), target.get_output_embeddings(), features,
+                                tokens, top_k=self.params.tree_top_k, depth=depth,
+                                total_tokens=self.params.nodes(depth), cache=spec.state,
+                                vocab_size=self.pair.vocab_size)
+        return DraftTree(tree.tokens, tree.parents.tolist(), None, None, 0, depth=int(tree.depths.max()))
