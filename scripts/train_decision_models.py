@@ -4,7 +4,7 @@ Labels. From contexts cut out of TRAINING-split KJV text, the draft samples W = 
 continuations of D = 5 tokens each (i.i.d. sequences from T∘q at the given temperature; §4.1's
 dynamic configuration); the target scores them in one forward. For every draft token x_i:
 q(x_i), p(x_i), the draft's last hidden state at x_i's position (T1's feature) and T∘q where
-x_i is drawn (T2's; see ``harness/primitives/decision_model.py``), the acceptance probability
+x_i is drawn (T2's; see ``harness/decoders/decision_model.py``), the acceptance probability
 min(1, p(x_i)/q(x_i)) (T1's label; the seed prints max, the acceptance probability is min) and
 one sampled accept/reject outcome (T2's label). Rows of a sequence are kept even after one of
 its earlier tokens was rejected: each row is the question "would this token be accepted here".

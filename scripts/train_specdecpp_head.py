@@ -34,7 +34,7 @@ from head_training import CORPUS, finish, out_dir, parser, setup
 
 from harness.decoding import PRESETS
 from harness.heads.specdecpp import AcceptanceHead, rejection_probability
-from harness.primitives.decision_model import DEFAULT_TOP_K, roc_auc
+from harness.decoders.decision_model import DEFAULT_TOP_K, roc_auc
 from harness.primitives.forward import cache_kwarg
 from harness.primitives.kv_cache import new_cache
 from harness.primitives.sampling import make_generator, sample

@@ -5,7 +5,7 @@ dataset, gpu, seed, decoding and every other parameter, ``gamma_policy`` fixed (
 before the policy keys) — with at least two γ values. From its records (matched prompt by prompt on
 ``index``) :func:`harness.adaptive.oracle.fixed_gamma_oracle` gives the best fixed γ for the dataset
 (highest tokens/s, ratio of totals) and each prompt's own best γ: the per-prompt oracle, the upper
-bound §3 motivates adaptive γ with (9-18 % over the best per-dataset γ in the seed).
+bound §3 motivates adaptive γ with (9-18 % over the best per-dataset γ in the paper).
 
 :func:`oracle_tables` returns (sweeps, comparisons): one row per sweep (best γ, its tokens/s, the
 oracle's, the per-prompt gain, the distribution of per-prompt best γ), and one row per adaptive cell

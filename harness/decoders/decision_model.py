@@ -52,7 +52,7 @@ from harness.errors import ConfigError
 from harness.resources import assets_dir
 
 DEFAULT_THRESHOLD = 0.4  # β (mcsd §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
-DEFAULT_TOP_K = 10  # not given in the seed
+DEFAULT_TOP_K = 10  # not given in the paper
 ASSETS_DIR = assets_dir() / "decision_models"
 
 # Hidden widths between the input and the single output logit: T1 has three linear layers, T2 two (§3.3).
