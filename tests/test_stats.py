@@ -6,6 +6,7 @@ import math
 import pytest
 
 from harness.decoders import registry
+from harness.testing.heads import random_head_params
 from harness.methods import build_decoder
 from harness.adaptive.policies.fixed import FixedGamma
 from harness.primitives.round import Round
@@ -88,7 +89,7 @@ def test_fixed_gamma_is_the_default_policy():
     pair = toy_pair(vocab_size=5)
     for method in ROUNDS:
         if "gamma" in registry()[method].Params.field_names():
-            dec = build_decoder(method, pair, gamma=3, decoding="sampling")
+            dec = build_decoder(method, pair, gamma=3, decoding="sampling", **random_head_params(method, pair))
             assert isinstance(dec.gamma_policy, FixedGamma) and dec.gamma_policy.gamma == 3, method
     assert build_decoder("mcsd", pair, k_config=(3, 2)).gamma_policy.gamma == 2
     assert not hasattr(build_decoder("ar_greedy", pair), "gamma_policy")  # no rounds, no policy
@@ -104,7 +105,8 @@ def test_a_policy_sees_every_round_and_gamma_zero_is_a_target_step(method):
     greedy = build_decoder("ar_greedy", pair).generate([3, 1], 16).output_ids
     temperature = 0.0 if "greedy" in registry()[method].decodings else 1.0  # e.g. mtad samples its draft beams
     policy = ScriptedPolicy([0, 2, 0, 3, 1])
-    dec = build_decoder(method, pair, gamma_policy=policy, temperature=temperature)
+    dec = build_decoder(method, pair, gamma_policy=policy, temperature=temperature,
+                        **random_head_params(method, pair))  # a trained-head method: a random head fitting the toy
     gen = dec.generate([3, 1], 16, seed=0)
     if temperature == 0.0:
         assert gen.output_ids == greedy
@@ -116,7 +118,9 @@ def test_a_policy_sees_every_round_and_gamma_zero_is_a_target_step(method):
     zero = [o for o in policy.seen if o.gamma == 0]
     assert zero and all(o.accepted == 0 and o.draft_nodes == 0 and len(o.committed) == 1 for o in zero)
     assert st.target_calls == st.rounds + dec.facts().get("target_prefill_calls", 0)
-    assert st.draft_calls <= sum(st.round_gammas) + 1  # no draft call for a γ = 0 round (pending is fed later)
+    # no draft call for a γ = 0 round (pending is fed later); a head's tree may come out shallower than the depth it
+    # was asked for (EAGLE-2 re-ranks its nodes), while its calls follow the depth asked for
+    assert st.draft_calls <= max(sum(st.round_gammas), sum(policy.requested)) + 1
 
 
 @pytest.mark.slow

@@ -90,17 +90,18 @@ class PeekingPolicy(GammaPolicy):
 
 class ScriptedPolicy(GammaPolicy):
     """Cycles through the given depths (0 = a plain target step) and records what it is told: its resets
-    (``resets``) and the rounds it observed (``seen``)."""
+    (``resets``), the depths it gave (``requested``) and the rounds it observed (``seen``)."""
 
     def __init__(self, depths: Sequence[int]):
-        self.depths, self.i, self.seen, self.resets = list(depths), 0, [], []
+        self.depths, self.i, self.seen, self.resets, self.requested = list(depths), 0, [], [], []
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.resets.append(list(prompt_ids))
 
     def next_gamma(self) -> int:
         self.i += 1
-        return self.depths[(self.i - 1) % len(self.depths)]
+        self.requested.append(self.depths[(self.i - 1) % len(self.depths)])
+        return self.requested[-1]
 
     def observe(self, obs: Round) -> None:
         self.seen.append(obs)
