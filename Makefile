@@ -49,7 +49,7 @@ report: setup
 	$(VENV)/bin/harness-report --plots plots
 
 test: setup
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-slow: setup
 	$(VENV)/bin/pytest -q -m slow $(PYTEST_ARGS)
