@@ -182,12 +182,9 @@ def multi_step_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, ge
             return i, p
         p = residual(p, q)
         if not replacement:
-            q = q.clone()
-            q[x] = 0.0
-            total = q.sum()
-            if total <= 0:
+            q = without(q, x)
+            if q is None:
                 break
-            q = q / total
     return None, p
 
 
@@ -246,13 +243,19 @@ def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Ten
     for i, x in enumerate(toks):
         if u[i] < float(p[x]):
             return i, p
-        p = p.clone()
-        p[x] = 0.0
-        total = p.sum()
-        if total <= 0:
+        rest = without(p, x)
+        if rest is None:  # every token with mass was tried (reachable only through rounding)
             break
-        p = p / total
+        p = rest
     return None, p
+
+
+def without(dist: torch.Tensor, token: int) -> torch.Tensor | None:
+    """``dist`` with ``token``'s mass removed and the rest renormalised; None when no mass is left."""
+    out = dist.clone()
+    out[token] = 0.0
+    total = out.sum()
+    return None if total <= 0 else out / total
 
 
 def point_mass_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=None,
