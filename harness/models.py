@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
+from harness.primitives.graphs import DEFAULT_EXECUTION, check_execution, execution_of, set_execution
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
 # the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
@@ -68,6 +69,18 @@ class ModelPair:
         """Logit width both models share (embeddings may be padded beyond the tokenizer)."""
         sizes = [self.target.config.vocab_size] + ([self.draft.config.vocab_size] if self.draft is not None else [])
         return min(sizes)
+
+    @property
+    def execution(self) -> str:
+        """How the models run: ``eager`` or ``graphs`` (:mod:`harness.primitives.graphs`)."""
+        return execution_of(self.target)
+
+    def set_execution(self, mode: str) -> ModelPair:
+        """Run every model of the pair (target and each loaded draft) in ``mode`` from now on; returns the pair."""
+        for model in {id(m): m for m in (self.target, self.draft, *self.drafts.values()) if m is not None}.values():
+            set_execution(model, mode)
+        self.meta["execution"] = mode
+        return self
 
     def require_draft(self, method: str) -> torch.nn.Module:
         if self.draft is None:
@@ -129,8 +142,10 @@ class PairSpec:
     drafts: list[str] | None = None  # several drafts to select from (adaptive §5); draft = the default one
     revision: str | None = None  # the target's hub revision (commit, tag or branch); null = the default branch
     draft_revision: str | None = None  # the drafts' hub revision; null = the default branch
+    execution: str = DEFAULT_EXECUTION  # eager | graphs: static caches and captured shapes (harness.primitives.graphs)
 
     def __post_init__(self):
+        check_execution(self.execution)
         check_model_ref("pair.target", self.target)
         if self.drafts is not None:
             if not list(self.drafts):
@@ -276,18 +291,20 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
               dtype: str = "auto", device: str = "auto", device_map=None, draft_device_map=None,
               attn_implementation: str | None = None, drafts: list[str] | None = None,
-              revision: str | None = None, draft_revision: str | None = None, progress: bool = True) -> ModelPair:
+              revision: str | None = None, draft_revision: str | None = None, progress: bool = True,
+              execution: str = DEFAULT_EXECUTION) -> ModelPair:
     """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
     target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
 
     ``drafts``: several drafts to select from (adaptive §5; each checked against the target's tokenizer,
     each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
     and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
-    whose content hash is recorded instead: :mod:`harness.provenance`).
+    whose content hash is recorded instead: :mod:`harness.provenance`). ``execution``: ``eager`` or ``graphs``
+    (:meth:`ModelPair.set_execution`).
     """
     spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
                     draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts,
-                    revision=revision, draft_revision=draft_revision)
+                    revision=revision, draft_revision=draft_revision, execution=execution)
     draft, draft_ids = spec.draft, spec.draft_ids
     with progress_bars(progress):
         tokenizer = load_tokenizer(target, revision)
@@ -303,4 +320,4 @@ def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, 
     return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=spec.name or "custom",
                      target_id=target, draft_id=draft, dtype=resolved,
                      meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision},
-                     drafts=loaded)
+                     drafts=loaded).set_execution(execution)

@@ -36,6 +36,7 @@ from harness.errors import ConfigError
 from harness.fingerprint import cell_inputs
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
+from harness.primitives.graphs import DEFAULT_EXECUTION
 from harness.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
 from harness.schema import RunnerConfig, runner_config
@@ -48,13 +49,15 @@ _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
 def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
-    """Load (once per process: a local sweep runs its cells in one process) the model pair."""
-    key = json.dumps(pair_cfg, sort_keys=True)
+    """Load (once per process: a local sweep runs its cells in one process) the model pair, and set its execution
+    mode (``pair.execution``: cells of both modes share the loaded weights)."""
+    loaded = {k: v for k, v in pair_cfg.items() if k != "execution"}
+    key = json.dumps(loaded, sort_keys=True)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
-        kwargs = {k: v for k, v in pair_cfg.items() if k not in ("target", "draft")}
+        kwargs = {k: v for k, v in loaded.items() if k not in ("target", "draft")}
         _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
-    return _PAIR_CACHE[key]
+    return _PAIR_CACHE[key].set_execution(pair_cfg.get("execution") or DEFAULT_EXECUTION)
 
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:

@@ -232,6 +232,9 @@ def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add,
     if plan.method.needs_draft and not plan.pair.draft:
         add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
                           "none (set pair.draft)")
+    refusal = plan.decoder_cls.graphs_refusal
+    if plan.pair.execution == "graphs" and refusal:
+        add("pair.execution", f"method '{plan.decoder_cls.method}' cannot run with pair.execution=graphs: {refusal}")
     max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
     n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
     extra = plan.method.lookahead
