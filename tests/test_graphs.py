@@ -64,7 +64,7 @@ def test_a_method_that_cannot_run_in_graphs_mode_is_refused(pair, method):
 
 
 def test_validation_refuses_hf_assisted_in_graphs_mode_before_loading():
-    from harness.validation import validate_cell
+    from harness.config.validation import validate_cell
 
     problems = validate_cell(_cell_config({"method": "hf_assisted", "pair.execution": "graphs",
                                            "dataset.num_prompts": 1}))
@@ -77,7 +77,7 @@ def test_unknown_execution_is_a_config_error():
 
 
 def test_execution_is_in_the_identity_and_eager_keeps_existing_ids():
-    from harness.identity import cell_id
+    from harness.config.identity import cell_id
 
     base = _cell_config({})
     base["pair"].pop("execution", None)
@@ -89,8 +89,8 @@ def _cell_config(overrides: dict) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.cli import CONF_DIR
-    from harness.configs import register_configs
+    from harness.cli.app import CONF_DIR
+    from harness.config.groups import register_configs
 
     register_configs()
     args = [f"{k}={v}" for k, v in overrides.items()] + ["gpu=cpu"]
