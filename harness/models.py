@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.primitives import random_pair
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
 from harness.primitives.graphs import DEFAULT_EXECUTION, check_execution, execution_of, set_execution
 
@@ -68,7 +69,7 @@ class ModelPair:
     def vocab_size(self) -> int:
         """Logit width both models share (embeddings may be padded beyond the tokenizer)."""
         sizes = [self.target.config.vocab_size] + ([self.draft.config.vocab_size] if self.draft is not None else [])
-        return min(sizes)
+        return min(sizes + ([self.meta["vocab_limit"]] if self.meta.get("vocab_limit") else []))
 
     @property
     def execution(self) -> str:
@@ -103,6 +104,9 @@ def check_model_ref(key: str, ref: str) -> None:
     """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}", key=key)
+    if random_pair.is_random(ref):
+        random_pair.parse(ref, key)
+        return
     if ref.startswith("tiny/"):
         if ref not in TINY_MODELS:
             raise ConfigError(f"{key}: unknown embedded model '{ref}'. Valid: {', '.join(TINY_MODELS)}", key=key)
@@ -159,6 +163,7 @@ class PairSpec:
                                   key="pair.draft")
         if self.draft:
             check_model_ref("pair.draft", self.draft)
+        random_pair.check_pair(self.target, self.draft_ids)
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"unknown pair.dtype '{self.dtype}'. Valid: {', '.join(DTYPE_CHOICES)}", key="pair.dtype")
         if not isinstance(self.device, str) or not DEVICE_PATTERN.match(self.device):
@@ -189,6 +194,8 @@ def checkpoint_dtype(name_or_path: str) -> str:
     """The dtype a checkpoint's config declares (float32 when it declares none)."""
     from transformers import AutoConfig
 
+    if random_pair.is_random(name_or_path):
+        return "float16"  # built in half precision (float32 on a CPU: resolve_dtype)
     config = AutoConfig.from_pretrained(resolve_model_path(name_or_path))
     declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     name = str(declared).replace("torch.", "") if declared is not None else "float32"
@@ -265,6 +272,8 @@ def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", 
 def load_tokenizer(name_or_path: str, revision: str | None = None):
     from transformers import AutoTokenizer
 
+    if random_pair.is_random(name_or_path):
+        name_or_path, revision = random_pair.TOKENIZER, None
     return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **({"revision": revision} if revision else {}))
 
 
@@ -311,13 +320,18 @@ def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, 
         for d in draft_ids:
             check_tokenizers(tokenizer, load_tokenizer(d, draft_revision), target, d)
         resolved = resolve_dtype(dtype, target, device if not device_map else "auto")
-        target_model = load_model(target, resolved, device, device_map, attn_implementation, revision)
+        if random_pair.is_random(target):
+            target_model = random_pair.build_target(target, DTYPES[resolved], resolve_device(device), len(tokenizer))
+        else:
+            target_model = load_model(target, resolved, device, device_map, attn_implementation, revision)
         draft_device = str(target_model.device) if not draft_device_map else device
-        loaded = {d: load_model(d, resolved, draft_device, draft_device_map, attn_implementation, draft_revision)
+        loaded = {d: random_pair.cut_draft(target_model, d) if random_pair.is_random(d)
+                  else load_model(d, resolved, draft_device, draft_device_map, attn_implementation, draft_revision)
                   for d in draft_ids}
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=spec.name or "custom",
                      target_id=target, draft_id=draft, dtype=resolved,
-                     meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision},
+                     meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision,
+                           **({"vocab_limit": len(tokenizer)} if random_pair.is_random(target) else {})},
                      drafts=loaded).set_execution(execution)
