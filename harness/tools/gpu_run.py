@@ -18,7 +18,7 @@ Steps (``--plan`` prints them with their command lines and time estimates):
 Everything goes under ``--out`` (default ``$OUT`` when set). A step that fails is recorded and the run goes on; a
 step that the time budget (``--budget-s``, 480 s) no longer allows is skipped and named in the table.
 ``--dry-run`` runs the same steps on a CPU with tiny sizes (the mini random shape for the 7B one, no energy meter,
-gpu-check skipped): the whole chain but the GPU. ``scripts/gpu_run.sh`` installs offline and calls this.
+gpu-check --quick): the whole chain but the GPU. ``scripts/gpu_run.sh`` installs offline and calls this.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ GPU = Sizes(tiny_prompts=4, tiny_new_tokens=64, big_pair="llama2_7b_shape_random
             gpu_check=("--shapes", "llama2-7b/68m", "--max-k", "16", "--reps", "5", "--rounds", "6", "--prompts", "2",
                        "--max-new-tokens", "32"))
 DRY = Sizes(tiny_prompts=2, tiny_new_tokens=6, big_pair="mini_shape_random", big_prompts=2, big_new_tokens=6,
-            parity_prompts=2, gamma=3, energy=("energy=off",), gpu_check=None, big_methods=("ar", "sd"))
+            parity_prompts=2, gamma=3, energy=("energy=off",), gpu_check=("--quick",), big_methods=("ar", "sd"))
 BUDGET_S = 480.0
 
 
