@@ -150,6 +150,9 @@ class PairSpec:
 
     def __post_init__(self):
         check_execution(self.execution)
+        if self.execution == "graphs" and (self.device_map or self.draft_device_map):
+            raise ConfigError("pair.execution=graphs runs each model on one device (its static caches and graphs); "
+                              "it cannot be combined with device_map / draft_device_map", key="pair.execution")
         check_model_ref("pair.target", self.target)
         if self.drafts is not None:
             if not list(self.drafts):

@@ -74,6 +74,8 @@ def test_validation_refuses_hf_assisted_in_graphs_mode_before_loading():
 def test_unknown_execution_is_a_config_error():
     with pytest.raises(ConfigError, match="pair.execution"):
         PairSpec(execution="cudagraph")
+    with pytest.raises(ConfigError, match="device_map"):
+        PairSpec(execution="graphs", device_map="auto")
 
 
 def test_execution_is_in_the_identity_and_eager_keeps_existing_ids():
