@@ -22,7 +22,8 @@ import torch
 
 from harness.primitives import random_pair
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
-from harness.primitives.graphs import DEFAULT_EXECUTION, check_execution, execution_of, set_execution
+from harness.primitives.graphs import (DEFAULT_EXECUTION, check_execution, execution_of, graph_runner,
+                                       set_execution)
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
 # the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
@@ -75,6 +76,16 @@ class ModelPair:
     def execution(self) -> str:
         """How the models run: ``eager`` or ``graphs`` (:mod:`harness.primitives.graphs`)."""
         return execution_of(self.target)
+
+    def execution_facts(self) -> dict:
+        """The execution mode and, in graphs mode, each model's runner counters (captured shapes, replays, forwards
+        run uncaptured, cache slots, growths; cumulative since the pair was loaded): what a summary records."""
+        facts: dict = {"mode": self.execution}
+        for role, model in (("target", self.target), ("draft", self.draft)):
+            runner = graph_runner(model) if model is not None else None
+            if runner is not None:
+                facts[role] = {**runner.stats, "capture": runner.capture}
+        return facts
 
     def set_execution(self, mode: str) -> ModelPair:
         """Run every model of the pair (target and each loaded draft) in ``mode`` from now on; returns the pair."""

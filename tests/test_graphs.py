@@ -53,6 +53,16 @@ def test_every_method_gives_the_same_tokens_in_both_modes(pair, method):
     assert pair.target._harness_graph_runner.stats["captures"] == 0  # a CPU: the static path without capture
 
 
+def test_the_pair_reports_its_execution_facts(pair):
+    assert pair.execution_facts() == {"mode": "eager"}
+    pair.set_execution("graphs")
+    try:
+        facts = pair.execution_facts()
+        assert facts["mode"] == "graphs" and facts["target"]["capture"] is False and "replays" in facts["draft"]
+    finally:
+        pair.set_execution("eager")
+
+
 @pytest.mark.parametrize("method", REFUSED)
 def test_a_method_that_cannot_run_in_graphs_mode_is_refused(pair, method):
     pair.set_execution("graphs")
