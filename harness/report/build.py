@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import acceptance, checks, oracle, paired, quality, stats
+from harness.analysis import acceptance, checks, oracle, paired, quality, stats, trust
 from harness.analysis.load import Results, read_results
 from harness.report import diagnostics, papers, sections
 from harness.report.context import Analysis, run_section
@@ -29,6 +29,8 @@ def _compute(a: Analysis) -> None:
     boot = a.boot
     a.ratios = paired.paired_ratios(a.records, a.cells, a.options.get("baselines"), **boot)
     a.summary = quality.cell_summary(a.records, a.cells, **boot)
+    a.trust = trust.assess(a.records, a.ratios)
+    a.tables["host_conditions"] = a.trust.conditions
     a.tables.update(paired_ratios=a.ratios, cell_summary=a.summary,
                     acceptance=acceptance.per_request_vs_pooled(a.records, **boot))
     a.options["paper_tables"] = papers.wanted(a)
@@ -67,7 +69,8 @@ def document(a: Analysis, results_dir) -> tuple[Doc, pd.DataFrame]:
         doc.p(f"No finished cell under {results_dir}/cells.")
     flags = checks.measurement_flags(a.cells, a.records, a.problems, a.ratios) if not a.cells.empty else \
         checks.measurement_flags(pd.DataFrame(columns=["cell_id"]), pd.DataFrame(), a.problems)
-    flags = pd.concat([flags, pd.DataFrame(a.section_errors, columns=flags.columns)], ignore_index=True)
+    extra = [a.trust.flags] if a.trust is not None and not a.trust.flags.empty else []
+    flags = pd.concat([flags, *extra, pd.DataFrame(a.section_errors, columns=flags.columns)], ignore_index=True)
     doc.h(2, "Measurement quality")
     diagnostics.sec_measurement(doc, a, flags)
     if not a.cells.empty:

@@ -21,6 +21,7 @@ class Analysis:
     summary: pd.DataFrame | None = None
     tables: dict = field(default_factory=dict)
     section_errors: list = field(default_factory=list)
+    trust: object = None  # harness.analysis.trust.Trust: what not to believe (computed with the ratios)
     options: dict = field(default_factory=dict)  # baselines, iso pairs, paper tables, bootstrap resamples
 
     @property
@@ -36,6 +37,10 @@ class Analysis:
             except (TypeError, ValueError):
                 continue
         return out
+
+    def distrust(self, cell_id) -> str:
+        """The reasons to distrust a cell's paired comparison ('' when none)."""
+        return self.trust.note(cell_id) if self.trust is not None else ""
 
     def small_sample(self) -> int | None:
         """The smallest number of measured prompts of a cell, when below :data:`SMALL_N`."""

@@ -30,6 +30,11 @@ def banners(doc: Doc, a: Analysis) -> None:
     if n is not None:
         doc.banner(f"Small samples: a cell has only {n} measured prompt(s) (< {plots.SMALL_N}). Confidence intervals "
                    "are unreliable (greyed in the figures); read the numbers as a smoke test, not a result.")
+    distrusted = {cid: note for cid, note in (a.trust.notes if a.trust is not None else {}).items()}
+    if distrusted:
+        doc.banner(f"Timings to distrust: {len(distrusted)} paired comparison(s) were measured under conditions that "
+                   "differ from their baseline's (load, CPU frequency, a shared GPU, a kill and resume) or whose two "
+                   "speed-up estimates disagree — marked ⚠ below; see 'Measurement quality'.")
     ex = a.options.get("excluded_counts")
     if ex is not None and len(ex):
         doc.note(f"{int(ex['records'].sum())} record(s) of {len(ex)} cell(s) are excluded from every figure and table: "
@@ -46,8 +51,8 @@ def _headline_rows(a: Analysis) -> list[dict]:
         ll = g[g["lossless"].map(lossless_text) == "yes"].sort_values("speedup", ascending=False)
         lossy = g[g["lossless"].map(lossless_text) == "no"].sort_values("speedup", ascending=False)
         unknown = g[g["lossless"].map(lossless_text) == "?"].sort_values("speedup", ascending=False)
-        best = _fastest(ll) if len(ll) else "none known (no cell here records `lossless: true`)" + (
-            f"; fastest of unknown losslessness: {_fastest(unknown)}" if len(unknown) else "")
+        best = _fastest(ll, a) if len(ll) else "none known (no cell here records `lossless: true`)" + (
+            f"; fastest of unknown losslessness: {_fastest(unknown, a)}" if len(unknown) else "")
         rows.append({"decoding": regime, "fastest lossless method": best,
                      "lossy methods (speed-up; quality, see below)": ", ".join(
                          f"{r['label']} {r['speedup']:.2f}×" for _, r in lossy.head(4).iterrows()) or "—",
@@ -55,9 +60,17 @@ def _headline_rows(a: Analysis) -> list[dict]:
     return rows
 
 
-def _fastest(rows: pd.DataFrame) -> str:
+def _fastest(rows: pd.DataFrame, a: Analysis) -> str:
+    """The fastest of ``rows`` (sorted by speed-up) — never called fastest when it is not faster than its
+    baseline; with the reasons to distrust its timing."""
     r = rows.iloc[0]
-    return f"{r['label']} ({r['pair']}, {r['dataset']}): {ci(r, 'speedup')}× {r['baseline_method']}"
+    text = f"{r['label']} ({r['pair']}, {r['dataset']}): {ci(r, 'speedup')}× {r['baseline_method']}"
+    if not r["speedup"] > 1:
+        text = f"none faster than the baseline (the best: {text})"
+    elif r.get("speedup_lo") is not None and np.isfinite(r.get("speedup_lo")) and r["speedup_lo"] <= 1:
+        text += " (not clearly faster: the CI includes 1×)"
+    note = a.distrust(r["cell_id"])
+    return text + (f" ⚠ {note}" if note else "")
 
 
 def sec_overview(doc: Doc, a: Analysis) -> None:
@@ -95,8 +108,9 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
         "prompts": o["n_prompts"], "speed-up (ratio of totals)": [ci(x, "speedup") for _, x in o.iterrows()],
         "speed-up (geo. mean)": [ci(x, "speedup_geo") for _, x in o.iterrows()],
         "J/token ratio": [ci(x, "energy_ratio") for _, x in o.iterrows()],
-        "note": [x.get("reason") or "" for _, x in o.iterrows()]})
-    table, said = compact(show.reset_index(drop=True), keep=("method", "decoding"))
+        "note": [x.get("reason") or "" for _, x in o.iterrows()],
+        "trust": [("⚠ " + a.distrust(x["cell_id"])) if a.distrust(x["cell_id"]) else "ok" for _, x in o.iterrows()]})
+    table, said = compact(show.reset_index(drop=True), keep=("method", "decoding", "trust"))
     doc.table(table, "Paired speed-up over the baseline" + (f" — {said}" if said else ""))
     doc.fig("speedup", plots.forest(o, "speedup", "speed-up over the baseline in tokens/s (log scale; whiskers: 95 % CI)",
                                     reference=1.0, ratio=True),
