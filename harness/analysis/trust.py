@@ -12,7 +12,8 @@ compared per CPU (``host.load_1m / host.cpus``), as medians over a cell's prompt
 * a median CPU steal share above :data:`STEAL`; prompts run while another process used the GPU;
 * a cell whose prompts were written by more than one run (a kill and resume), and any comparison using one;
 * a ratio of totals and a geometric mean of per-prompt ratios that disagree beyond their CIs (either estimate
-  outside the other's 95 % CI: a few prompts dominate the totals, often ones measured under other conditions).
+  outside the other's 95 % CI, and more than :data:`DISAGREE` apart: a few prompts dominate the totals, often
+  ones measured under other conditions).
 
 Records without ``host.*`` fields (written before they existed) are "not recorded", never flagged as equal.
 """
@@ -27,6 +28,7 @@ import pandas as pd
 LOAD_GAP = 0.5  # load average per CPU: medians (or a cell's extremes) further apart are "different load"
 MHZ_GAP = 0.10  # relative difference of the median CPU frequency
 STEAL = 0.05  # median share of CPU time stolen by the hypervisor
+DISAGREE = 0.05  # ratio of totals vs geometric mean: at least this far apart (relative), and beyond the CIs
 FLAG_COLUMNS = ["severity", "kind", "cell_id", "detail"]
 NAN = math.nan
 
@@ -95,8 +97,9 @@ def _cell_flags(c: pd.Series, add) -> None:
             "the machine's state may differ between them")
 
 
-def _pair_notes(r: pd.Series, cond: pd.DataFrame, add) -> list[str]:
-    """The reasons to distrust one paired comparison (and its flags)."""
+def _pair_notes(r: pd.Series, cond: pd.DataFrame, add, interleaved: set) -> list[str]:
+    """The reasons to distrust one paired comparison (and its flags). Load that varied during an interleaved
+    comparison hit both sides prompt by prompt, so it is no reason to distrust their ratio."""
     cid, bid = r["cell_id"], r["baseline_cell_id"]
     notes = []
     m = cond.loc[cid] if cid in cond.index else None
@@ -114,13 +117,16 @@ def _pair_notes(r: pd.Series, cond: pd.DataFrame, add) -> list[str]:
             notes.append(f"CPU {m['mhz']:.0f} vs {b['mhz']:.0f} MHz")
         if bool(m["shared"]) != bool(b["shared"]):
             notes.append("GPU shared on one side")
-        if _finite(m["load_max"], m["load_min"]) and m["load_max"] - m["load_min"] > LOAD_GAP:
-            notes.append("load varied")
+        varied = [x for x in (m, b) if _finite(x["load_max"], x["load_min"]) and x["load_max"] - x["load_min"] > LOAD_GAP]
+        if varied and not {cid, bid} <= interleaved:
+            notes.append("load varied (not interleaved)")
         if m["segments"] > 1 or b["segments"] > 1:
             notes.append("across a resume" + (" (baseline)" if b["segments"] > 1 and m["segments"] <= 1 else ""))
     est, geo = r.get("speedup", NAN), r.get("speedup_geo", NAN)
     lo, hi, glo, ghi = (r.get(k, NAN) for k in ("speedup_lo", "speedup_hi", "speedup_geo_lo", "speedup_geo_hi"))
-    if _finite(est, geo, lo, hi, glo, ghi) and (not lo <= geo <= hi or not glo <= est <= ghi):
+    apart = (_finite(est, geo, lo, hi, glo, ghi) and est > 0 and geo > 0
+             and abs(math.log(est / geo)) > math.log(1 + DISAGREE))
+    if apart and (not lo <= geo <= hi or not glo <= est <= ghi):
         add("warning", "ratio of totals and geometric mean disagree", cid,
             f"speed-up {est:.3g} [{lo:.3g}, {hi:.3g}] by ratio of totals but {geo:.3g} [{glo:.3g}, {ghi:.3g}] by "
             "geometric mean over prompts (one outside the other's 95 % CI): a few prompts dominate the totals — "
@@ -129,8 +135,8 @@ def _pair_notes(r: pd.Series, cond: pd.DataFrame, add) -> list[str]:
     return notes
 
 
-def assess(records: pd.DataFrame, ratios: pd.DataFrame | None) -> Trust:
-    """The trust flags of every cell and of every overall paired comparison."""
+def assess(records: pd.DataFrame, ratios: pd.DataFrame | None, cells: pd.DataFrame | None = None) -> Trust:
+    """The trust flags of every cell and of every overall paired comparison (``cells``: which ran interleaved)."""
     rows: list[dict] = []
 
     def add(severity, kind, cell_id, detail):
@@ -141,10 +147,12 @@ def assess(records: pd.DataFrame, ratios: pd.DataFrame | None) -> Trust:
     notes = {}
     if ratios is not None and not ratios.empty and "baseline_cell_id" in ratios:
         indexed = cond.set_index("cell_id")
+        interleaved = set(cells.loc[cells["interleaved"].fillna(False).astype(bool), "cell_id"]) \
+            if cells is not None and "interleaved" in cells else set()
         overall = ratios[(ratios["category"] == "overall") & ratios["baseline_cell_id"].notna()
                          & (ratios["cell_id"] != ratios["baseline_cell_id"])]
         for _, r in overall.iterrows():
-            found = _pair_notes(r, indexed, add)
+            found = _pair_notes(r, indexed, add, interleaved)
             if found:
                 notes[r["cell_id"]] = found
     return Trust(pd.DataFrame(rows, columns=FLAG_COLUMNS), notes, cond)

@@ -29,11 +29,12 @@ def _compute(a: Analysis) -> None:
     boot = a.boot
     a.ratios = paired.paired_ratios(a.records, a.cells, a.options.get("baselines"), **boot)
     a.summary = quality.cell_summary(a.records, a.cells, **boot)
-    a.trust = trust.assess(a.records, a.ratios)
+    a.trust = trust.assess(a.records, a.ratios, a.cells)
     a.tables["host_conditions"] = a.trust.conditions
     a.tables.update(paired_ratios=a.ratios, cell_summary=a.summary,
                     acceptance=acceptance.per_request_vs_pooled(a.records, **boot))
     a.options["paper_tables"] = papers.wanted(a)
+    a.options["paper_docs"] = papers.render(a)  # only the papers (and tables) whose experiment's cells are here
     try:
         sweeps, comparisons = oracle.oracle_tables(a.cells, a.records, **boot)
     except Exception as e:  # noqa: BLE001 — reported like any failing section

@@ -87,7 +87,7 @@ def sec_overview(doc: Doc, a: Analysis) -> None:
     if rows:
         doc.table(pd.DataFrame(rows), "Headline per decoding regime: the fastest lossless method, and, separately, the "
                   "lossy ones (compare their quality in 'Quality and Pareto fronts')")
-    tables = a.options.get("paper_tables") or []
+    tables = list(a.options.get("paper_docs") or {})
     if tables:
         doc.p("The papers' tables in this report: " + ", ".join(tables) + " (section 'The papers' tables').")
 
@@ -171,16 +171,35 @@ def sec_energy(doc: Doc, a: Analysis) -> None:
             "J/token per cell")
 
 
+PPL_DIAGNOSTIC = ("Under sampling, the output's perplexity under the target is a distance-from-the-target "
+                  "diagnostic, not quality: a lossless sampler matches the target's own PPL in expectation, and a "
+                  "lossy one can score lower by drifting toward the target's mode. Sampling cells are therefore on no "
+                  "PPL front and have no PPL-based primary quality; judge them by the task metric or the LLM judge "
+                  "(judge=openai | hf).")
+
+
+def sampling_regimes(a: Analysis) -> set:
+    """The regime labels of sampling cells (where perplexity is a diagnostic, not quality)."""
+    c = a.cells
+    return set(c.loc[c["decoding"].astype(str) == "sampling", "regime"]) if "decoding" in c else set()
+
+
 def _quality_table(a: Analysis) -> tuple[pd.DataFrame, str]:
     s = a.summary
+    max_new = a.cells.set_index("cell_id")["max_new_tokens"] if "max_new_tokens" in a.cells else pd.Series(dtype=float)
     show = pd.DataFrame({"method": s["label"], "decoding": s["regime"], "pair": s["pair"], "dataset": s["dataset"],
-                         "seed": s["seed"], "prompts": s["n_prompts"], "lossless": s["lossless"].map(lossless_text)})
+                         "gpu": s["gpu"], "seed": s["seed"], "prompts": s["n_prompts"],
+                         "max new tokens": s["cell_id"].map(max_new), "lossless": s["lossless"].map(lossless_text)})
+    sampling = s["regime"].isin(sampling_regimes(a))
     for dataset, g in s.groupby("dataset", sort=False):
         prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        show.loc[g.index, "primary quality"] = [f"{prim.name}: {ci(x, prim.column)}" for _, x in g.iterrows()]
+        show.loc[g.index, "primary quality"] = [
+            "none (PPL is a diagnostic under sampling)" if prim.column == quality.PPL and sampling[i]
+            else f"{prim.name}: {ci(x, prim.column)}" for i, x in g.iterrows()]
     for q in [q for q in quality.quality_columns(a.records) if q != quality.PPL]:
         show[q.removeprefix("metric.")] = [ci(x, q) for _, x in s.iterrows()]
-    show["PPL"] = [ci(x, quality.PPL) for _, x in s.iterrows()]
+    show["PPL under the target"] = [ci(x, quality.PPL) + (" (diagnostic)" if sampling[i] else "")
+                                    for i, x in s.iterrows()]
     flags = [c for c in s.columns if c.startswith("metric.") and quality.is_flag(c)]
     if flags:
         show["flagged outputs"] = [", ".join(f"{c[7:]} {x[c]:.0%}" for c in flags if x.get(c, 0) > 0) or "none"
@@ -216,11 +235,19 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
     doc.fig("tokens_per_s", plots.forest(a.summary, "tokens_per_s", "tokens/s (total new tokens ÷ total wall time; "
                                                                     "whiskers: 95 % CI over prompts)"),
             "Throughput per cell, one panel per decoding regime (not paired: compare with the speed-ups above)")
-    for dataset, s in a.summary.groupby("dataset", sort=False):
+    sampling = sampling_regimes(a)
+    if sampling:
+        doc.note(PPL_DIAGNOSTIC)
+    for dataset, s_all in a.summary.groupby("dataset", sort=False):
         prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        if prim.note:
+        if prim.note and prim.column == quality.PPL and s_all["regime"].isin(sampling).all():
+            doc.note(f"{dataset}: no quality axis under sampling ({prim.note}; PPL is a diagnostic there).")
+        elif prim.note:
             doc.note(f"{dataset}: quality axis = {prim.name} ({prim.note}).")
         for q in dict.fromkeys([prim.column, quality.PPL]):
+            s = s_all[~s_all["regime"].isin(sampling)] if q == quality.PPL else s_all  # PPL: no sampling fronts
+            if s.empty:
+                continue
             hib = prim.higher_is_better if q == prim.column else False
             for cost, label in (("tokens_per_s", "tokens/s (higher is better)"),
                                 ("j_per_token", "J/token (lower is better)")):
