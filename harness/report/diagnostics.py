@@ -21,9 +21,9 @@ def iso_pairs(a: Analysis) -> list | None:
 
 def sec_iso(doc: Doc, a: Analysis) -> None:
     iso = pareto.iso_quality(a.records, a.cells, iso_pairs(a))
+    a.tables["iso_quality"] = iso  # the whole analysis (every pair, with why none); the report shows what exists
     if not iso.empty:  # perplexity is no quality under sampling (issue 33.3): no iso-"quality" on it there
         iso = iso[~((iso["quality"] == PPL) & iso["decoding"].isin(sampling_regimes(a)))].reset_index(drop=True)
-    a.tables["iso_quality"] = iso
     computed = pd.to_numeric(iso.get("ratio_geo", pd.Series(dtype=float)), errors="coerce").notna()
     if not iso.empty and not computed.all():  # rows without a ratio (a family absent): named once, not listed n/a
         gone = iso[~computed].drop_duplicates(["family_a", "family_b", "note"])
