@@ -12,7 +12,7 @@ import pytest
 from cellproc import ROOT, env
 from harness.analysis import trust
 from harness.analysis.load import read_results
-from harness.contention import ContentionReader
+from harness.run.contention import ContentionReader
 from harness.report import build_report
 from harness.report import main as report_main
 from synth_results import write_cell
@@ -96,7 +96,7 @@ def test_records_without_host_fields_are_not_flagged_as_equal_or_different(tmp_p
 
 WRAPPED_CLI = """
 import sys
-from harness import contention
+from harness.run import contention
 calls = [0]
 
 def loadavg():  # the first cell's prompts (2 prompts, 2 samples each) run at load 1, the next cell's at 12
@@ -111,7 +111,7 @@ def cpu_times():
 
 contention.use(contention.ContentionReader(loadavg=loadavg, cpu_times=cpu_times, cpu_mhz=lambda: 2500.0,
                                            cpus=lambda: 2))
-from harness.cli import main
+from harness.cli.app import main
 sys.argv = ["harness", *sys.argv[1:]]
 main()
 """

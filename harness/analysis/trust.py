@@ -1,7 +1,7 @@
 """When a timing is not to be believed (issue 33.1): cells and paired comparisons measured under different host
 load, on a shared GPU, across a kill and resume, or whose two speed-up estimates disagree.
 
-Reads the records' ``host.*`` fields (:mod:`harness.contention`: load average, CPU busy and steal shares, CPU
+Reads the records' ``host.*`` fields (:mod:`harness.run.contention`: load average, CPU busy and steal shares, CPU
 frequency), the energy meter's ``energy.shared`` (another process on the GPU while the prompt ran) and the
 ``segment`` each record was written in (:mod:`harness.analysis.load`: a resumed cell has several). Load is
 compared per CPU (``host.load_1m / host.cpus``), as medians over a cell's prompts.
