@@ -50,10 +50,11 @@ class Analysis:
         return n if n < SMALL_N else None
 
 
-def run_section(doc, a: Analysis, title: str, fn) -> None:
-    """Run one section; an exception becomes a line in the report and in measurement quality."""
+def run_section(doc, a: Analysis, title: str, fn):
+    """Run one section (returning what it returns: False = nothing to show); an exception becomes a line in the
+    report and in measurement quality."""
     try:
-        fn(doc, a)
+        return fn(doc, a)
     except Exception as e:  # noqa: BLE001 — one failing analysis must not cost the rest of the report
         doc.p(f"This section could not be computed: {type(e).__name__}: {e}")
         a.section_errors.append({"severity": "error", "kind": "analysis failed", "cell_id": "",
