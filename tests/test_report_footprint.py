@@ -68,3 +68,46 @@ def test_grid_intensity_config_has_a_documented_default_and_checks_regions():
     assert p.key == "report.carbon.region" and "+report.carbon.intensity_g_per_kwh.FR=G" in str(p)
     (p,) = field_problems({"seed": 0, "report": {"carbon": {"intensity_g_per_kwh": {"world": -1}}}})
     assert p.key == "report.carbon.intensity_g_per_kwh.world"
+
+
+# ---- Spec-Bench's prompt sets by category, and their report rows ---------------------------------------------
+
+def _spec_bench(**overrides):
+    import yaml
+
+    from harness.resources import conf_dir
+    from harness.tasks import load_task
+
+    return load_task({**yaml.safe_load((conf_dir() / "dataset" / "spec_bench.yaml").read_text()), **overrides})
+
+
+def test_spec_bench_prompt_sets_by_category():
+    from harness.errors import ConfigError
+
+    small = _spec_bench(per_category=2).examples()
+    counts = {}
+    for e in small:
+        counts[e.meta["category"]] = counts.get(e.meta["category"], 0) + 1
+    assert len(small) == 26 and len(counts) == 13 and set(counts.values()) == {2}
+    two = _spec_bench(categories=["qa", "rag"]).examples()
+    assert len(two) == 160 and {e.meta["category"] for e in two} == {"qa", "rag"}
+    with pytest.raises(ConfigError) as e:
+        _spec_bench(categories=["poetry"]).examples()
+    assert e.value.key == "dataset.categories" and "math_reasoning" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        _spec_bench(per_category=0)
+    assert e.value.key == "dataset.per_category"
+
+
+def test_per_category_rows_in_the_report(tmp_path):
+    res = tmp_path / "results"
+    cats = ["qa", "rag", "translation"]
+    extra = lambda i: {"meta.category": cats[i % 3]}  # noqa: E731
+    write_cell(res, "ar", "ar_sampling", dataset="spec_bench", summary={"lossless": True}, record_extra=extra)
+    write_cell(res, "sd", "sd", {"gamma": 4}, secs=0.5, gamma=4, dataset="spec_bench", summary={"lossless": True},
+               record_extra=extra)
+    md = build_report(res, tmp_path / "report", n_resamples=100)["md"].read_text()
+    table = md[md.index("### Per category (Spec-Bench's table)"):]
+    header = next(line for line in table.splitlines() if line.startswith("| method"))
+    assert all(f" {c} " in header for c in cats) and " Overall " in header
+    assert any(line.startswith("| sd ") for line in table.splitlines())
