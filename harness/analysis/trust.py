@@ -6,9 +6,10 @@ frequency), the energy meter's ``energy.shared`` (another process on the GPU whi
 ``segment`` each record was written in (:mod:`harness.analysis.load`: a resumed cell has several). Load is
 compared per CPU (``host.load_1m / host.cpus``), as medians over a cell's prompts.
 
-* a cell whose prompts saw loads further apart than :data:`LOAD_GAP` per CPU: "load varied within the cell";
-* a cell and its baseline whose median loads differ by more than :data:`LOAD_GAP` per CPU, or whose CPU
-  frequencies differ by more than :data:`MHZ_GAP`: "measured under different load than its baseline";
+* a cell whose prompts saw loads apart (more than :data:`LOAD_GAP` per CPU *and* :data:`LOAD_RATIO` times):
+  "load varied within the cell";
+* a cell and its baseline whose median loads are apart in the same sense, or whose CPU frequencies differ by
+  more than :data:`MHZ_GAP`: "measured under different load than its baseline";
 * a median CPU steal share above :data:`STEAL`; prompts run while another process used the GPU;
 * a cell whose prompts were written by more than one run (a kill and resume), and any comparison using one;
 * a ratio of totals and a geometric mean of per-prompt ratios that disagree beyond their CIs (either estimate
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-LOAD_GAP = 0.5  # load average per CPU: medians (or a cell's extremes) further apart are "different load"
+LOAD_GAP = 0.5  # load average per CPU: medians (or a cell's extremes) further apart, and by more than
+LOAD_RATIO = 1.5  # this factor, are "different load" (7.4 vs 8.0 per CPU is one busy machine; 3.5 vs 7 is not)
 MHZ_GAP = 0.10  # relative difference of the median CPU frequency
 STEAL = 0.05  # median share of CPU time stolen by the hypervisor
 DISAGREE = 0.05  # ratio of totals vs geometric mean: at least this far apart (relative), and beyond the CIs
@@ -79,12 +81,18 @@ def _finite(*xs) -> bool:
     return all(x is not None and isinstance(x, (int, float, np.floating)) and np.isfinite(x) for x in xs)
 
 
+def _apart(a, b) -> bool:
+    """Two loads per CPU that differ: by more than :data:`LOAD_GAP` and by more than a factor :data:`LOAD_RATIO`."""
+    lo, hi = sorted((a, b))
+    return _finite(lo, hi) and hi - lo > LOAD_GAP and hi > LOAD_RATIO * max(lo, 0.0)
+
+
 def _cell_flags(c: pd.Series, add) -> None:
     cid = c["cell_id"]
-    if _finite(c["load_min"], c["load_max"]) and c["load_max"] - c["load_min"] > LOAD_GAP:
+    if _apart(c["load_min"], c["load_max"]):
         add("warning", "load varied within the cell", cid,
             f"the 1-min load average per CPU ranged {c['load_min']:.2f}–{c['load_max']:.2f} over its prompts "
-            f"(> {LOAD_GAP} apart): its timings mix quiet and contended moments")
+            f"(> {LOAD_GAP} and > {LOAD_RATIO}× apart): its timings mix lighter and heavier load")
     if _finite(c["steal"]) and c["steal"] > STEAL:
         add("warning", "CPU time stolen", cid, f"the hypervisor stole {c['steal']:.0%} of the CPU time (median over "
                                                "prompts): timings depend on the neighbours")
@@ -106,7 +114,7 @@ def _pair_notes(r: pd.Series, cond: pd.DataFrame, add, interleaved: set) -> list
     b = cond.loc[bid] if bid in cond.index else None
     base = f"baseline {r.get('baseline_method')} ({bid})"
     if m is not None and b is not None:
-        if _finite(m["load"], b["load"]) and abs(m["load"] - b["load"]) > LOAD_GAP:
+        if _apart(m["load"], b["load"]):
             add("warning", "measured under different load than its baseline", cid,
                 f"median 1-min load average per CPU {m['load']:.2f} here vs {b['load']:.2f} for the {base}: the "
                 "speed-up mixes the method with the machine's load")
@@ -117,7 +125,7 @@ def _pair_notes(r: pd.Series, cond: pd.DataFrame, add, interleaved: set) -> list
             notes.append(f"CPU {m['mhz']:.0f} vs {b['mhz']:.0f} MHz")
         if bool(m["shared"]) != bool(b["shared"]):
             notes.append("GPU shared on one side")
-        varied = [x for x in (m, b) if _finite(x["load_max"], x["load_min"]) and x["load_max"] - x["load_min"] > LOAD_GAP]
+        varied = [x for x in (m, b) if _apart(x["load_min"], x["load_max"])]
         if varied and not {cid, bid} <= interleaved:
             notes.append("load varied (not interleaved)")
         if m["segments"] > 1 or b["segments"] > 1:

@@ -173,6 +173,11 @@ def _print_summary(out: dict, results: Path, argv: list[str] | None) -> None:
         print(f"{int(out['excluded']['records'].sum())} fit-phase record(s) of draft selection excluded from every "
               f"figure ({len(out['excluded'])} cell(s))")
     print(f"report -> {out['html']} and {out['md']} ({len(out['plots'])} figures, {len(out['tables'])} tables)")
+    trust = out["analysis"].trust
+    if trust is not None and trust.notes:
+        print(f"⚠ {len(trust.notes)} comparison(s) to distrust (different load, a resume, totals vs geometric mean): "
+              + "; ".join(f"{cid}: {trust.note(cid)}" for cid in list(trust.notes)[:3])
+              + (" …" if len(trust.notes) > 3 else "") + " — see 'Measurement quality'")
     if not out["problems"].empty:
         print(f"\n{len(out['problems'])} cell(s) not used (rerun `harness` to retry failed/incomplete ones):")
         print(out["problems"][["cell_id", "problem", "kind", "error"]].to_string(index=False))

@@ -109,7 +109,8 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
         "speed-up (geo. mean)": [ci(x, "speedup_geo") for _, x in o.iterrows()],
         "J/token ratio": [ci(x, "energy_ratio") for _, x in o.iterrows()],
         "note": [x.get("reason") or "" for _, x in o.iterrows()],
-        "trust": [("⚠ " + a.distrust(x["cell_id"])) if a.distrust(x["cell_id"]) else "ok" for _, x in o.iterrows()]})
+        "trust": [("⚠ " + a.distrust(x["cell_id"])) if a.distrust(x["cell_id"]) else "no flag"
+                  for _, x in o.iterrows()]})
     table, said = compact(show.reset_index(drop=True), keep=("method", "decoding", "trust"))
     doc.table(table, "Paired speed-up over the baseline" + (f" — {said}" if said else ""))
     doc.fig("speedup", plots.forest(o, "speedup", "speed-up over the baseline in tokens/s (log scale; whiskers: 95 % CI)",
