@@ -51,6 +51,8 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                                        "before HF's prompt lookup became an option",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
+    "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
+    "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
 # dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
 # were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
