@@ -179,7 +179,8 @@ class GraphRunner:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: only this thread is held to capture rules (the energy sampler's thread keeps polling)
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             static[("out", return_hidden)] = self._run(cache, static, return_hidden)
         cache.slot.graphs[key] = graph
         self.stats["captures"] += 1
