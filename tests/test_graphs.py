@@ -207,3 +207,76 @@ def test_a_new_cache_reuses_the_slot_of_a_dropped_one(models):
     assert new_cache(models.model).slot is slot
     held = new_cache(models.model)
     assert new_cache(models.model).slot is not held.slot and runner.stats["slots"] == 2
+
+
+# --- the capture's bookkeeping, with a stand-in for CUDA graphs -------------------------------------------
+
+class _StandInGraph:
+    """Replays by running the captured forward again on the same static buffers and writing its outputs into the
+    tensors the capture returned — what a CUDA graph does with fixed addresses (the kernels themselves unverified)."""
+
+    def replay(self):
+        logits, hidden = self.run()
+        self.out[0].copy_(logits)
+        if hidden is not None:
+            self.out[1].copy_(hidden)
+
+
+class _Stream:
+    def wait_stream(self, other):
+        return None
+
+
+@pytest.fixture()
+def stand_in_cuda(monkeypatch):
+    import contextlib
+
+    original = GraphRunner._run
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, capture_error_mode="global"):
+        def recording(self, cache, static, return_hidden):
+            out = original(self, cache, static, return_hidden)
+            # a graph holds buffer addresses, not the cache: replay through a stand-in bound to the same buffers
+            shadow = StaticKV(self, cache.slot, self.num_layers)
+            shadow.bind(cache.batch)
+            shadow.write_idx = cache.write_idx
+            g.run, g.out = (lambda: original(self, shadow, static, return_hidden)), out
+            return out
+        monkeypatch.setattr(GraphRunner, "_run", recording)
+        yield
+        monkeypatch.setattr(GraphRunner, "_run", original)
+
+    for name, value in {"graph": graph, "CUDAGraph": _StandInGraph, "Stream": lambda device=None: _Stream(),
+                        "current_stream": lambda device=None: _Stream(), "stream": lambda s: contextlib.nullcontext(),
+                        "graph_pool_handle": lambda: object()}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+
+
+@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer", "beam_search", "eagle2"])
+def test_captured_shapes_replay_with_the_inputs_of_each_call(pair, stand_in_cuda, method):
+    """Capture on (with the stand-in): the same tokens as eager, most forwards replayed, and repeated generations
+    replay the graphs captured before (slots and static inputs reused)."""
+    eager = _run(pair, "eager", method, "greedy")
+    for model in {id(m): m for m in (pair.target, pair.draft)}.values():
+        set_execution(model, "eager")
+        model._harness_graph_runner = GraphRunner(model, capacity=8, capture=True)
+    pair.set_execution("graphs")
+    try:
+        decoder = build_decoder(method, pair, decoding="greedy", **random_head_params(method, pair))
+        graphs = [decoder.generate(pair.tokenizer(p)["input_ids"], 14, seed=11 + i).output_ids
+                  for i, p in enumerate(PROMPTS)]
+        stats = pair.target._harness_graph_runner.stats
+        captured = stats["captures"]
+        assert graphs == eager and captured > 0 and stats["replays"] > stats["captures"]
+        again = [decoder.generate(pair.tokenizer(p)["input_ids"], 14, seed=11 + i).output_ids
+                 for i, p in enumerate(PROMPTS)]  # shapes whose first call came before any buffer existed: now
+        captured = stats["captures"]
+        assert again == eager
+        for i, p in enumerate(PROMPTS):
+            decoder.generate(pair.tokenizer(p)["input_ids"], 14, seed=11 + i)
+        assert (stats["captures"], stats["slots"]) == (captured, 1), stats  # every shape replayed; one slot reused
+    finally:
+        pair.set_execution("eager")
+        for model in (pair.target, pair.draft):
+            del model._harness_graph_runner
