@@ -47,7 +47,7 @@ from harness.params import Params, param
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
-from harness.primitives.sampling import make_generator
+from harness.primitives.device import make_generator
 from harness.primitives.stopping import StopCondition
 from harness.primitives.warping import Warp
 from harness.registry import Registry

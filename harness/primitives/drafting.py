@@ -222,7 +222,6 @@ def merge_duplicates(dtree: DraftTree) -> Proposal:
         merged_of.append(key_to_id[key])
     tree, new_index = TokenTree.depth_first(torch.tensor(m_tokens, dtype=torch.long, device=dtree.tokens.device),
                                             m_parents)
-    new_index = new_index.tolist()
     draft_node = [0] * len(rep)
     for old, d in enumerate(rep):
         draft_node[new_index[old]] = d

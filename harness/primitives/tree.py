@@ -41,13 +41,13 @@ def check_parents(parents) -> list[int]:
     return plist
 
 
-def node_depths(parents) -> torch.Tensor:
-    """Depth of every node (roots have depth 1): (N,) long."""
+def node_depths(parents, device=None) -> torch.Tensor:
+    """Depth of every node (roots have depth 1): (N,) long, on ``device``."""
     plist = check_parents(parents)
     depth = [0] * len(plist)
     for i, p in enumerate(plist):
         depth[i] = 1 if p < 0 else depth[p] + 1
-    return torch.tensor(depth, dtype=torch.long)
+    return torch.tensor(depth, dtype=torch.long, device=device)
 
 
 def path_to(parents, node: int) -> list[int]:
@@ -91,7 +91,7 @@ def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.flo
 
 def tree_position_ids(parents, prefix_len: int, device=None) -> torch.Tensor:
     """(1, N) position ids: ``prefix_len + depth − 1`` for every node."""
-    return (node_depths(parents).to(device) + (prefix_len - 1))[None]
+    return (node_depths(parents, device) + (prefix_len - 1))[None]
 
 
 def with_stem(stem_len: int, parents) -> list[int]:
@@ -150,10 +150,10 @@ class TokenTree:
         return cls(tokens.reshape(-1), list(range(-1, tokens.numel() - 1)))
 
     @classmethod
-    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, torch.Tensor]:
+    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, list[int]]:
         """Reorder any topologically ordered tree (e.g. drafted level by level) depth-first.
 
-        Returns the tree and ``new_index`` (N,): the depth-first index of each input node.
+        Returns the tree and ``new_index`` (a host list, N): the depth-first index of each input node.
         Children keep their relative order.
         """
         plist = check_parents(parents)
@@ -171,7 +171,7 @@ class TokenTree:
             new_index[old] = new
         new_parents = [new_index[plist[old]] if plist[old] >= 0 else -1 for old in order]
         perm = torch.tensor(order, dtype=torch.long, device=tokens.device)
-        return cls(tokens[perm], new_parents), torch.tensor(new_index, dtype=torch.long)
+        return cls(tokens[perm], new_parents), new_index
 
     @property
     def is_chain(self) -> bool:
@@ -197,5 +197,4 @@ def commit_path(cache, keep_len: int, path_positions) -> None:
         truncate(cache, keep_len + len(path))
         return
     device = cache.layers[0].keys.device if getattr(cache, "layers", None) else None
-    keep = torch.cat([torch.arange(keep_len), torch.tensor(path, dtype=torch.long)]).to(device)
-    keep_positions(cache, keep)
+    keep_positions(cache, torch.tensor([*range(keep_len), *path], dtype=torch.long, device=device))
