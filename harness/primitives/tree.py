@@ -62,17 +62,21 @@ def path_to(parents, node: int) -> list[int]:
 
 def ancestor_matrix(parents, device=None) -> torch.Tensor:
     """(N, N) bool: ``A[i, j]`` is True iff node j is node i or one of its ancestors."""
+    return tree_topology(parents, device)[0]
+
+
+def tree_topology(parents, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`ancestor_matrix`, :func:`node_depths`) of a tree, built on the host, where the parents are, and
+    copied to ``device`` in ONE transfer (no per-level reads of device values: issue 28 item 2)."""
     plist = check_parents(parents)
     n = len(plist)
-    par = torch.tensor(plist, dtype=torch.long, device=device)
-    anc = torch.eye(n, dtype=torch.bool, device=device)
-    rows = torch.arange(n, device=device)
-    cur = par.clone()
-    while n and bool((cur >= 0).any()):  # pointer jumping, one step per tree level
-        live = cur >= 0
-        anc[rows[live], cur[live]] = True
-        cur = torch.where(live, par[cur.clamp_min(0)], cur)
-    return anc
+    rows: list[list[int]] = []
+    for i, p in enumerate(plist):  # parents come first: a node's row is its parent's plus itself, depth last
+        row = rows[p][:] if p >= 0 else [0] * (n + 1)
+        row[i], row[n] = 1, row[n] + 1
+        rows.append(row)
+    both = torch.tensor(rows, dtype=torch.long, device=device).reshape(n, n + 1)
+    return both[:, :n].bool(), both[:, n]
 
 
 def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.float32,
@@ -82,7 +86,18 @@ def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.flo
     Node i sees all ``prefix_len`` cached positions, its ancestors and itself (topology-aware
     causal mask). HF models take it as ``attention_mask`` unchanged (a 4-D mask is used as is).
     """
-    allowed = ancestor_matrix(parents, device)
+    return tree_mask_and_positions(parents, prefix_len, dtype, device)[0]
+
+
+def tree_mask_and_positions(parents, prefix_len: int, dtype: torch.dtype = torch.float32,
+                            device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`tree_attention_mask`, :func:`tree_position_ids`) of the same tree, from one host-to-device copy."""
+    allowed, depths = tree_topology(parents, device)
+    return _additive_mask(allowed, prefix_len, dtype), (depths + (prefix_len - 1))[None]
+
+
+def _additive_mask(allowed: torch.Tensor, prefix_len: int, dtype: torch.dtype) -> torch.Tensor:
+    device = allowed.device
     n = allowed.size(0)
     mask = torch.zeros((n, prefix_len + n), dtype=dtype, device=device)
     mask[:, prefix_len:].masked_fill_(~allowed, torch.finfo(dtype).min)

@@ -10,8 +10,8 @@ and counts, by name, the three kinds of call that synchronise on a CUDA device:
   cannot be told from a copy to the host);
 * ``shape`` — an output whose shape depends on data (``nonzero``, ``masked_select``, ``unique``, indexing
   with a bool mask, one-argument ``where``, ``repeat_interleave`` by a tensor);
-* ``upload`` — a tensor made from host data (``torch.tensor``/``as_tensor`` of Python numbers): a pageable
-  host-to-device copy, which PyTorch makes synchronous.
+* ``upload`` — a tensor made from host data (``torch.tensor``/``as_tensor`` of Python numbers, not of an empty
+  list): a pageable host-to-device copy, which PyTorch makes synchronous.
 
 It runs on a CPU (every tensor is host memory there, so nothing actually waits); the counts are what the
 same code does on a GPU. :class:`DeviceGuard` is its sibling for item 1: every tensor a call returns while
@@ -41,6 +41,11 @@ def _has_bool_index(index) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
 
 
+def _empty(data) -> bool:
+    """Host data with no element (``[]``, ``[[]]``): its copy moves nothing and PyTorch skips it."""
+    return isinstance(data, (list, tuple)) and all(isinstance(x, (list, tuple)) and _empty(x) for x in data)
+
+
 def classify(func, args, kwargs) -> tuple[str, str] | None:
     """(kind, name) of a synchronising call, or None."""
     if func in READS:
@@ -53,7 +58,7 @@ def classify(func, args, kwargs) -> tuple[str, str] | None:
         return "shape", "where1"
     if func in (torch.repeat_interleave, _T.repeat_interleave) and len(args) > 1 and isinstance(args[1], torch.Tensor):
         return "shape", "repeat_interleave"
-    if func in UPLOADS and args and not isinstance(args[0], torch.Tensor):
+    if func in UPLOADS and args and not isinstance(args[0], torch.Tensor) and not _empty(args[0]):
         return "upload", UPLOADS[func]
     return None
 
