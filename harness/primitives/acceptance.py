@@ -137,7 +137,12 @@ def typical_mask(logits: torch.Tensor, tokens: torch.Tensor, temperature: float,
 def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
                           delta: float) -> int:
     """Number of leading drafts of a chain that pass :func:`typical_mask` (``logits`` at the n draft positions)."""
-    return int(typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum())
+    return int(_typical_count(logits, tokens, temperature, epsilon, delta))
+
+
+def _typical_count(logits, tokens, temperature, epsilon, delta) -> torch.Tensor:
+    """:func:`typical_prefix_length` as a 0-d device tensor (no host read)."""
+    return typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum()
 
 
 def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int], temperature: float,
@@ -164,8 +169,8 @@ def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents
 def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,
                  delta: float) -> tuple[int, torch.Tensor]:
     """Typical acceptance (Medusa, Cai et al. 2024): the longest all-typical prefix, then a token from T∘p."""
-    kept = typical_prefix_length(logits[:-1], tokens, warp.temperature, epsilon, delta)
-    return kept, warp.probs(logits[kept])
+    kept = _typical_count(logits[:-1], tokens, warp.temperature, epsilon, delta)  # on the device
+    return kept, warp.probs(_row(logits, kept))
 
 
 def parameterised(rule: ChainRule, **params) -> ChainRule:
