@@ -280,3 +280,24 @@ def test_captured_shapes_replay_with_the_inputs_of_each_call(pair, stand_in_cuda
         pair.set_execution("eager")
         for model in (pair.target, pair.draft):
             del model._harness_graph_runner
+
+
+@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer"])
+def test_graphs_mode_adds_no_host_synchronisation(method):
+    """The static path reads no device value on the host (the valid length is a host int; masks, positions and
+    write indices are built on the device): per generation, graphs mode counts no more synchronising calls than
+    eager (issue 28.2's counter, :mod:`harness.testing.host_sync`)."""
+    from harness.testing import near_pair
+    from harness.testing.host_sync import counting
+
+    toy = near_pair()
+    counts = {}
+    for mode in ("eager", "graphs"):
+        toy.set_execution(mode)
+        decoder = build_decoder(method, toy, decoding="greedy")
+        decoder.generate([1, 2, 3], 3, seed=0)  # a first generation allocates the static buffers
+        with counting() as counter:
+            decoder.generate([1, 2, 3], 12, seed=0)
+        counts[mode] = counter.total
+    toy.set_execution("eager")
+    assert 0 < counts["graphs"] <= counts["eager"], counts
