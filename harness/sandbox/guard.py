@@ -24,17 +24,18 @@ from __future__ import annotations
 # audit event -> (positions of path arguments, position of the dir_fd for each, or None)
 PATH_EVENTS = {
     "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.remove": ((0,), (1,)),
-    "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)), "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)),
-    "os.utime": ((0,), (3,)), "os.truncate": ((0,), (None,)), "os.setxattr": ((0,), (None,)),
-    "os.removexattr": ((0,), (None,)), "os.chflags": ((0,), (None,)), "os.lchflags": ((0,), (None,)),
-    "shutil.copyfile": ((1,), (None,)), "shutil.copymode": ((1,), (None,)), "shutil.copystat": ((1,), (None,)),
-    "shutil.copytree": ((1,), (None,)), "shutil.rmtree": ((0,), (1,)), "shutil.move": ((0, 1), (None, None)),
-    "shutil.chown": ((0,), (None,)), "shutil.make_archive": ((0,), (None,)), "shutil.unpack_archive": ((1,), (None,)),
+    "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)), "os.truncate": ((0,), (None,)),
+    "shutil.copyfile": ((1,), (None,)), "shutil.copytree": ((1,), (None,)), "shutil.rmtree": ((0,), (1,)),
+    "shutil.move": ((0, 1), (None, None)), "shutil.make_archive": ((0,), (None,)),
+    "shutil.unpack_archive": ((1,), (None,)),
 }
 DENIED_EVENTS = frozenset({
     "os.symlink", "code.__new__", "marshal.load", "sqlite3.connect", "sqlite3.enable_load_extension",
     "sqlite3.load_extension", "fcntl.ioctl", "os.forkpty", "os.system", "os.startfile", "os.kill", "os.killpg",
-    "signal.pthread_kill", "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "webbrowser.open"})
+    "signal.pthread_kill", "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "webbrowser.open",
+    "os.putenv", "os.unsetenv", "os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr", "os.chflags",
+    "os.lchflags", "shutil.chown", "shutil.copymode", "shutil.copystat"})  # environment-driven library
+# configuration; metadata changes (which seccomp refuses anyway)
 DENIED_PREFIXES = ("socket.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "pty.", "ctypes.",
                    "syslog.", "_posixsubprocess.", "winreg.", "msvcrt.")
 LISTING_EVENTS = ("os.listdir", "os.scandir")
