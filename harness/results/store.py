@@ -24,12 +24,13 @@ import json
 import logging
 import math
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 from harness.config.legacy import current_names
+from harness.results import cellfile
+from harness.results.cellfile import atomic_write_bytes, atomic_write_text, fsync_dir  # noqa: F401  (re-exported)
 from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.results.record import record_problems
 
@@ -65,20 +66,6 @@ def _finite(o):
     return None if isinstance(o, float) and not math.isfinite(o) else o
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(_finite(obj), default=_json_default, indent=2, ensure_ascii=False) + "\n")
 
@@ -92,6 +79,26 @@ def invalid_name(name: str) -> str:
     """Where a file that failed verification is kept aside: ``summary.json`` -> ``summary.invalid.json``."""
     stem, dot, ext = name.partition(".")
     return f"{stem}{INVALID_SUFFIX}.{ext}" if dot else name + INVALID_SUFFIX
+
+
+_NAMES = (SUMMARY, RECORDS, PARTIAL, DIGESTS, SEGMENTS, ERROR)  # the files of a cell folder, each a regular file
+
+
+def clear_planted(cell_dir: Path) -> list[str]:
+    """Move aside (by name, never opened) every cell file that is not a regular file (a planted link, FIFO...)."""
+    notes = []
+    for name in _NAMES:
+        what = cellfile.kind(Path(cell_dir) / name)
+        if what not in ("missing", "file"):
+            notes.append(f"{name} was a {what}, moved aside as {cellfile.move_aside(Path(cell_dir) / name)}")
+    if notes:
+        log.warning("cell %s: %s — treated as a corrupt cell", Path(cell_dir).name, "; ".join(notes))
+    return notes
+
+
+def _copy_aside(path: Path) -> None:
+    """Keep a copy of a regular file as ``*.invalid*`` (written atomically: a planted link there is replaced)."""
+    atomic_write_bytes(path.with_name(invalid_name(path.name)), cellfile.read_bytes(path))
 
 
 def keep_aside(path: Path) -> None:
@@ -125,10 +132,11 @@ class RecordWriter:
         cell_dir.mkdir(parents=True, exist_ok=True)
         self.partial = cell_dir / PARTIAL
         self.records: list[dict] = []
+        clear_planted(cell_dir)
         if resume:
             self.records = recover_partial(cell_dir, check)
-        self._f = self.partial.open("a" if resume else "w", encoding="utf-8")
-        self._d = (cell_dir / DIGESTS).open("a" if resume else "w", encoding="utf-8")
+        self._f = cellfile.open_file(self.partial, "a" if resume else "w")
+        self._d = cellfile.open_file(cell_dir / DIGESTS, "a" if resume else "w")
 
     @classmethod
     def resume(cls, cell_dir: Path, check: Check | None = None) -> "RecordWriter":
@@ -155,7 +163,7 @@ class RecordWriter:
             f.close()
         final = self.cell_dir / RECORDS
         os.replace(self.partial, final)
-        _fsync_dir(self.cell_dir)
+        fsync_dir(self.cell_dir)
         return final
 
     def abort(self) -> None:
@@ -164,22 +172,10 @@ class RecordWriter:
                 f.close()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # not every file system syncs a folder
-        pass
-    os.close(fd)
-
-
 def _read_digests(cell_dir: Path) -> list[str]:
     """The per-record checksums (complete lines only; none when the file is missing)."""
     try:
-        data = (cell_dir / DIGESTS).read_bytes()
+        data = cellfile.read_bytes(cell_dir / DIGESTS)
     except OSError:
         return []
     return [line.decode("ascii", "replace") for line in data.split(b"\n")[:-1]]
@@ -238,15 +234,16 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
     ``records.jsonl`` without a summary (a kill between publishing the records and writing the summary) is
     taken back as the partial file."""
     partial, final = cell_dir / PARTIAL, cell_dir / RECORDS
+    clear_planted(cell_dir)
     if not partial.exists() and final.exists() and not (cell_dir / SUMMARY).exists():
         os.replace(final, partial)
     if not partial.exists():
         (cell_dir / DIGESTS).unlink(missing_ok=True)
         return []
-    raw = partial.read_bytes()
+    raw = cellfile.read_bytes(partial)
     records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check)
     if why:
-        shutil.copyfile(partial, partial.with_name(invalid_name(partial.name)))
+        _copy_aside(partial)
     if good != len(raw):
         _truncate(partial, good)
     digests = cell_dir / DIGESTS
@@ -256,7 +253,7 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
 
 
 def _truncate(path: Path, size: int) -> None:
-    with path.open("r+b") as f:
+    with cellfile.open_file(path, "r+b") as f:
         f.truncate(size)
         f.flush()
         os.fsync(f.fileno())
@@ -264,19 +261,19 @@ def _truncate(path: Path, size: int) -> None:
 
 def records_digest(path: Path) -> tuple[int, str]:
     """(number of records, SHA-256 hex of the file's bytes) of a ``records.jsonl``."""
-    data = path.read_bytes()
+    data = cellfile.read_bytes(path)
     return sum(1 for line in data.split(b"\n") if line.strip()), hashlib.sha256(data).hexdigest()
 
 
 def is_finished(cell_dir: Path) -> bool:  # a summary exists (verified or not: finished_state)
-    return (cell_dir / SUMMARY).is_file()
+    return cellfile.is_file(cell_dir / SUMMARY)
 
 
 def read_summary(cell_dir: Path) -> dict:
     """A cell's summary; ValueError naming the file when it is unreadable or not a JSON object."""
     path = Path(cell_dir) / SUMMARY
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = json.loads(cellfile.read_text(path))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ValueError(f"{path} is unreadable: {e}") from None
     if not isinstance(summary, dict):
@@ -288,8 +285,12 @@ def finished_state(cell_dir: Path) -> tuple[str, str]:
     """("done" | "corrupt" | "none", detail). "done": the summary is a readable object, ``records.jsonl`` has
     the record count and checksum it stores (older summaries without a checksum: the count of parseable
     records equals ``prompts``), and every record is in range. "corrupt": anything else under a summary."""
-    if not (cell_dir / SUMMARY).is_file():
+    planted = [f"{name} is a {cellfile.kind(cell_dir / name)}" for name in _NAMES
+               if cellfile.kind(cell_dir / name) not in ("missing", "file")]
+    if cellfile.kind(cell_dir / SUMMARY) == "missing":
         return "none", ""
+    if planted:
+        return "corrupt", "; ".join(planted) + ", not a regular file"
     records_path = cell_dir / RECORDS
     try:
         summary = read_summary(cell_dir)
@@ -322,9 +323,10 @@ def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> N
         segments = read_summary(cell_dir).get("segments")
     except ValueError:
         segments = None
+    clear_planted(cell_dir)
     keep_aside(cell_dir / SUMMARY)
     if (cell_dir / RECORDS).exists():
-        shutil.copyfile(cell_dir / RECORDS, cell_dir / invalid_name(RECORDS))
+        _copy_aside(cell_dir / RECORDS)
         os.replace(cell_dir / RECORDS, cell_dir / PARTIAL)
     kept = recover_partial(cell_dir, check)
     (cell_dir / SEGMENTS).unlink(missing_ok=True)
@@ -338,7 +340,7 @@ def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool 
     (:func:`harness.results.record.record_problems`)."""
     path = cell_dir / RECORDS
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(cellfile.read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -360,7 +362,7 @@ def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool 
 def read_segments(cell_dir: Path) -> list[dict]:
     """The cell's run segments so far (first run, then each resume); [] when none are stored."""
     try:
-        data = json.loads((cell_dir / SEGMENTS).read_text(encoding="utf-8"))
+        data = json.loads(cellfile.read_text(cell_dir / SEGMENTS))
     except (OSError, ValueError):
         return []
     return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
@@ -381,14 +383,14 @@ def cell_status(cell_dir: Path) -> dict:
         return {"status": "done", "prompts_written": records_digest(cell_dir / RECORDS)[0], "detail": ""}
     owner = lock_state(cell_dir)
     partial = cell_dir / PARTIAL
-    n = sum(1 for line in partial.read_bytes().split(b"\n")[:-1] if line.strip()) if partial.exists() else 0
+    n = sum(1 for line in cellfile.read_bytes(partial).split(b"\n")[:-1] if line.strip()) if cellfile.is_file(partial) else 0
     if owner:
         return {"status": "running", "prompts_written": n, "detail": f"{owner.get('host')} pid {owner.get('pid')}"}
     if state == "corrupt":
         return {"status": "corrupt", "prompts_written": n, "detail": detail}
     if (cell_dir / ERROR).exists():
         try:
-            err = json.loads((cell_dir / ERROR).read_text(encoding="utf-8"))
+            err = json.loads(cellfile.read_text(cell_dir / ERROR))
             detail = f"{err.get('kind')}: {str(err.get('error'))[:120]}"
         except (OSError, ValueError, AttributeError):
             detail = "unreadable error.json"
