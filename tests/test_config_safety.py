@@ -73,6 +73,81 @@ def test_a_bomb_chosen_by_one_cell_of_a_sweep_is_that_cells_problem(tmp_path):
     assert resolved_container(OmegaConf.create({"a": 1, "b": "${a}"})) == {"a": 1, "b": 1}
 
 
+# ---- issue 31.2: logging configs, launchers, sweepers and _target_ keys act before validation too ----------
+
+TRUNCATE = ("version: 1\nhandlers:\n  file:\n    class: logging.FileHandler\n    filename: {victim}\n    mode: w\n"
+            "root:\n  handlers: [file]\n")
+FACTORY = ("version: 1\nhandlers:\n  made:\n    (): pathlib.Path.touch\n    self: {victim}\nroot:\n  handlers: [made]\n")
+
+
+def _preset_dir(tmp_path, group: str, text: str, name: str = "default"):
+    folder = tmp_path / "conf" / "hydra" / group
+    folder.mkdir(parents=True)
+    (folder / f"{name}.yaml").write_text(text)
+    return tmp_path / "conf"
+
+
+@pytest.mark.parametrize("case", ["hydra_logging factory", "inline in a global file",
+                                  "own logging preset name", "command-line handler", "foreign launcher",
+                                  "foreign sweeper", "_target_ in a dataset"])
+def test_logging_launchers_sweepers_and_targets_not_shipped_are_refused_before_hydra_applies_them(tmp_path, case):
+    from harness.config.preflight import argv_problems
+
+    victim = tmp_path / "victim.txt"
+    extra = tmp_path / "conf" / "extra"
+    argv = {
+        "hydra_logging factory": lambda: ["--config-dir", str(_preset_dir(tmp_path, "hydra_logging", FACTORY.format(
+            victim=victim), "mine")), "hydra/hydra_logging=mine"],
+        "own logging preset name": lambda: ["--config-dir", str(_preset_dir(tmp_path, "job_logging", TRUNCATE.format(
+            victim=victim), "quiet")), "hydra/job_logging=quiet"],
+        "command-line handler": lambda: [f"hydra.job_logging.handlers.file.filename={victim}",
+                                         "+hydra.job_logging.handlers.file.mode=w"],
+        "foreign launcher": lambda: ["hydra.launcher._target_=pathlib.Path"],
+        "foreign sweeper": lambda: ["hydra.sweeper._target_=pathlib.Path", "-m"],
+    }.get(case)
+    if argv is None:
+        extra.mkdir(parents=True)
+        text = ("# @package _global_\nhydra:\n  job_logging:\n" + "".join(
+            "    " + line + "\n" for line in TRUNCATE.format(victim=victim).splitlines())
+            if case == "inline in a global file" else "name: x\nloader:\n  _target_: os.system\n  _args_: ['true']\n")
+        (extra / "evil.yaml").write_text(text)
+        argv = lambda: ["--config-dir", str(tmp_path / "conf"), "+extra=evil"] if case == "inline in a global file" \
+            else ["--config-dir", str(tmp_path / "conf"), "+extra@dataset=evil"]
+    problems = argv_problems(argv(), str(CONF_DIR))
+    assert problems, case
+    assert not victim.exists()
+
+
+def test_the_shipped_logging_launchers_and_sweepers_pass():
+    from harness.config.preflight import argv_problems
+
+    for argv in ([], ["hydra/job_logging=disabled", "hydra/hydra_logging=none"], ["-m", "method=ar,sd"],
+                 ["-m", "+experiment=mtad_tables_tiny"], ["-m", "hydra/launcher=slurm_requeue"]):
+        assert argv_problems(argv, str(CONF_DIR)) == [], argv
+
+
+def test_a_truncating_log_handler_never_touches_its_file(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    conf = _preset_dir(tmp_path, "job_logging", TRUNCATE.format(victim=victim), "quiet")
+    r = _harness("--config-dir", str(conf), "hydra/job_logging=quiet", "dataset.num_prompts=1", "max_new_tokens=2", "runner.progress=false",
+                 f"results_dir={tmp_path / 'r'}")
+    assert r.returncode == 2 and "hydra.job_logging is not one of the logging presets" in r.stderr, r.stderr[-2000:]
+    assert victim.read_text() == "precious" and not (tmp_path / "r").exists()
+
+
+def test_resolver_calls_count_against_the_size_bound(tmp_path):
+    from harness.config.preflight import argv_problems, config_problems
+
+    bomb = "b0: [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"b{i}: [{','.join([repr('${oc.select:dataset.b%d,null}' % (i - 1))] * 10)}]\n" for i in range(1, 6))
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "bomb.yaml").write_text(bomb)
+    problems = argv_problems(["--config-dir", str(tmp_path / "conf"), "dataset=bomb"], str(CONF_DIR))
+    assert problems and "the limit" in problems[0], problems
+    assert config_problems(OmegaConf.create({"a": {"b": 1}, "c": "${oc.select:a.b,0}", "d": "${oc.env:HOME,x}"})) == []
+
+
 # ---- item 9: values that pass validation and fail later -------------------------------------------------
 
 @pytest.mark.parametrize("override,key,valid", [
