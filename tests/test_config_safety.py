@@ -165,6 +165,39 @@ def test_values_that_would_fail_later_are_refused_with_their_range(override, key
     assert any(p.key == key and valid in str(p) for p in problems), [str(p) for p in problems]
 
 
+@pytest.mark.parametrize("overrides,key,valid", [
+    (["dataset=humaneval", "dataset.timeout_s=0"], "dataset.timeout_s", "> 0 and <= 600"),
+    (["dataset=humaneval", "dataset.timeout_s=1e308"], "dataset.timeout_s", "> 0 and <= 600"),
+    (["dataset=humaneval", "dataset.timeout_s=nan"], "dataset.timeout_s", "> 0 and <= 600"),
+    (["dataset=humaneval", "dataset.memory_mb=-1"], "dataset.memory_mb", ">= 64"),
+    (["dataset=spider", "dataset.timeout_s=-1"], "dataset.timeout_s", "> 0 and <= 600"),
+    (["dataset.prompt_words=-5"], "dataset.prompt_words", ">= 1"),
+    (["runner.warmup_new_tokens=100000000"], "runner.warmup_new_tokens", "<= 4096"),
+    (["dataset=mt_bench", "judge=openai", "judge.timeout_s=1e308"], "judge.timeout_s", "<= 3600"),
+    (["dataset=mt_bench", "judge=openai", "judge.backoff_max_s=inf"], "judge.backoff_max_s", "<= 3600"),
+])
+def test_every_task_and_judge_limit_is_range_checked_before_anything_loads(overrides, key, valid, tmp_path):
+    problems = validate_cell(composed(*overrides, f"results_dir={tmp_path}"))
+    assert any(p.key == key and valid in str(p) for p in problems), [(p.key, str(p)) for p in problems]
+
+
+def test_sandbox_limits_are_range_checked():
+    from harness.sandbox import PythonLimits
+
+    for bad in ({"timeout_s": 0}, {"timeout_s": float("inf")}, {"memory_mb": -1}, {"disk_mb": 0}):
+        with pytest.raises(ValueError, match="PythonLimits: "):
+            PythonLimits(**bad)
+
+
+def test_a_python_tag_in_a_config_is_a_clear_error_not_a_traceback(tmp_path):
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "evil.yaml").write_text(
+        f"name: x\npath: !!python/object/apply:os.system ['touch {tmp_path / 'PWNED'}']\n")
+    r = _harness("--config-dir", str(tmp_path / "conf"), "dataset=evil", f"results_dir={tmp_path / 'r'}")
+    assert r.returncode == 2 and "YAML tag(s) tag:yaml.org,2002:python/object/apply:os.system" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "PWNED").exists()
+
+
 def test_a_cell_whose_partner_was_busy_is_not_labelled_interleaved(tmp_path):
     sd = {**CELL, "method": {"name": "sd", "gamma": 2}}
     busy_dir = prepare_cell(sd, tmp_path)[2]

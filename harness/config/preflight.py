@@ -137,9 +137,32 @@ def resolved_container(cfg) -> dict:
 
 # ---- YAML files, before Hydra loads them ---------------------------------------------------------------
 
+def _plain_tag(tag: str) -> bool:
+    return tag.startswith("tag:yaml.org,2002:") and not tag.startswith("tag:yaml.org,2002:python/")
+
+
+def _all_nodes(roots) -> list:
+    """Every node of composed YAML documents, each once (aliases are shared nodes)."""
+    import yaml
+
+    seen, todo, out = set(), [r for r in roots if r is not None], []
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        if isinstance(node, yaml.MappingNode):
+            todo += [x for kv in node.value for x in kv]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += list(node.value)
+    return out
+
+
 def yaml_problems(folder: str | os.PathLike) -> list[str]:
     """YAML files under ``folder`` whose aliases expand beyond :data:`MAX_CONFIG_NODES` (checked on the node
-    graph, each anchored node measured once), or that do not parse (Hydra reports those itself)."""
+    graph, each anchored node measured once) or that carry a Python or custom tag (``!!python/object``: a
+    loader would fail with a traceback, or build objects); files that do not parse: Hydra reports those itself."""
     import yaml
 
     out = []
@@ -161,6 +184,10 @@ def yaml_problems(folder: str | os.PathLike) -> list[str]:
             return memo[id(node)]
 
         total = sum(count(n) for n in nodes if n is not None)
+        tags = sorted({n.tag for n in _all_nodes(nodes) if not _plain_tag(n.tag)})
+        if tags:
+            out.append(f"{path}: YAML tag(s) {', '.join(tags)} are not allowed: a config is plain data (no Python "
+                       "objects, no custom tags)")
         if total > MAX_CONFIG_NODES:
             out.append(f"{path} expands to {total:,} values (YAML aliases repeating each other); the limit is "
                        f"{MAX_CONFIG_NODES:,}")
