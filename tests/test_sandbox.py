@@ -329,3 +329,14 @@ def test_the_program_dies_with_its_checker(mode):
     while set(processes_mentioning("harness-sandbox-")) & program and time.monotonic() < deadline:
         time.sleep(0.1)
     assert program and not set(processes_mentioning("harness-sandbox-")) & program
+
+
+def test_a_query_sqlite_stops_at_its_deadline_is_flagged_as_killed(caplog):
+    """Issue 31.6: SQLite's own deadline (its progress handler) ends a long query as 'interrupted': a killed
+    query too, flagged and logged, never a plain wrong answer."""
+    task, by_gold = _spider(timeout_s=0.5)
+    example = next(iter(by_gold.values()))
+    endless = " count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
+    with caplog.at_level("WARNING"):
+        assert task.score(example, endless) == {"execution_accuracy": 0.0, "flag_query_killed": 1.0}
+    assert "stopped (interrupted by SQLite): the query ran past its 0.5 s limit" in caplog.text
