@@ -75,9 +75,11 @@ class Program:
             kept = self.reports[message[0]]
             if len(message) == 2 and type(message[1]) is str and len(kept) < MAX_REPORTS:
                 try:
-                    kept.append(bytes.fromhex(message[1]).decode("utf-8", "replace")[:500])
+                    text = bytes.fromhex(message[1]).decode("utf-8", "replace")[:500]
                 except ValueError:
-                    kept.append("(unreadable)")
+                    text = "(unreadable)"
+                if text not in kept:  # the program reports each time: repeats are dropped here
+                    kept.append(text)
 
     def _next_line(self):
         while b"\n" not in self.buffer:
