@@ -12,6 +12,8 @@ the lock and the store).
 from __future__ import annotations
 
 import errno
+import json
+import math
 import os
 import stat
 import tempfile
@@ -130,3 +132,24 @@ def fsync_dir(path: Path) -> None:
     except OSError:  # not every file system syncs a folder
         pass
     os.close(fd)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def dumps(obj) -> str:
+    """JSON with NaN/inf written as null (strict JSON readers and parquet both accept that)."""
+    return json.dumps(_finite(obj), default=_json_default, ensure_ascii=False)
+
+
+def _finite(o):
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return None if isinstance(o, float) and not math.isfinite(o) else o

@@ -1,21 +1,19 @@
 """Crash-safe result files: every file appears whole (write to a temp file, fsync, rename) or not at all.
 
-A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (the SHA-256 of each
-record's line, one per line) and ``summary.json``; the summary is written last and marks the cell finished,
-so a rerun skips it. The summary stores the record count and a SHA-256 of ``records.jsonl``; a rerun
-verifies them, and every record's fields against their ranges (:func:`harness.results.record.record_problems`),
-before skipping (:func:`finished_state`). A cell that fails is repaired, never skipped silently and never
-blessed: its files are kept aside as ``*.invalid*``, the leading records whose lines still match their own
-checksums (and ranges) are kept, and every other record is rerun — a checksum is never written over bytes
-the harness did not write (:func:`reopen_corrupt`).
+A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (one HMAC per record's
+line, keyed by the results folder's secret: :mod:`harness.results.integrity`) and ``summary.json`` (sealed
+the same way); the summary is written last and marks the cell finished, so a rerun skips it once its record
+count, checksum, seal and every record's ranges verify (:func:`finished_state`). A cell that fails is
+repaired, never skipped silently and never blessed: its files are kept aside as ``*.invalid*``, the leading
+records whose lines still match their own checksums (and ranges) are kept, and every other record is rerun
+(:func:`reopen_corrupt`). Files planted in a cell folder are never followed (:mod:`harness.results.cellfile`).
 
-While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` and its line's checksum to
-``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight). A killed cell
-is resumed at prompt granularity: :meth:`RecordWriter.resume` keeps every complete record whose checksum
-matches, drops a torn last line, and the runner continues with the next prompt. ``records.partial.jsonl``
-is never read as results. ``segments.json`` lists the cell's run segments (where each started, on which
-host, with which inputs: :mod:`harness.run.fingerprint`) until the summary takes them over. Two processes never
-run one cell: see :mod:`harness.run.lock` (re-exported here).
+While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` and its checksum to
+``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight); a killed cell
+resumes at prompt granularity (:meth:`RecordWriter.resume` keeps every complete record whose checksum
+matches). ``segments.json`` lists the cell's run segments (where each started, on which host, with which
+inputs: :mod:`harness.run.fingerprint`) until the summary takes them over. Two processes never run one cell:
+see :mod:`harness.run.lock` (re-exported here).
 """
 from __future__ import annotations
 
@@ -24,13 +22,13 @@ import json
 import logging
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from harness.config.legacy import current_names
-from harness.results import cellfile
-from harness.results.cellfile import atomic_write_bytes, atomic_write_text, fsync_dir  # noqa: F401  (re-exported)
+from harness.results import cellfile, integrity
+from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,  # noqa: F401
+                                      fsync_dir)  # (re-exported)
 from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.results.record import record_problems
 
@@ -43,27 +41,6 @@ SEGMENTS = "segments.json"
 INVALID_SUFFIX = ".invalid"  # summary.json -> summary.invalid.json, records.jsonl -> records.invalid.jsonl
 log = logging.getLogger("harness")
 Check = Callable[[dict], list]  # a record -> its problems (empty when it is in range)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def dumps(obj) -> str:
-    """JSON with NaN/inf written as null (strict JSON readers and parquet both accept that)."""
-    return json.dumps(_finite(obj), default=_json_default, ensure_ascii=False)
-
-
-def _finite(o):
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return None if isinstance(o, float) and not math.isfinite(o) else o
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -133,6 +110,7 @@ class RecordWriter:
         self.partial = cell_dir / PARTIAL
         self.records: list[dict] = []
         clear_planted(cell_dir)
+        self.key = integrity.folder_key(cell_dir.parent, create=True, adopt=_adopt_legacy)
         if resume:
             self.records = recover_partial(cell_dir, check)
         self._f = cellfile.open_file(self.partial, "a" if resume else "w")
@@ -150,7 +128,8 @@ class RecordWriter:
         if record.get("index") != len(self.records):
             raise ValueError(f"record index {record.get('index')} written out of order (expected {len(self.records)})")
         line = dumps(record)
-        for f, text in ((self._f, line), (self._d, line_digest(line.encode("utf-8")))):  # the record, then its checksum
+        digest = integrity.line_mac(self.key, self.cell_dir.name, len(self.records), line.encode("utf-8"))
+        for f, text in ((self._f, line), (self._d, digest)):  # the record, then its checksum
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -182,7 +161,7 @@ def _read_digests(cell_dir: Path) -> list[str]:
 
 
 def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
-                  check: Check | None = None) -> tuple[list[dict], int, str]:
+                  check: Check | None = None, key: bytes | None = None) -> tuple[list[dict], int, str]:
     """The complete, trusted records at the start of ``data`` whose indices run 0, 1, 2, ...; returns
     (records, byte length of that prefix, why it stopped early or ""). Stops at a torn or malformed line
     (bad JSON, bytes that are not UTF-8), a record of another cell, a line whose checksum is not the one
@@ -203,7 +182,8 @@ def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
             if not isinstance(rec, dict) or rec.get("index") != n or rec.get("cell_id") != source.parent.name:
                 why = f"line {n + 1} is not record {n} of this cell"
                 break
-            if digests is not None and (n >= len(digests) or digests[n] != line_digest(line)):
+            mac = integrity.line_mac(key, source.parent.name, n, line) if key else line_digest(line)
+            if digests is not None and (n >= len(digests) or digests[n] != mac):
                 why = f"record {n} does not match its checksum in {DIGESTS} (edited, or written without one)"
                 break
             problems = check(current_names(rec)) if check is not None else []
@@ -241,7 +221,8 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
         (cell_dir / DIGESTS).unlink(missing_ok=True)
         return []
     raw = cellfile.read_bytes(partial)
-    records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check)
+    key = integrity.folder_key(cell_dir.parent, create=True, adopt=_adopt_legacy)
+    records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check, key)
     if why:
         _copy_aside(partial)
     if good != len(raw):
@@ -281,7 +262,7 @@ def read_summary(cell_dir: Path) -> dict:
     return summary
 
 
-def finished_state(cell_dir: Path) -> tuple[str, str]:
+def finished_state(cell_dir: Path, sealed: bool = True) -> tuple[str, str]:
     """("done" | "corrupt" | "none", detail). "done": the summary is a readable object, ``records.jsonl`` has
     the record count and checksum it stores (older summaries without a checksum: the count of parseable
     records equals ``prompts``), and every record is in range. "corrupt": anything else under a summary."""
@@ -309,7 +290,27 @@ def finished_state(cell_dir: Path) -> tuple[str, str]:
         read_records(cell_dir, max_new_tokens=summary.get("max_new_tokens"))
     except ValueError as e:
         return "corrupt", str(e)
+    try:  # sealed: bound to the results folder's key (harness.results.integrity)
+        unsealed = integrity.seal_problem(cell_dir, summary, cellfile.read_bytes(records_path)) if sealed else None
+    except ValueError as e:
+        unsealed = str(e)
+    if unsealed:
+        return "corrupt", unsealed
     return "done", ""
+
+
+def write_summary(cell_dir: Path, summary: dict) -> None:  # sealed with its results folder's key, after its records
+    atomic_write_json(Path(cell_dir) / SUMMARY, integrity.seal(cell_dir, summary, integrity.folder_key(
+        Path(cell_dir).parent, create=True, adopt=_adopt_legacy)))
+
+
+def _adopt_legacy(results_dir: Path, key: bytes) -> None:
+    """Seal, as they are, the finished cells a harness without keys left in a folder that gets its key now."""
+    for cell_dir in sorted(p for p in Path(results_dir).iterdir() if p.is_dir() and not p.is_symlink()):
+        if finished_state(cell_dir, sealed=False)[0] == "done":
+            summary = {**read_summary(cell_dir), integrity.ADOPTED: True}
+            atomic_write_json(cell_dir / SUMMARY, integrity.seal(cell_dir, summary, key))
+            log.warning("cell %s: written without a results folder key; sealed as it is", cell_dir.name)
 
 
 def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> None:

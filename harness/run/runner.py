@@ -314,7 +314,7 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     summary = CellSummary.of(c.writer.records, summarize_records, identity=_identity(c, sh),
                              run=_run_facts(c, sh, segments, energy_info, gpu_state),
                              integrity={"records_count": count, "records_sha256": digest}).flat()
-    store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
+    store.write_summary(c.cell_dir, summary)  # sealed with the results folder's key (harness.results.integrity)
     (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
     c.release()
     c.finish("done")
