@@ -304,7 +304,7 @@ def test_cells_finished_before_the_folder_had_a_key_are_adopted_as_they_are(tmp_
     (out.cell_dir / store.SUMMARY).write_text(json.dumps(summary))
     (out.cell_dir.parent / integrity.KEY_FILE).unlink()  # an older harness's folder
     assert store.finished_state(out.cell_dir)[0] == "done"  # nothing to check against
-    integrity.folder_key(out.cell_dir.parent, create=True, adopt=store._adopt_legacy)
+    integrity.folder_key(out.cell_dir.parent, create=True, adopt=store.adopt_legacy)
     assert store.finished_state(out.cell_dir)[0] == "done"
     assert json.loads((out.cell_dir / store.SUMMARY).read_text())[integrity.ADOPTED] is True
     _edit_with_checksums(out.cell_dir)

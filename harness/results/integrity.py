@@ -108,3 +108,16 @@ def seal_problem(cell_dir: Path, summary: dict, records: bytes) -> str | None:
         return (f"{Path(cell_dir).name}: records.jsonl or summary.json does not match its {SEAL} (keyed by the "
                 f"results folder's {KEY_FILE}): edited after it was written")
     return None
+
+
+def rekey(cell_dir: Path, adopt=None) -> None:
+    """Bind a finished cell copied from another results folder (``harness merge``; verified there under that
+    folder's key) to this folder's key: its checksum lines and its summary's seal."""
+    cell_dir = Path(cell_dir)
+    key = folder_key(cell_dir.parent, create=True, adopt=adopt)
+    lines = cellfile.read_bytes(cell_dir / "records.jsonl").split(b"\n")[:-1]
+    cellfile.atomic_write_text(cell_dir / "records.sha256", "".join(
+        line_mac(key, cell_dir.name, i, line) + "\n" for i, line in enumerate(lines)))
+    summary = json.loads(cellfile.read_text(cell_dir / "summary.json"))
+    sealed = seal(cell_dir, summary, key)
+    cellfile.atomic_write_text(cell_dir / "summary.json", json.dumps(as_stored(sealed), indent=2, ensure_ascii=False) + "\n")

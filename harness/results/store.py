@@ -110,7 +110,7 @@ class RecordWriter:
         self.partial = cell_dir / PARTIAL
         self.records: list[dict] = []
         clear_planted(cell_dir)
-        self.key = integrity.folder_key(cell_dir.parent, create=True, adopt=_adopt_legacy)
+        self.key = integrity.folder_key(cell_dir.parent, create=True, adopt=adopt_legacy)
         if resume:
             self.records = recover_partial(cell_dir, check)
         self._f = cellfile.open_file(self.partial, "a" if resume else "w")
@@ -221,7 +221,7 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
         (cell_dir / DIGESTS).unlink(missing_ok=True)
         return []
     raw = cellfile.read_bytes(partial)
-    key = integrity.folder_key(cell_dir.parent, create=True, adopt=_adopt_legacy)
+    key = integrity.folder_key(cell_dir.parent, create=True, adopt=adopt_legacy)
     records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check, key)
     if why:
         _copy_aside(partial)
@@ -301,10 +301,10 @@ def finished_state(cell_dir: Path, sealed: bool = True) -> tuple[str, str]:
 
 def write_summary(cell_dir: Path, summary: dict) -> None:  # sealed with its results folder's key, after its records
     atomic_write_json(Path(cell_dir) / SUMMARY, integrity.seal(cell_dir, summary, integrity.folder_key(
-        Path(cell_dir).parent, create=True, adopt=_adopt_legacy)))
+        Path(cell_dir).parent, create=True, adopt=adopt_legacy)))
 
 
-def _adopt_legacy(results_dir: Path, key: bytes) -> None:
+def adopt_legacy(results_dir: Path, key: bytes) -> None:
     """Seal, as they are, the finished cells a harness without keys left in a folder that gets its key now."""
     for cell_dir in sorted(p for p in Path(results_dir).iterdir() if p.is_dir() and not p.is_symlink()):
         if finished_state(cell_dir, sealed=False)[0] == "done":
