@@ -82,6 +82,8 @@ class OpenAIJudge:
 
     def __init__(self, cfg: JudgeConfig, environ: Mapping[str, str] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        """``sleep`` and ``clock``: the retry back-off's, the rate limiter's and each request's deadline (injected
+        by tests)."""
         import os
 
         self.cfg = cfg
@@ -91,7 +93,7 @@ class OpenAIJudge:
         if cfg.api_key_env and not self._key:
             raise JudgeFailure(f"environment variable {cfg.api_key_env} (judge.api_key_env) is not set")
         self.sleep, self.clock = sleep, clock
-        self.limiter = RateLimiter(cfg.requests_per_minute, sleep=sleep)
+        self.limiter = RateLimiter(cfg.requests_per_minute, clock=clock, sleep=sleep)
         # a judge on this machine is reached directly, never through an HTTP proxy from the environment
         self._direct = urlparse(self.url).hostname in LOOPBACK
 
