@@ -299,9 +299,14 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     return gen
 
 
-def interleave_label(segments: list[dict], cid: str) -> tuple[bool, list[str]]:
-    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment ran
-    alongside at least one other cell to its end; the group is the cell and every cell it ran alongside."""
+def interleave_label(segments: list[dict], cid: str, count: int | None = None) -> tuple[bool, list[str]]:
+    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment that
+    ran prompts (``count``: the cell's records; a resume that found them all ran none) ran alongside at least one
+    other cell to its end; the group is the cell and every cell it ran alongside."""
+    if count is not None:
+        ends = [s.get("from_index") for s in segments[1:]] + [count]
+        ran = [s for s, end in zip(segments, ends) if not isinstance(end, int) or s.get("from_index") != end]
+        segments = ran or segments[:1]
     partners = [s.get("interleaved_with") or [] for s in segments]
     together = sorted({cid, *(p for ps in partners for p in ps)})
     interleaved = bool(segments) and all(partners)
@@ -318,7 +323,8 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
                              run=_run_facts(c, sh, segments, energy_info, gpu_state),
                              integrity={"records_count": count, "records_sha256": digest}).flat()
     store.write_summary(c.cell_dir, summary)  # sealed with the results folder's key (harness.results.integrity)
-    (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
+    store.atomic_write_json(c.cell_dir / store.SEGMENTS, segments)  # kept: a summary rebuilt after deletion
+    # (records taken back, nothing rerun) labels the cell from what its segments did
     c.release()
     c.finish("done")
     log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
@@ -339,7 +345,7 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
 
 def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
-    interleaved, group = interleave_label(segments, c.cid)
+    interleaved, group = interleave_label(segments, c.cid, len(c.writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
             "env": environment_info(sh.pair.device, sh.pair),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
