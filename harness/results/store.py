@@ -12,8 +12,8 @@ While a cell runs, each prompt's record is appended to ``records.partial.jsonl``
 ``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight); a killed cell
 resumes at prompt granularity (:meth:`RecordWriter.resume` keeps every complete record whose checksum
 matches). ``segments.json`` lists the cell's run segments (where each started, on which host, with which
-inputs: :mod:`harness.run.fingerprint`) until the summary takes them over. Two processes never run one cell:
-see :mod:`harness.run.lock` (re-exported here).
+inputs: :mod:`harness.run.fingerprint`); the summary holds them too, and the file stays (a summary rebuilt
+after deletion). Two processes never run one cell: see :mod:`harness.run.lock` (re-exported here).
 """
 from __future__ import annotations
 
