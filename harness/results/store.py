@@ -73,8 +73,7 @@ def clear_planted(cell_dir: Path) -> list[str]:
     return notes
 
 
-def _copy_aside(path: Path) -> None:
-    """Keep a copy of a regular file as ``*.invalid*`` (written atomically: a planted link there is replaced)."""
+def _copy_aside(path: Path) -> None:  # a copy as *.invalid*, written atomically (a planted link there is replaced)
     atomic_write_bytes(path.with_name(invalid_name(path.name)), cellfile.read_bytes(path))
 
 
