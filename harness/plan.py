@@ -200,7 +200,7 @@ def task_main(argv: list[str]) -> int:
         print(f"harness task: error: {e}", file=sys.stderr)
         return 2
     for o in outcomes:
-        print(f"[{o.status}] {o.cell_id}" + (f": {o.error}" if o.error else ""), flush=True)
+        print(o.line(), flush=True)
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 

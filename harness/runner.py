@@ -315,8 +315,7 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
     (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
     c.release()
-    c.finish("done")
-    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
+    c.finish("done", note=f"{count} prompts, {summary['tokens_per_s']:.1f} tokens/s")  # announced once, by its line
 
 
 def _identity(c: CellRun, sh: _Shared) -> dict:

@@ -8,6 +8,8 @@ schema's: the top-level and ``runner`` keys (:mod:`harness.schema`), the method'
 config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
 * a method that needs a draft on a pair without one; a method that does not apply to the decoding;
+* the task's optional packages (:mod:`harness.extras`, with the install line); a hub model neither cached nor
+  downloadable (:func:`harness.models.hub_problems`: one short probe, not minutes of retries);
 * the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
   at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
@@ -35,7 +37,7 @@ from typing import Any, Iterable, Mapping
 
 from hydra.experimental.callback import Callback
 
-from harness import identity
+from harness import extras, identity
 from harness.context import pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
 from harness.schema import field_problems
@@ -96,6 +98,9 @@ def dataset_examples(dataset_cfg: Mapping[str, Any], cache: _Cache | None = None
     if cache is not None and key in cache.examples:
         return cache.examples[key]
     task = load_task(dict(dataset_cfg))
+    needs = extras.missing(task.required_modules(), f"dataset '{dataset_cfg.get('name')}' (task '{task.kind}')")
+    if needs:  # before reading the data or loading a model: the install line, not a failure after generating
+        raise ConfigError("; ".join(needs), key="dataset")
     examples = task.examples()
     if cache is not None:
         cache.examples[key] = (task, examples)
@@ -227,11 +232,16 @@ def _dataset(dataset: Mapping[str, Any], cache: _Cache, add) -> tuple[Any, list]
 
 
 def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add, max_new_ok: bool) -> None:
-    """The method fits the pair (a draft where it needs one) and the context (room for a prompt); no prompt
-    tokenizes to nothing."""
+    """The method fits the pair (a draft where it needs one; its hub models reachable) and the context (room for
+    a prompt); no prompt tokenizes to nothing."""
+    from harness.models import hub_problems
+
     if plan.method.needs_draft and not plan.pair.draft:
         add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
                           "none (set pair.draft)")
+    hub = [add(key, message) for key, message in hub_problems(plan.pair)]  # the hub probed once per process
+    if hub:
+        return  # its tokenizer and config cannot be read either
     max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
     n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
     extra = plan.method.lookahead

@@ -29,6 +29,19 @@ def test_help_lists_every_command_and_version_is_the_harness_s():
     assert r.returncode == 0 and r.stdout.strip() == f"harness {__version__}"
 
 
+def test_version_imports_no_torch_and_help_shows_no_schema_group():
+    """Issue 33.5: ``--version`` answers before anything heavy is imported; ``--help`` lists the config groups a
+    user picks from, not the schemas behind them."""
+    probe = ("import runpy, sys; sys.argv = ['harness', '--version']\n"
+             "runpy.run_module('harness', run_name='__main__')\n"
+             "print(sorted(m for m in ('torch', 'transformers', 'hydra', 'pandas') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == [f"harness {__version__}", "[]"]
+    r = harness("--help")
+    assert r.returncode == 0 and "\nschema:" not in r.stdout and "\ngpu: " in r.stdout
+
+
 def _ls(capsys, *args):
     from harness.catalog import ls_main
 
@@ -74,6 +87,8 @@ def test_absolute_results_dir_makes_one_hydra_folder_per_job(tmp_path):
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all("results_dir" not in j and "runner.interleave" not in j for j in jobs), jobs
     assert not any(p.name == "tmp" for p in sweep.rglob("*"))  # no tree mirroring the absolute path
+    for cid in (p.name for p in (results / "cells").iterdir()):  # issue 33.5: each cell announced once, with numbers
+        assert (r.stdout + r.stderr).count(cid) == 1 and f"[done] {cid} (1 prompts, " in r.stdout, r.stdout
     doc = json.loads((results / "results.json").read_text())  # one results.json per sweep
     assert sorted(c["method_name"] for c in doc["cells"]) == ["ar_greedy", "sd"]
     assert doc["environment"]["harness"] == __version__ and doc["sweep"]["argv"][0] == "-m"
