@@ -2,16 +2,17 @@
 model that can be neither found in the local cache nor downloaded fail in validation, before any model loads,
 with the line that fixes them; Ctrl-C ends ``harness`` with one line and status 130.
 
-Missing extras are simulated by monkeypatching :func:`harness.extras.installed` (in-process) or by a meta-path
+Missing extras are simulated by monkeypatching :func:`harness.config.extras.installed` (in-process) or by a meta-path
 finder that blocks the modules (a subprocess); no test touches the network."""
 import subprocess
 import sys
 
 import pytest
 
-from cellproc import ROOT, env
-from harness import extras
-from harness.validation import validate_cell
+from cellproc import env
+from harness.cli.app import CONF_DIR as CONF
+from harness.config import extras
+from harness.config.validation import validate_cell
 from test_validation import composed
 
 
@@ -65,28 +66,28 @@ def test_generic_task_needs_datasets_and_rouge_only_for_the_rouge_metric():
 
 
 def test_launcher_plugin_missing_gives_the_install_line(monkeypatch):
-    from harness.preflight import argv_problems
+    from harness.config.preflight import argv_problems
 
     _without(monkeypatch, "hydra_plugins.hydra_submitit_launcher")
-    problems = argv_problems(["-m", "hydra/launcher=slurm_requeue", "method=ar,sd"], str(ROOT / "harness" / "conf"))
+    problems = argv_problems(["-m", "hydra/launcher=slurm_requeue", "method=ar,sd"], str(CONF))
     assert any("pip install 'decoding-harness[slurm]'" in p and "hydra/launcher=slurm_requeue" in p for p in problems), \
         problems
     monkeypatch.setattr(extras, "installed", lambda m: True)
-    from harness.preflight import launcher_problems
+    from harness.config.preflight import launcher_problems
 
     assert launcher_problems(["hydra/launcher=slurm_requeue"]) == []
 
 
 BLOCK = '''
 import sys
-import harness.extras, harness.models
-installed = harness.extras.installed
-harness.extras.installed = lambda m: m not in {"rouge_score", "hydra_plugins.hydra_submitit_launcher"} and installed(m)
+import harness.config.extras, harness.models
+installed = harness.config.extras.installed
+harness.config.extras.installed = lambda m: m not in {"rouge_score", "hydra_plugins.hydra_submitit_launcher"} and installed(m)
 def refuse(*a, **k):
     raise SystemExit("a model loaded before the error")
 harness.models.load_model = refuse
 sys.argv = ["harness", *sys.argv[1:]]
-from harness.cli import main
+from harness.cli.app import main
 main()
 '''
 
@@ -161,12 +162,12 @@ def test_a_cached_hub_model_or_a_local_pair_needs_no_probe(hub, monkeypatch):
 def test_ctrl_c_prints_one_line_and_exits_130(monkeypatch, capsys, argv):
     import importlib
 
-    import harness.cli as cli
+    import harness.cli.app as cli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli, "_run_hydra", interrupted)
-    monkeypatch.setattr(importlib.import_module("harness.plan"), "plan_main", interrupted)
+    monkeypatch.setattr(importlib.import_module("harness.run.plan"), "plan_main", interrupted)
     monkeypatch.setattr(sys, "argv", ["harness", *argv])
     with pytest.raises(SystemExit) as e:
         cli.main()
