@@ -123,3 +123,18 @@ def test_task_reads_its_unit_from_a_plan_file(tmp_path):
     assert r.returncode == 2 and "would change the cells" in r.stderr
     r = harness("task", "--plan", tmp_path / "missing.json", "0")
     assert r.returncode == 2 and "plan file not found" in r.stderr
+
+
+def test_plan_rows_that_differ_only_by_the_hash_show_the_differing_keys(tmp_path):
+    """Issue 33.5: two cells whose readable ids are equal (a sweep over max_new_tokens and gamma) show the keys
+    that tell them apart; a cell alone in its readable id shows nothing."""
+    from harness.run.plan import plan_rows
+    from test_validation import composed
+
+    jobs = [composed("method=sd", f"max_new_tokens={m}", f"method.gamma={g}", f"results_dir={tmp_path}")
+            for m, g in ((4, 2), (8, 2), (8, 3))] + [composed("method=ar", f"results_dir={tmp_path}")]
+    rows = plan_rows(jobs)
+    assert [r["differs"] for r in rows if r["cell_id"].startswith("sd__")] == [
+        "max_new_tokens=4, method.gamma=2", "max_new_tokens=8, method.gamma=2", "max_new_tokens=8, method.gamma=3"]
+    assert [r["differs"] for r in rows if not r["cell_id"].startswith("sd__")] == [""]
+    json.dumps(rows)  # `harness plan --json` prints them
