@@ -97,8 +97,9 @@ def test_installed_harness_runs_a_cell_plan_and_report_elsewhere(installed):
     assert r.returncode == 0 and "done" in r.stdout and "pending" in r.stdout, r.stderr
     r = _run([b / "harness-report", "--results", "res", "--out", "rep"], cwd=work)
     assert r.returncode == 0, r.stderr
-    assert (work / "rep" / "index.html").is_file() and (work / "res" / "cells.csv").is_file()
-    assert (work / "res" / "results.json").is_file()
+    assert (work / "rep" / "index.html").is_file() and (work / "rep" / "cells.csv").is_file()
+    assert (work / "res" / "results.json").is_file() and (work / "rep" / "results.json").is_file()
+    assert not (work / "res" / "cells.csv").exists()  # issue 33.5: the report writes into its own folder only
 
 
 def test_installed_harness_finds_the_sweeper_and_a_user_config_dir(installed):
