@@ -50,6 +50,7 @@ def installed(tmp_path_factory):
     r = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", dist, src],
              cwd=tmp)
     assert r.returncode == 0, r.stderr
+    assert not (src / "build").exists()  # issue 33.5: the build leaves no build/ in the checkout
     wheel = next(dist.glob("decoding_harness-*.whl"))
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
