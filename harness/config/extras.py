@@ -18,7 +18,7 @@ MODULES: dict[str, tuple[str, str]] = {
     "hydra_plugins.hydra_submitit_launcher": ("hydra-submitit-launcher", "slurm"),
     "pynvml": ("nvidia-ml-py", "gpu"),
     "wandb": ("wandb", "wandb"),
-    "mlflow": ("mlflow", "mlflow"),
+    "mlflow": ("mlflow-skinny", "mlflow"),
 }
 #: a ``hydra/launcher`` option -> the module its plugin lives in
 LAUNCHERS: dict[str, str] = {

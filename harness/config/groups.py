@@ -81,5 +81,8 @@ def register_configs() -> None:
     from harness.judge.config import register_judge_configs
 
     register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
+    from harness.results.trackers import register_tracker_configs
+
+    register_tracker_configs(cs)  # tracker=none | wandb | mlflow (harness.results.trackers)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

@@ -41,6 +41,7 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
              "records and summary are the same whatever the judge",
+    "tracker": "where finished cells are copied (wandb, mlflow: harness.results.trackers), after they are written",
 }
 # dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
 # null keeps every existing cell id; a value is in the identity like any other key)

@@ -8,8 +8,8 @@ schema's: the top-level and ``runner`` keys (:mod:`harness.config.schema`), the 
 config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
 * a method that needs a draft on a pair without one; a method that does not apply to the decoding;
-* the task's optional packages (:mod:`harness.config.extras`, with the install line); a hub model neither cached nor
-  downloadable (:func:`harness.models.hub_problems`: one short probe, not minutes of retries);
+* the optional packages of the task and the tracker (:mod:`harness.config.extras`: the install line); a hub model
+  neither cached nor downloadable (:func:`harness.models.hub_problems`: one short probe, never minutes of retries);
 * the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
   at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
@@ -18,10 +18,9 @@ config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Her
 * a finished cell at the same id was measured under the same identity (:func:`harness.config.identity.check_reusable`)
   unless ``force`` names it; ``force=<id>`` names cells of this run.
 
-Every problem is printed with its key and the valid values, and the command exits with status 2 having
-written nothing. A method that does not apply to the decoding (``NotApplicable``) is skipped in a sweep
-and an error (status 2) in a single run. Runtime failures (out of memory, a crashing model) are still
-recorded per cell in ``error.json``; configuration errors never are.
+Every problem is printed with its key and valid values; the command exits 2 having written nothing. A method that
+does not apply to the decoding (``NotApplicable``) is skipped in a sweep and an error (status 2) in a single run.
+Runtime failures (out of memory, a crashing model) are recorded per cell in ``error.json``; config errors never.
 """
 from __future__ import annotations
 
@@ -185,11 +184,12 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     if plan is not None and task is not None and examples:
         max_new_ok = not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems)
         _fit(cfg, plan, task, examples, cache, add, max_new_ok)
-    if cfg.get("judge") is not None:  # the LLM judge (harness.judge): endpoint, key variable, model, options
-        from harness.judge import judge_problems
+    from harness.judge import judge_problems
+    from harness.results.trackers import tracker_problems
 
-        for key, message in judge_problems(cfg["judge"], task, single=single):
-            add(key, message)
+    judged = judge_problems(cfg["judge"], task, single=single) if cfg.get("judge") is not None else []
+    for key, message in [*judged, *tracker_problems(cfg.get("tracker"))]:  # the judge's endpoint, key, model; the
+        add(key, message)  # tracker's name and package
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
