@@ -22,7 +22,7 @@ def harness(*args, cwd=None, timeout=600):
 def test_help_lists_every_command_and_version_is_the_harness_s():
     r = harness("--help")
     assert r.returncode == 0
-    for command in ("plan", "task", "merge", "report", "ls", "gpu-check", "power-probe"):
+    for command in ("plan", "task", "merge", "push", "report", "ls", "gpu-check", "power-probe"):
         assert f"\n  {command} " in r.stdout, command
     assert "Config groups" in r.stdout and "method:" in r.stdout  # Hydra's part: groups and the composed config
     r = harness("--version")

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("harness.run.plan", "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
     "task": ("harness.run.plan", "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
     "merge": ("harness.run.plan", "merge_main", "copy the finished cells of results folders into one"),
+    "push": ("harness.results.push", "push_main", "publish finished cells: --to DIR, or --hub OWNER/NAME (a dataset)"),
     "report": ("harness.report", "main", "read results/, write the report (= harness-report)"),
     "ls": ("harness.cli.catalog", "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
     "gpu-check": ("harness.tools.gpu_check", "main",
