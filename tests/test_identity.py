@@ -81,10 +81,12 @@ def test_the_allow_list_is_small_and_every_entry_exists():
     cfg = composed()
     leaves = flatten(cfg)
     assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave", "report",
-                                        "judge"}
+                                        "judge", "tracker"}
     assert all(k in leaves or any(leaf.startswith(k + ".") for leaf in leaves) for k in RESULT_NEUTRAL_KEYS)
     # the judge group (issue 25.3) and the report node (issue 22.3) left every cell id as it was before them
-    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k not in ("judge", "report")})
+    # and the tracker (issue 33.7)
+    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k not in ("judge", "report", "tracker")})
+    assert cell_id(composed("tracker=mlflow", "tracker.project=x")) == cell_id(cfg)
     assert cell_id(composed("judge=openai", "judge.model=x")) == cell_id(cfg)
     assert all(why for why in RESULT_NEUTRAL_KEYS.values())
 

@@ -101,3 +101,14 @@ def test_a_failing_tracker_is_a_warning_never_a_failed_cell(fake, tmp_path, capl
     assert df.attrs["outcomes"][0]["status"] == "done"
     assert "not logged (ConnectionError: server down)" in caplog.text
     assert log_cell({"name": "none"}, tmp_path, tmp_path) is False
+
+
+def test_real_wandb_offline_run_holds_the_cell_s_files(tmp_path, monkeypatch):
+    """Against the real package's offline mode (its local files), where wandb is installed
+    (``pip install 'decoding-harness[wandb]'``); skipped otherwise."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    df = api.run("ar", "greedy", tracker="wandb", results_dir=str(tmp_path / "r"), **FAST)
+    (run,) = (tmp_path / "r" / "wandb" / "wandb").glob("offline-run-*")
+    assert {"summary.json", "records.jsonl"} <= {p.name for p in (run / "files").iterdir()}
+    assert df.attrs["outcomes"][0]["status"] == "done"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -70,7 +71,8 @@ def _wandb(cfg: TrackerConfig, results_dir: Path, cid: str, params: dict, metric
 
     folder = Path(cfg.dir) if cfg.dir else results_dir / "wandb"
     folder.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=cfg.project, name=cid, id=cid[-40:].replace("=", "-"), config=params, dir=str(folder),
+    run_id = re.sub(r"[^A-Za-z0-9_-]", "-", cid)[-64:]  # wandb's id alphabet and length; the id's hash is at the end
+    run = wandb.init(project=cfg.project, name=cid, id=run_id, config=params, dir=str(folder),
                      mode="offline" if cfg.offline else "online", resume="allow", reinit=True)
     try:
         run.summary.update(metrics)
