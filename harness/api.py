@@ -130,7 +130,8 @@ def _validated(cfgs: list[dict], single: bool) -> None:
 
 
 def _label(cfg: dict) -> list[str]:
-    return [str((cfg.get("method") or {}).get("name")), str((cfg.get("decoding") or {}).get("name")), f"seed={cfg.get('seed')}"]
+    return [str((cfg.get("method") or {}).get("name")), str((cfg.get("decoding") or {}).get("name")),
+            f"seed={cfg.get('seed')}"]
 
 
 def _frames(outcomes) -> "Any":
@@ -147,8 +148,8 @@ def _frames(outcomes) -> "Any":
             records += [{"cell_id": o.cell_id, **r} for r in recs]
     frame = pd.DataFrame(records)
     frame.attrs["summary"] = pd.DataFrame(rows)
-    frame.attrs["outcomes"] = [{"cell_id": o.cell_id, "status": o.status, "error": o.error, "cell_dir": str(o.cell_dir)}
-                               for o in outcomes]
+    frame.attrs["outcomes"] = [{"cell_id": o.cell_id, "status": o.status, "error": o.error,
+                                "cell_dir": str(o.cell_dir)} for o in outcomes]
     return frame
 
 

@@ -142,10 +142,11 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: Any 
 def _track(cells: list[CellRun], results_dir) -> None:
     """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
     for c in cells:
-        if c.outcome is not None and c.outcome.status == "done" and (c.cfg.get("tracker") or {}).get("name", "none") != "none":
+        tracker = c.cfg.get("tracker") or {}
+        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
             from harness.results.trackers import log_cell
 
-            log_cell(c.cfg["tracker"], c.cell_dir, results_dir)
+            log_cell(tracker, c.cell_dir, results_dir)
 
 
 def _judge(cells: list[CellRun]) -> None:
