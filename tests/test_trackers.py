@@ -112,3 +112,16 @@ def test_real_wandb_offline_run_holds_the_cell_s_files(tmp_path, monkeypatch):
     (run,) = (tmp_path / "r" / "wandb" / "wandb").glob("offline-run-*")
     assert {"summary.json", "records.jsonl"} <= {p.name for p in (run / "files").iterdir()}
     assert df.attrs["outcomes"][0]["status"] == "done"
+
+
+def test_real_mlflow_file_store_holds_the_cell_s_run(tmp_path):
+    """Against the real package's local file store, where mlflow is installed (``pip install
+    'decoding-harness[mlflow]'``); skipped otherwise."""
+    mlflow = pytest.importorskip("mlflow")
+    df = api.run("ar", "greedy", tracker="mlflow", results_dir=str(tmp_path / "r"), **FAST)
+    mlflow.set_tracking_uri((tmp_path / "r" / "mlruns").absolute().as_uri())
+    runs = mlflow.search_runs(experiment_names=["decoding-harness"], output_format="list")
+    assert [r.info.run_name for r in runs] == [df["cell_id"][0]]
+    assert runs[0].data.params["method.name"] == "ar" and runs[0].data.metrics["new_tokens"] == 2
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
+    assert artifacts == {"summary.json", "records.jsonl"}

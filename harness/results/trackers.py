@@ -4,7 +4,9 @@ Weights & Biases or MLflow; ``tracker=none`` (the default) logs nothing.
 
 Offline by default: wandb runs in ``offline`` mode into ``<results_dir>/wandb`` (``wandb sync`` uploads later;
 ``tracker.offline=false`` logs online), MLflow into the local file store ``<results_dir>/mlruns`` (``mlflow ui
---backend-store-uri <results_dir>/mlruns``; ``tracker.uri`` names a tracking server). The packages are optional
+--backend-store-uri <results_dir>/mlruns``; ``tracker.uri`` names a tracking server or a database store such as ``sqlite:///mlflow.db``, which needs the full
+``mlflow`` package; MLflow 3 keeps the file store in maintenance mode, and the harness sets its opt-in
+``MLFLOW_ALLOW_FILE_STORE=true`` for the default). The packages are optional
 extras (``pip install 'decoding-harness[wandb]'`` / ``[mlflow]``), checked in validation before any model loads.
 
 A tracker only copies what the cell wrote: the records and summary on disk are the measurement, and a tracker
@@ -83,8 +85,12 @@ def _wandb(cfg: TrackerConfig, results_dir: Path, cid: str, params: dict, metric
 
 
 def _mlflow(cfg: TrackerConfig, results_dir: Path, cid: str, params: dict, metrics: dict, files: list[Path]) -> None:
+    import os
+
     import mlflow
 
+    if cfg.uri is None:  # the local file store: MLflow >= 3.x keeps it in maintenance mode behind this opt-in (the
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # database stores need sqlalchemy: full mlflow)
     mlflow.set_tracking_uri(cfg.uri or (results_dir / "mlruns").absolute().as_uri())
     mlflow.set_experiment(cfg.project)
     with mlflow.start_run(run_name=cid):
