@@ -67,3 +67,16 @@ def test_push_to_the_hub_uploads_the_staged_folder_as_a_dataset(results, monkeyp
     assert ukw["repo_id"] == "me/bench" and ukw["repo_type"] == "dataset"
     assert {"README.md", "cells.parquet", "records.parquet", "results.json"} <= set(files)
     assert sum(f.endswith("/summary.json") for f in files) == 2
+
+
+def test_a_failed_hub_upload_is_one_line_and_status_1(results, monkeypatch, capsys):
+    import huggingface_hub
+
+    class NoNetwork:
+        def create_repo(self, repo_id, **kw):
+            raise OSError("no route to host (test)")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", NoNetwork)
+    assert _subcommand("push", ["--results", str(results), "--hub", "me/bench"]) == 1
+    err = capsys.readouterr().err
+    assert "the upload to me/bench failed (OSError: no route to host (test))" in err and "Traceback" not in err

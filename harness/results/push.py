@@ -96,7 +96,12 @@ def push_main(argv: list[str]) -> int:
         print(f"harness push: {counts['cells']} cells ({counts['merged']} copied, {counts['present']} already there, "
               f"{counts['skipped_unfinished'] + counts['skipped_corrupt']} unfinished or corrupt left out) -> {args.to}")
         return 0
-    url = push_hub(args.results, args.hub, args.private, args.message)
+    try:
+        url = push_hub(args.results, args.hub, args.private, args.message)
+    except (OSError, ValueError) as e:  # the hub's HTTP errors (no token, no network, no rights) are OSErrors
+        print(f"harness push: error: the upload to {args.hub} failed ({type(e).__name__}: {e}); nothing is lost: "
+              f"the results folder is unchanged", file=sys.stderr)
+        return 1
     print(f"harness push: -> {url}")
     return 0
 
