@@ -184,3 +184,24 @@ def test_every_install_line_names_an_extra_of_pyproject_holding_that_package():
     optional = meta["project"]["optional-dependencies"]
     for module, (dist, extra) in extras.MODULES.items():
         assert any(d.split(">")[0].split("<")[0] == dist for d in optional[extra]), (module, dist, extra)
+
+
+@pytest.mark.slow  # a whole process interrupted mid-cell
+def test_a_real_sigint_mid_cell_prints_one_line_and_exits_130(tmp_path):
+    import signal
+    import time
+
+    from cellproc import ROOT
+
+    p = subprocess.Popen([sys.executable, "-m", "harness", "method=sd", "decoding=greedy", "dataset.num_prompts=12",
+                          "runner.progress=false", "gpu=cpu", "pair.device=cpu", "energy=off",
+                          f"results_dir={tmp_path}"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not ignored as in bg jobs
+    start = time.monotonic()
+    while not list(tmp_path.glob("cells/*/records.partial.jsonl")) and time.monotonic() - start < 300:
+        time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["interrupted: rerun the same command to resume"], err[-2000:]
