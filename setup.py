@@ -6,7 +6,7 @@ import atexit
 import shutil
 import tempfile
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 from setuptools.command.build import build
 
 SHIPPED = {"harness.conf": "conf", "harness.data": "tasks"}
@@ -22,7 +22,9 @@ class TemporaryBuild(build):
 
 
 setup(
-    packages=find_packages(include=["harness", "harness.*", "hydra_plugins", "hydra_plugins.*"]) + list(SHIPPED),
+    # hydra_plugins is a namespace package (Hydra's plugin convention: no __init__.py), which find_packages skips
+    packages=find_packages(include=["harness", "harness.*"])
+    + find_namespace_packages(include=["hydra_plugins", "hydra_plugins.*"]) + list(SHIPPED),
     package_dir=SHIPPED,
     package_data={"harness": ["assets/**/*", "py.typed"], **{name: ["**/*"] for name in SHIPPED}},
     cmdclass={"build": TemporaryBuild},
