@@ -27,6 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
+from harness.primitives.device import seed_from
 from harness.primitives.round import Round
 from harness.primitives.stopping import StopCondition
 
@@ -189,7 +190,7 @@ class HFAssisted(Decoder[HFAssistedParams]):
         recorder = _RoundRecorder(counts["proposed" if lookup else "draft"], request.stop)
         saved = self._set_schedule()
         if generator is not None:  # HF samples from the global RNG: seed it from ours
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+            torch.manual_seed(seed_from(generator))
         verbosity = hf_logging.get_verbosity()
         if self.eos_token_id is None:
             hf_logging.set_verbosity_error()

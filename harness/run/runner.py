@@ -36,6 +36,7 @@ from harness.run.cellrun import CellOutcome, CellRun, now
 from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError
 from harness.run.fingerprint import cell_inputs
+from harness.run.warmup import warm_up, warmup_generations  # noqa: F401 (re-exported)
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
 from harness.results.record import CellSummary, build_record, energy_breakdown
@@ -211,14 +212,7 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
     torch.manual_seed(sh.seed)
     c.decoder = c.plan.method.build(sh.pair, sync_timing=sh.runner.breakdown or sh.runner.sync_timing)
     c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (adaptive §5)
-    for _ in range(warmup_generations(sh.runner, c.decoder)):
-        c.decoder.generate(c.fitted[0][0], sh.runner.warmup_new_tokens, seed=sh.seed)
-
-
-def warmup_generations(runner: RunnerConfig, decoder) -> int:
-    """Unrecorded, untimed generations before the first measured prompt: ``runner.warmup_generations``, or the
-    decoder's own need when larger (the Q-learning γ policy's warm-up trials, adaptive App. C.1)."""
-    return max(runner.warmup_generations, decoder.warmup_generations())
+    warm_up(c.decoder, c.fitted[0][0], sh.runner, sh.seed, sh.max_new)  # every set-up cost before the first window
 
 
 def _run(cells: list[CellRun]) -> None:
