@@ -136,7 +136,18 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: Any 
     for c in cells:
         c.release()
     _judge(cells)
+    _track(cells, results_dir)
     return [c.outcome for c in cells]
+
+
+def _track(cells: list[CellRun], results_dir) -> None:
+    """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
+    for c in cells:
+        tracker = c.cfg.get("tracker") or {}
+        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
+            from harness.results.trackers import log_cell
+
+            log_cell(tracker, c.cell_dir, results_dir)
 
 
 def _judge(cells: list[CellRun]) -> None:
@@ -320,8 +331,7 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     store.atomic_write_json(c.cell_dir / store.SEGMENTS, segments)  # kept: a summary rebuilt after deletion
     # (records taken back, nothing rerun) labels the cell from what its segments did
     c.release()
-    c.finish("done")
-    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
+    c.finish("done", note=f"{count} prompts, {summary['tokens_per_s']:.1f} tokens/s")  # announced once, by its line
 
 
 def _identity(c: CellRun, sh: _Shared) -> dict:
