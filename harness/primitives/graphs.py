@@ -68,6 +68,19 @@ def execution_of(model) -> str:
     return "graphs" if graph_runner(model) is not None else "eager"
 
 
+def execution_facts(models: dict) -> dict:
+    """``{"mode", role: runner counters}`` for ``{role: model}`` (the first model's mode): in graphs mode each
+    runner's captured shapes, replays, forwards run uncaptured, cache slots and growths, cumulative since it was
+    made, and whether it captures at all."""
+    first = next(m for m in models.values() if m is not None)
+    facts: dict = {"mode": execution_of(first)}
+    for role, model in models.items():
+        runner = graph_runner(model) if model is not None else None
+        if runner is not None:
+            facts[role] = {**runner.stats, "capture": runner.capture}
+    return facts
+
+
 class GraphRunner:
     """Static caches and captured forwards of one model (see the module docstring)."""
 

@@ -139,7 +139,18 @@ def run_cells(cfgs: list[dict], results_dir: str | Path = "results", force: Any 
     for c in cells:
         c.release()
     _judge(cells)
+    _track(cells, results_dir)
     return [c.outcome for c in cells]
+
+
+def _track(cells: list[CellRun], results_dir) -> None:
+    """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
+    for c in cells:
+        tracker = c.cfg.get("tracker") or {}
+        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
+            from harness.results.trackers import log_cell
+
+            log_cell(tracker, c.cell_dir, results_dir)
 
 
 def _judge(cells: list[CellRun]) -> None:
@@ -296,9 +307,14 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     return gen
 
 
-def interleave_label(segments: list[dict], cid: str) -> tuple[bool, list[str]]:
-    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment ran
-    alongside at least one other cell to its end; the group is the cell and every cell it ran alongside."""
+def interleave_label(segments: list[dict], cid: str, count: int | None = None) -> tuple[bool, list[str]]:
+    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment that
+    ran prompts (``count``: the cell's records; a resume that found them all ran none) ran alongside at least one
+    other cell to its end; the group is the cell and every cell it ran alongside."""
+    if count is not None:
+        ends = [s.get("from_index") for s in segments[1:]] + [count]
+        ran = [s for s, end in zip(segments, ends) if not isinstance(end, int) or s.get("from_index") != end]
+        segments = ran or segments[:1]
     partners = [s.get("interleaved_with") or [] for s in segments]
     together = sorted({cid, *(p for ps in partners for p in ps)})
     interleaved = bool(segments) and all(partners)
@@ -314,11 +330,11 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     summary = CellSummary.of(c.writer.records, summarize_records, identity=_identity(c, sh),
                              run=_run_facts(c, sh, segments, energy_info, gpu_state),
                              integrity={"records_count": count, "records_sha256": digest}).flat()
-    store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
-    (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
+    store.write_summary(c.cell_dir, summary)  # sealed with the results folder's key (harness.results.integrity)
+    store.atomic_write_json(c.cell_dir / store.SEGMENTS, segments)  # kept: a summary rebuilt after deletion
+    # (records taken back, nothing rerun) labels the cell from what its segments did
     c.release()
-    c.finish("done")
-    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
+    c.finish("done", note=f"{count} prompts, {summary['tokens_per_s']:.1f} tokens/s")  # announced once, by its line
 
 
 def _identity(c: CellRun, sh: _Shared) -> dict:
@@ -336,7 +352,7 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
 
 def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
-    interleaved, group = interleave_label(segments, c.cid)
+    interleaved, group = interleave_label(segments, c.cid, len(c.writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
             "env": environment_info(sh.pair.device, sh.pair), "execution": sh.pair.execution_facts(),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
