@@ -41,3 +41,24 @@ def test_speculative_decoding_on_it_is_lossless_and_accepts_often(mini):
 def test_bad_random_references_are_config_errors(target, draft, match):
     with pytest.raises(ConfigError, match=match):
         PairSpec(target=target, draft=draft)
+
+
+@pytest.mark.parametrize("pair", ["llama2_7b_shape_random", "mini_shape_random"])
+@pytest.mark.parametrize("execution", ["eager", "graphs"])
+def test_a_random_pair_validates_offline_without_a_hub_probe(pair, execution, monkeypatch):
+    """``random/...`` is no hub reference: validation neither probes the hub nor reports it missing."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from harness import models
+    from harness.cli.app import CONF_DIR
+    from harness.config.groups import register_configs
+    from harness.config.validation import validate_cell
+
+    monkeypatch.setattr(models, "hub_unreachable", lambda *a, **k: "offline (test)")
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config_name="config", overrides=[
+            f"pair={pair}", f"pair.execution={execution}", "method=sd", "decoding=greedy", "dataset.num_prompts=1",
+            "gpu=cpu"]), resolve=True)
+    assert validate_cell(cfg) == []
