@@ -52,6 +52,11 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
 }
+#: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
+#: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
+#: group: they run interleaved (:func:`harness.cell.interleave_key`) and pair as method and baseline
+#: (:func:`harness.analysis.regime.comparison_items`) -- EAGLE-2 with a γ policy against AR, every policy against AR.
+METHOD_SIDE_KEYS: tuple[str, ...] = ("method", "gamma_policy", "draft_selection")
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
 
@@ -84,6 +89,15 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
         node = out.get(parent) if parent else out
         if isinstance(node, dict) and last in node and node[last] is None:
             del node[last]
+    return out
+
+
+def comparison_config(cfg: Mapping[str, Any]) -> dict:
+    """The identity config without the method's side (:data:`METHOD_SIDE_KEYS`): what a method and its baseline
+    share (pair, dataset and its prompts, decoding, gpu, seed, runner and energy settings)."""
+    out = identity_config(cfg)
+    for key in METHOD_SIDE_KEYS:
+        out.pop(key, None)
     return out
 
 
