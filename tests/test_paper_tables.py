@@ -159,16 +159,19 @@ def test_mcsd_tables_2_3_and_ordering(mcsd):
     c = res.cells
     t2 = paper_mcsd.table2(s)
     assert [r[1:] for r in t2.text.index] == [("Baseline SD", "γ = 4"), ("MCSD", "4 × 2 × 2 × 1"),
-                                               ("Our method", "2 × 4 × 3 × 1 × 1")]
+                                               ("Our method †", "2 × 4 × 3 × 1 × 1")]  # n_t 2: lossy
     assert list(t2.text.columns) == ["tiny/target"]
     rows = list(t2.text.index)
     assert _sources(t2, rows[0], "tiny/target") == {_find(c, "sd", T07, gamma=4)}
     assert _sources(t2, rows[2], "tiny/target") == {_find(c, "mcsd_target_init", T07, k_config="[2, 4, 3, 1, 1]")}
     t3 = paper_mcsd.table3(s)
     rows = list(t3.text.index)
-    assert rows[2][2] == "D = 5, W = 16"
-    assert _sources(t3, rows[2], "tiny/target") == {_find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]")}
-    assert _sources(t3, rows[1], "tiny/target") == {_find(c, "mcsd", T1, k_config="[4, 2, 2, 1, 1]")}
+    assert rows[2][1:] == ("Our method †", "D = 5, W = 16") and rows[1][1] == "MCSD"  # MCSD is lossless
+    ours = _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]")
+    assert list(t3.text.columns) == [("tiny/target", "α"), ("tiny/target", "PPL")]  # quality beside α
+    assert _sources(t3, rows[2], ("tiny/target", "α")) == _sources(t3, rows[2], ("tiny/target", "PPL")) == {ours}
+    assert _sources(t3, rows[1], ("tiny/target", "α")) == {_find(c, "mcsd", T1, k_config="[4, 2, 2, 1, 1]")}
+    assert any("best-of-n_t" in n for n in t3.notes) and any(n.startswith("† lossy") for n in t3.notes)
     order = paper_mcsd.ordering_table(t2)
     assert order.text.shape == (1, 1) and len(_sources(order, order.text.index[0], "tiny/target")) == 3
     _filled(t2)
@@ -179,11 +182,13 @@ def test_mcsd_tables_1_and_4(mcsd):
     res, s = mcsd
     c = res.cells
     t4 = paper_mcsd.table4(s)
-    assert sorted(r[2] for r in t4.text.index) == ["0", "1"]
-    zero = [r for r in t4.text.index if r[2] == "0"][0]
-    assert _sources(t4, zero, "tiny/target") == {_find(c, "mcsd_target_init", "greedy")}
+    assert sorted(r[1] for r in t4.text.index) == ["0", "1 †"]  # greedy, one root: lossless; T 1: lossy
+    zero = [r for r in t4.text.index if r[1] == "0"][0]
+    assert list(t4.text.columns) == [("tiny/target", "α"), ("tiny/target", "PPL")]
+    assert _sources(t4, zero, ("tiny/target", "α")) == {_find(c, "mcsd_target_init", "greedy")}
     t1 = paper_mcsd.table1(s, res.records)
     assert [r[1] for r in t1.text.index] == [2, 3] and list(t1.text.columns) == ["tiny/draft"]
+    assert t1.title.endswith("†")
     ar = _find(c, "ar_sampling", T07)
     assert _sources(t1, t1.text.index[1], "tiny/draft") == {_find(c, "mcsd_target_init", T07,
                                                                   k_config="[3, 4, 3, 1, 1]"), ar}
@@ -242,3 +247,82 @@ def test_the_papers_figures_stand_beside_comparable_rows(tmp_path):
     assert t.paper.loc[llama[0], "EM/EA"] == "74 (L40)" and t.paper.loc[llama[1], "tokens/s"] == "27.11 (L40)"
     tiny = [i for i in t.text.index if i[0].startswith("tiny")]
     assert (t.paper.loc[tiny] == "").all().all()  # not the paper's pair: nothing beside it
+
+
+# ---- issue 32: extra cells that compete for an entry never fill it silently ---------------------------------
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    node = cfg
+    for p in parents:
+        node = node[p]
+    node[last] = value
+
+
+def _with_extra(tmp_path_factory, name: str, extras):
+    """The twin's cells plus ``extras``: (pick(cfg) -> bool, {dotted key: value}) — a copy of each picked cell
+    with the changes (another warp, gpu, method parameter, ...), written as a finished cell."""
+    import copy
+
+    results = tmp_path_factory.mktemp(name + "_extra") / "results"
+    cfgs = compose_twin(name)
+    for i, cfg in enumerate(cfgs):
+        write_composed(results, cfg, secs=1.0 / (1 + i % 5))
+    added = []
+    for pick, changes in extras:
+        for cfg in [c for c in cfgs if pick(c)]:
+            new = copy.deepcopy(cfg)
+            for k, v in changes.items():
+                _set(new, k, v)
+            added.append(write_composed(results, new, secs=0.01))
+    res = read_results(results)
+    return res, quality.cell_summary(res.records, res.cells, **BOOT), added
+
+
+def _is(method: str, temperature: float | None = None, **params):
+    def pick(cfg):
+        ok = cfg["method"]["name"] == method and all(json.dumps(cfg["method"].get(k)) == json.dumps(v)
+                                                     for k, v in params.items())
+        return ok and (temperature is None or cfg["decoding"]["temperature"] == temperature)
+    return pick
+
+
+def test_mcsd_tables_never_mix_another_warp_or_gpu(tmp_path_factory, mcsd):
+    """One extra top-k 20 cell at T 0.7 and one a100 copy of "ours" turned entries into "0.7 ± 0.35" (issue 32.1):
+    every entry stays the paper's cell, and the extra cells form their own blocks, named by the difference."""
+    _, s0 = mcsd
+    res, s, added = _with_extra(tmp_path_factory, "mcsd_tables_tiny", [
+        (_is("sd", 0.7), {"decoding.top_k": 20}), (_is("mcsd_target_init", 1.0), {"gpu.name": "a100"}),
+        (_is("mcsd_target_init", 0.0), {"gpu.name": "a100"})])
+    c = res.cells
+    for build in (paper_mcsd.table2, paper_mcsd.table3, paper_mcsd.table4):
+        t0, t = build(s0), build(s)
+        assert not any("±" in str(x) for x in t.text.to_numpy().ravel()), t.text
+        for r in t.text.index:  # every extra cell in an entry of its own, never beside the twin's
+            for col in t.text.columns:
+                ids = _sources(t, r, col)
+                assert not (ids & set(added) and ids - set(added)), (build.__name__, r, col, ids)
+        # the twin's own entries are unchanged
+        for row in t0.text.index:
+            match = [r for r in t.text.index if r[1:] == row[1:] and "a100" not in str(r[0]) and "top-k 20"
+                     not in str(r[0])]
+            assert len(match) == 1, (build.__name__, row, list(t.text.index))
+            assert (t.sources.loc[match[0]].values == t0.sources.loc[row].values).all()
+    t4 = paper_mcsd.table4(s)
+    assert any("a100" in str(r[0]) for r in t4.text.index)  # Table 4 keeps the GPU apart
+    sd07 = _find(c, "sd", T07, gamma=4)
+    t2 = paper_mcsd.table2(s)
+    assert any(_sources(t2, r, col) == {sd07} for r in t2.text.index for col in t2.text.columns)
+
+
+def test_an_entry_refuses_competing_settings_and_names_the_difference(mcsd):
+    """Two cells of one spec that differ in a method parameter the table does not name compete for one
+    entry: n/a, naming the parameter and its values — never a mean over them."""
+    from harness.analysis.paper import choose
+
+    res, s = mcsd
+    rows = s[(s["method_name"] == "mcsd_target_init") & (s["regime"] != "greedy")]
+    chosen, why = choose(rows, "ours")
+    assert chosen.empty and "method.k_config" in why and "decoding.temperature (0.7 vs 1)" in why
+    one = rows.iloc[:1]
+    assert choose(pd.concat([one, one.assign(seed=1, cell_id="x")]), "ours")[1] == ""  # seeds are repeats
