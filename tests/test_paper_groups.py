@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from harness.analysis.load import read_results
-from harness.cell import interleave_key
-from harness.plan import units
+from harness.run.cell import interleave_key
+from harness.run.plan import units
 from synth_results import compose_twin, write_composed
 
 

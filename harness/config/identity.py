@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.legacy import layout_0_2
+from harness.config.legacy import layout_0_2
 
 # dotted key -> why it cannot change a result (tested: tests/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
@@ -54,11 +54,11 @@ ABSENT_WHEN_NULL: dict[str, str] = {
 }
 #: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
 #: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
-#: group: they run interleaved (:func:`harness.cell.interleave_key`) and pair as method and baseline
+#: group: they run interleaved (:func:`harness.run.cell.interleave_key`) and pair as method and baseline
 #: (:func:`harness.analysis.regime.comparison_items`) -- EAGLE-2 with a γ policy against AR, every policy against AR.
 METHOD_SIDE_KEYS: tuple[str, ...] = ("method", "gamma_policy", "draft_selection")
 HASH_CHARS = 12
-SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
+SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)
 
 
 class CellConflict(ConfigError):
@@ -78,7 +78,7 @@ def _drop(cfg: dict, dotted: str) -> None:
 
 def identity_config(cfg: Mapping[str, Any]) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.legacy.layout_0_2`:
+    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.config.legacy.layout_0_2`:
     the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
     out = layout_0_2(cfg)
     out.pop("hydra", None)
