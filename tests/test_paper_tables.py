@@ -115,16 +115,17 @@ def test_mtad_tables_3_4_5(mtad):
     row = t3.text.index[0]
     assert _sources(t3, row, ("tiny", "MS")) == {_find(c, "ar_sampling", MAIN)}  # not Table 12's warps
     t4 = paper_mtad.table4(s)
-    assert list(t4.text.columns) == ["speculative", "BiLD", "Spectr", "SpecInfer", "MTAD"]
+    assert list(t4.text.columns) == ["speculative", "BiLD †", "Spectr", "SpecInfer", "MTAD †"]  # lossy: †
     assert [r[1] for r in t4.text.index] == ["speed (token/s) ↑", "energy (J/token) ↓", "perplexity ↓"]
     row = t4.text.index[0]
-    assert _sources(t4, row, "MTAD") == {_find(c, "mtad", MAIN, draft_width=8, tau=0.1)}  # not the ablations'
+    assert _sources(t4, row, "MTAD †") == {_find(c, "mtad", MAIN, draft_width=8, tau=0.1)}  # not the ablations'
     assert _sources(t4, row, "speculative") == {_find(c, "sd", MAIN)}
     assert _sources(t4, row, "Spectr") == {_find(c, "spectr", MAIN, num_drafts=2)}
     _filled(t4)
     t5 = paper_mtad.table5(s)
-    assert list(t5.text.index) == ["speculative", "BiLD", "Spectr", "SpecInfer", "MTAD"]
-    assert _sources(t5, "BiLD", t5.text.columns[0]) == {_find(c, "bild")}
+    assert list(t5.text.index) == ["speculative", "BiLD †", "Spectr", "SpecInfer", "MTAD †"]
+    assert _sources(t5, "BiLD †", t5.text.columns[0]) == {_find(c, "bild")}
+    assert any(n.startswith("† lossy") for n in t4.notes + t5.notes)
 
 
 def test_mtad_ablations(mtad):
@@ -138,7 +139,8 @@ def test_mtad_ablations(mtad):
     assert [r[1] for r in t3.text.index] == ["0", "0.1", "0.5", "0.9", "1"]
     t12 = paper_mtad.topk_topp_table(s)
     assert sorted(r[1:] for r in t12.text.index) == sorted([("20", "0.9"), ("20", "0.8"), ("10", "0.9"), ("10", "0.8")])
-    assert set(t12.text.columns.get_level_values(0)) == {"AR (the paper's 'Greedy')", "Speculative", "MTAD (MJSD)"}
+    assert set(t12.text.columns.get_level_values(0)) == {"AR (the paper's 'Greedy')", "Speculative", "MTAD (MJSD) †"}
+    assert t7.title.endswith("†")
     row = [r for r in t12.text.index if r[1:] == ("10", "0.8")][0]
     assert _sources(t12, row, ("Speculative", "tokens/s")) == {_find(c, "sd", "T 1 · top-k 10 · top-p 0.8")}
     _filled(t12)
@@ -326,3 +328,48 @@ def test_an_entry_refuses_competing_settings_and_names_the_difference(mcsd):
     assert chosen.empty and "method.k_config" in why and "decoding.temperature (0.7 vs 1)" in why
     one = rows.iloc[:1]
     assert choose(pd.concat([one, one.assign(seed=1, cell_id="x")]), "ours")[1] == ""  # seeds are repeats
+
+
+def _never_mixed(t0, t, added: list[str]) -> None:
+    """The twin's table ``t0`` against ``t`` on the twin plus ``added`` cells: no extra cell shares an entry with
+    the twin's cells, nothing became a spread, and every filled entry of ``t0`` is still there, from the same
+    cells (its row within the block and its column's method may sit in a block named by the difference)."""
+    assert not any("±" in str(x) for x in t.text.to_numpy().ravel()), (t.key, t.text)
+    found = {}
+    for r in t.text.index:
+        for col in t.text.columns:
+            ids = _sources(t, r, col)
+            assert not (ids & set(added) and ids - set(added)), (t.key, r, col, ids)
+            found.setdefault(frozenset(ids), []).append((r, col))
+    for r in t0.text.index:
+        for col in t0.text.columns:
+            ids = _sources(t0, r, col)
+            if ids and not str(t0.text.loc[r, col]).startswith("n/a") and frozenset(ids) not in found:
+                # else refused: an extra cell of another setting competes for this very entry, named
+                same = [t.text.loc[x, c] for x in t.text.index for c in t.text.columns if _tail(x) == _tail(r)
+                        and (c == col or not isinstance(x, tuple))]
+                assert any("settings compete, differing in" in str(x) for x in same), (t0.key, r, col, ids, same)
+
+
+def _tail(row):
+    return row[1:] if isinstance(row, tuple) else row
+
+
+def test_mtad_tables_never_mix_another_gpu_length_or_policy(tmp_path_factory, mtad):
+    _, s0 = mtad
+    main = {"decoding.top_k": 20, "decoding.top_p": 0.9}
+    res, s, added = _with_extra(tmp_path_factory, "mtad_tables_tiny", [
+        (lambda c: c["method"]["name"] == "sd" and c["decoding"]["top_p"] == 0.9 and c["decoding"]["top_k"] == 20,
+         {"gpu.name": "a100"}),
+        (_is("mtad", draft_width=8, tau=0.1), {"max_new_tokens": 64, **main}),
+        (_is("bild"), {"method.rollback_threshold": 2}),
+        (_is("spectr"), {"decoding.temperature": 0.7, **main})])
+    assert len(added) >= 5
+    for build in (paper_mtad.table3, paper_mtad.table4, paper_mtad.table5, paper_mtad.beams_table,
+                  paper_mtad.tau_table, paper_mtad.topk_topp_table):
+        _never_mixed(build(s0), build(s), added)
+    t4 = paper_mtad.table4(s)
+    assert any("max_new_tokens 64" in str(r[0]) for r in t4.text.index)  # its own block, named by the difference
+    # the tiny pair has no Table 15 column: BiLD's thresholds are not fixed, so two BiLD cells compete — refused
+    bild = t4.text.loc[[r for r in t4.text.index if "max_new_tokens 32" in r[0]][0], "BiLD †"]
+    assert "method.rollback_threshold (1 vs 2)" in bild

@@ -24,9 +24,9 @@ from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, bl
 from harness.analysis.quality import primary
 from harness.analysis.specs import MethodSpec
 
-T2 = (("Baseline SD", "γ = 4", "sd[gamma=4]"), ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
+T2 = (("Baseline SD", "γ = 4", "sd[gamma=4,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
       ("Our method", "2 × 4 × 3 × 1 × 1", "mcsd_target_init[k_config=[2,4,3,1,1]]"))
-T3 = (("Baseline SD", "γ = 5", "sd[gamma=5]"), ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
+T3 = (("Baseline SD", "γ = 5", "sd[gamma=5,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
       ("Our method", "D = 5, W = 16", "mcsd_target_init[k_config=[16,1,1,1,1,1]]"))
 OURS_DYNAMIC = MethodSpec.parse(T3[2][2])
 PAPER_KEY = {"Baseline SD": "SD", "MCSD": "MCSD", "Our method": "ours"}
