@@ -70,7 +70,7 @@ def test_dsbd_table1_rows_columns_and_cells(dsbd):
     assert list(t.text.columns) == ["PPL", "tokens/s", "J/token"]  # kjv_heldout: no EM/EA, quality is PPL
     assert [r[1] for r in t.text.index][:3] == ["Multinomial", "SpecDecode", "SpecInfer"]
     dsbd_row = t.text.index[3]
-    assert dsbd_row[1].startswith("DSBD (dsbd") and "mem" in dsbd_row[1]
+    assert dsbd_row[1].startswith("DSBD † (dsbd") and "mem" in dsbd_row[1] and dsbd_row[1].count("†") == 1
     assert _sources(t, (block, "Multinomial"), "PPL") == {_find(c, "ar_sampling")}
     assert _sources(t, (block, "SpecDecode"), "tokens/s") == {_find(c, "sd")}
     assert _sources(t, (block, "SpecInfer"), "J/token") == {_find(c, "specinfer")}
@@ -84,9 +84,9 @@ def test_dsbd_mtbench_table_and_front_grid(dsbd):
     res, s = dsbd
     c = res.cells
     t = paper_dsbd.mtbench_table(s)
-    assert [r[1] for r in t.text.index] == ["SpecInfer", "Beam (W=5)", "DSBD"]
+    assert [r[1] for r in t.text.index] == ["SpecInfer", "Beam (W=5) †", "DSBD †"]
     assert list(t.text.columns) == ["Score", "Token/s", "J/token"]
-    assert _sources(t, ("tiny", "Beam (W=5)"), "Score") == {_find(c, "beam_sampling", width=5)}
+    assert _sources(t, ("tiny", "Beam (W=5) †"), "Score") == {_find(c, "beam_sampling", width=5)}
     grid = paper_dsbd.grid_cells(s)
     assert set(grid[grid["grid_role"] == "beam sampling"]["cell_id"]) == {_find(c, "beam_sampling", width=w)
                                                                            for w in (1, 2)}
@@ -373,3 +373,25 @@ def test_mtad_tables_never_mix_another_gpu_length_or_policy(tmp_path_factory, mt
     # the tiny pair has no Table 15 column: BiLD's thresholds are not fixed, so two BiLD cells compete — refused
     bild = t4.text.loc[[r for r in t4.text.index if "max_new_tokens 32" in r[0]][0], "BiLD †"]
     assert "method.rollback_threshold (1 vs 2)" in bild
+
+
+def test_dsbd_one_front_per_pair_gpu_and_regime(tmp_path_factory, dsbd):
+    """A faster pair's cells erased the tiny pair's front (3 points -> 0; issue 32.2): one front per pair × gpu ×
+    regime, and the tables keep the other pair, gpu and warp apart."""
+    res0, s0 = dsbd
+    grid0 = paper_dsbd.grid_cells(s0)
+    on0 = paper_dsbd.front_masks(grid0, quality.PPL, False, "tokens_per_s")["DSBD front"][0]
+    grid_tiny = lambda g: g[(g["pair"] == "tiny") & (g["gpu"] == "cpu")]  # noqa: E731
+    res, s, added = _with_extra(tmp_path_factory, "dsbd_tables_tiny", [
+        (lambda c: True, {"pair.name": "fast"}),  # every cell again on a pair 100 x faster
+        (_is("dsbd", memory_constrained=False), {"gpu.name": "a100"}),
+        (_is("specinfer"), {"decoding.top_k": 20})])
+    grid = paper_dsbd.grid_cells(s)
+    masks = paper_dsbd.front_masks(grid, quality.PPL, False, "tokens_per_s")
+    on = masks["DSBD front"][0]
+    assert on0.sum() >= 1 and on[grid_tiny(grid).index].sum() == on0.sum()
+    assert set(grid.loc[on[on].index].query("pair == 'tiny' and gpu == 'cpu'")["cell_id"]) == \
+        set(grid0.loc[on0[on0].index]["cell_id"])
+    assert on[grid[(grid["pair"] == "fast")].index].sum() >= 1 and on[grid[grid["gpu"] == "a100"].index].sum() >= 1
+    for build in (paper_dsbd.table1, paper_dsbd.mtbench_table):
+        _never_mixed(build(s0), build(s), added)

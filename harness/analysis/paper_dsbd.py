@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from harness.analysis import pareto
 from harness.analysis import paper_values as pv
-from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, block_rows, blocks, choose,
-                                    column_entry)
+from harness.analysis.paper import (LOSSY_MARK, LOSSY_NOTE, Entry, PaperTable, assemble, block_names, block_rows,
+                                    blocks, choose, column_entry, contextualise, mark)
 from harness.analysis.quality import PPL, primary
 from harness.analysis.specs import MethodSpec
 
@@ -45,6 +46,24 @@ def grid_cells(summary: pd.DataFrame) -> pd.DataFrame:
             rows = rows[pd.to_numeric(rows["param.width"], errors="coerce") <= 4]
         out.append(rows.assign(grid_role=role))
     return pd.concat(out) if out else summary.iloc[0:0]
+
+
+def front_masks(grid: pd.DataFrame, quality: str, higher: bool, cost: str) -> dict[str, tuple[pd.Series, str]]:
+    """The §4.2 figure's lines: {"DSBD front": (mask, "-"), "beam sampling": (mask, "--")} over ``grid``
+    (:func:`grid_cells`), one Pareto front per pair × dataset × gpu × regime (and any other setting that varies:
+    :func:`~harness.analysis.paper.blocks`) — a faster pair never takes the front of another pair's points."""
+    out = {}
+    for name, role, style in (("DSBD front", "DSBD", "-"), ("beam sampling", "beam sampling", "--")):
+        mask = pd.Series(False, index=grid.index)
+        for _, g in blocks(grid):
+            fam = g[g["grid_role"] == role]
+            if len(fam) and role == "DSBD":
+                on = pareto.pareto_mask(fam[cost], fam[quality], pareto.COSTS[cost], higher)
+                mask[fam.index[on]] = True
+            elif len(fam):
+                mask[fam.index] = True
+        out[name] = (mask, style)
+    return out
 
 
 def select_constrained(dsbd: pd.DataFrame, quality: str, higher: bool, spd: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -85,6 +104,7 @@ def _constrained(summary: pd.DataFrame, key: tuple):
 
 def table1(summary: pd.DataFrame) -> PaperTable:
     """Table 1 (000) / Table 2 (001): comparison under memory constraints."""
+    summary = contextualise(summary)
     entries, rules, found = [], [], blocks(summary[CONSTRAINED.mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
@@ -94,18 +114,24 @@ def table1(summary: pd.DataFrame) -> PaperTable:
             (PPL, "PPL", False, 1), ("tokens_per_s", "tokens/s", True, 2), ("j_per_token", "J/token", False, 3))
         for role, spec in TABLE1_ROLES:
             rows, why = (chosen, "") if role == "DSBD" else choose(g[spec.mask(g)], role)
-            label = f"DSBD ({chosen['label'].iloc[0]})" if role == "DSBD" and not chosen.empty else role
+            label = f"{mark(role, rows)} ({str(chosen['label'].iloc[0]).removesuffix(LOSSY_MARK)})" \
+                if role == "DSBD" and not chosen.empty else mark(role, rows)
             for col, header, hib, i in cols:
                 entries.append(column_entry(rows, col, (names[key], label), (header,), hib,
                                             _paper(pv.DSBD_TABLE1, key[0], key[1], role, i), why))
     return assemble("dsbd.table1", "DSBD Table 1 (000) = Table 2 (001): comparison under memory constraints",
                     f"Each method keeps one KV-cache sequence (§4.3). {common}. Bold: best per column in each block.",
-                    entries, ["block", "method"], ["measure"], notes=rules)
+                    entries, ["block", "method"], ["measure"], notes=rules + _lossy_note(entries))
+
+
+def _lossy_note(entries) -> list[str]:
+    return [LOSSY_NOTE] if any(LOSSY_MARK in str(e.row[1]) for e in entries) else []
 
 
 def mtbench_table(summary: pd.DataFrame) -> PaperTable:
     """Table 1 (001): SpecInfer, beam sampling W = 5 and DSBD, in every block with a W = 5 beam cell."""
     entries, notes = [], []
+    summary = contextualise(summary)
     found = blocks(summary[MTBENCH_ROLES[1][1].mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
@@ -120,12 +146,13 @@ def mtbench_table(summary: pd.DataFrame) -> PaperTable:
                                                    ("j_per_token", "J/token", False))):
                 vals = pv.DSBD_MTBENCH.get(pv.paper_pair("dsbd", key[0]), {}).get(role) \
                     if pv.paper_dataset("dsbd", key[1]) == "MT-Bench" else None
-                e = column_entry(rows, col, (names[key], role), (header,), hib, f"{vals[i]} (L40)" if vals else "", why=why)
+                e = column_entry(rows, col, (names[key], mark(role, rows)), (header,), hib,
+                                 f"{vals[i]} (L40)" if vals else "", why=why)
                 entries.append(e)
     return assemble("dsbd.mtbench", "DSBD Table 1 (001): MT-Bench with SpecInfer, beam sampling (W = 5) and DSBD",
                     f"DSBD keeps one KV-cache sequence (001 §4.3). {common}. The paper's score is GPT-4's; ours is the "
                     "task's primary metric (the judge's mt_bench_score where judged, else perplexity).",
-                    entries, ["block", "method"], ["measure"], notes=notes)
+                    entries, ["block", "method"], ["measure"], notes=notes + _lossy_note(entries))
 
 
 def iso_table(iso: pd.DataFrame) -> PaperTable:

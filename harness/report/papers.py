@@ -47,36 +47,29 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
     doc.p(f"{ref('dsbd').cite()} — §4.2 front and iso-quality, Table 1 (memory constraint), 001 Table 1 (MT-Bench), "
           "App. C.2 (W̄). Warp: the cells' decoding (the papers: top-k 10, top-p 0.8).")
     grid = paper_dsbd.grid_cells(s)
-    for dataset, g in grid.groupby("dataset", sort=False):
-        prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
+    found = paper.blocks(grid)
+    for key, g in found:  # one figure, and one front per family, per pair × dataset × gpu × regime
+        prim = quality.primary(a.cells[a.cells["dataset"] == key[1]], a.records)
         for cost, label in (("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)")):
             if g[cost].notna().any() and prim.column in g and g[prim.column].notna().any():
-                doc.fig(f"dsbd_front_{dataset}_{cost}", plots.pareto(g, prim.column, cost, label, prim.higher_is_better,
-                                                                     fronts=_fronts(g, prim, cost)),
-                        f"DSBD §4.2 ({dataset}): {quality.quality_label(prim.column, prim.higher_is_better)} vs {label}; "
-                        "solid: DSBD's Pareto front (unconstrained grid), dashed: beam sampling W = 1..4; SpD and "
-                        "SpecInfer as points. Memory-constrained cells are not on this figure (Table 1).")
-    iso = pareto.iso_quality(a.records, a.cells[a.cells["cell_id"].isin(grid["cell_id"])],
-                             [(paper_dsbd.GRID["DSBD"], paper_dsbd.GRID["beam sampling"])],
-                             n_resamples=min(500, a.boot["n_resamples"]))
+                slug = "_".join(str(x) for x in key if str(x)).replace(" ", "").replace("·", "_").replace("/", "_")
+                doc.fig(f"dsbd_front_{slug}_{cost}", plots.pareto(g, prim.column, cost, label, prim.higher_is_better,
+                                                                  fronts=paper_dsbd.front_masks(
+                                                                      g, prim.column, prim.higher_is_better, cost)),
+                        f"DSBD §4.2 ({paper.block_title(*key[:4])}): "
+                        f"{quality.quality_label(prim.column, prim.higher_is_better)} vs {label}; solid: DSBD's Pareto "
+                        "front (unconstrained grid), dashed: beam sampling W = 1..4; SpD and SpecInfer as points. "
+                        "Memory-constrained cells are not on this figure (Table 1).")
+    isos = [pareto.iso_quality(a.records, a.cells[a.cells["cell_id"].isin(g["cell_id"])],  # per block: never mixed
+                               [(paper_dsbd.GRID["DSBD"], paper_dsbd.GRID["beam sampling"])],
+                               n_resamples=min(500, a.boot["n_resamples"])) for _, g in found]
+    iso = pd.concat(isos, ignore_index=True) if isos else pd.DataFrame()
     _show(doc, a, paper_dsbd.iso_table(iso))
     _show(doc, a, paper_dsbd.table1(s))
     _show(doc, a, paper_dsbd.mtbench_table(s))
     width, points = paper_dsbd.width_table(s, a.records)
     _show(doc, a, width)
     doc.fig("dsbd_width", plots.width_scatter(points), "DSBD App. C.2: W̄ against quality, tokens/s and J/token")
-
-
-def _fronts(g: pd.DataFrame, prim, cost: str) -> dict:
-    out = {}
-    for name, role, style in (("DSBD front", "DSBD", "-"), ("beam sampling", "beam sampling", "--")):
-        fam = g[g["grid_role"] == role]
-        mask = pd.Series(False, index=g.index)
-        if len(fam):
-            on = pareto.pareto_mask(fam[cost], fam[prim.column], pareto.COSTS[cost], prim.higher_is_better)
-            mask[fam.index[on] if role == "DSBD" else fam.index] = True
-        out[name] = (mask, style)
-    return out
 
 
 def sec_mtad(doc: Doc, a: Analysis) -> None:
