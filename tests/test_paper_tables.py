@@ -218,11 +218,20 @@ def test_adaptive_tables_2_3_and_policies(adaptive):
     t3 = paper_adaptive.table3(s, res.records, res.excluded, **BOOT)
     assert [r for r in t3.text.index] == ["tiny_multi (w/o draft selection)", "tiny_multi (w/ draft selection)"]
     col = t3.text.columns[0]
-    assert _sources(t3, "tiny_multi (w/o draft selection)", col) == {online, fixed}
+    sd4 = c[(c["method_name"] == "sd") & (c["pair"] == "tiny_draft4")]
+    online4 = sd4[sd4["param.gamma_policy"] == "online"]["cell_id"].item()
+    fixed4 = sd4[sd4["param.gamma_policy"] == "fixed"]["cell_id"].item()
+    without = _sources(t3, "tiny_multi (w/o draft selection)", col)
+    assert without in ({online, fixed}, {online4, fixed4})  # the better single draft's SPS (the paper's w/o)
+    sps = {d: paper_adaptive.paired(paper_adaptive._same_prompts(res.records, sel), c[c["cell_id"] == o],
+                                    c[c["cell_id"] == f], **BOOT)[0] for d, o, f in (("draft", online, fixed),
+                                                                                    ("draft4", online4, fixed4))}
+    assert without == ({online, fixed} if sps["draft"] >= sps["draft4"] else {online4, fixed4})
     assert _sources(t3, "tiny_multi (w/ draft selection)", col) == {sel, fixed}
-    assert "(n=4)" in t3.text.loc["tiny_multi (w/ draft selection)", col]  # 6 prompts − 2 fit-phase ones
+    for row in t3.text.index:  # 6 prompts − 2 fit-phase ones, in both rows
+        assert "(n=4" in t3.text.loc[row, col], t3.text.loc[row, col]
     pol = paper_adaptive.policy_table(s, res.records, **BOOT)
-    assert [r[1] for r in pol.text.index] == list(paper_adaptive.POLICIES)
+    assert [r[1] for r in pol.text.index if "draft4" not in r[0]] == list(paper_adaptive.POLICIES)
     _filled(t2)
     sweeps, comparisons = oracle_tables(res.cells, res.records, **BOOT)
     assert len(sweeps) == 1 and sweeps["gammas"].iloc[0] == "1,2,3,4,6,8"
@@ -395,3 +404,17 @@ def test_dsbd_one_front_per_pair_gpu_and_regime(tmp_path_factory, dsbd):
     assert on[grid[(grid["pair"] == "fast")].index].sum() >= 1 and on[grid[grid["gpu"] == "a100"].index].sum() >= 1
     for build in (paper_dsbd.table1, paper_dsbd.mtbench_table):
         _never_mixed(build(s0), build(s), added)
+
+
+def test_adaptive_tables_never_mix_another_gpu_or_length(tmp_path_factory, adaptive):
+    _, s0 = adaptive
+    res, s, added = _with_extra(tmp_path_factory, "adaptive_tables_tiny", [
+        (lambda c: c["pair"]["name"] == "tiny" and c["method"]["name"] in ("ar", "sd"), {"gpu.name": "a100"}),
+        (lambda c: c["pair"]["name"] == "tiny_draft4", {"max_new_tokens": 64})])
+    t2 = paper_adaptive.table2(s, res.records, **BOOT)
+    assert ("a100", "SPS") in t2.text.columns  # the paper's layout: a column per GPU
+    _never_mixed(paper_adaptive.table2(s0, res.records, **BOOT), t2, added)
+    _never_mixed(paper_adaptive.table3(s0, res.records, res.excluded, **BOOT),
+                 paper_adaptive.table3(s, res.records, res.excluded, **BOOT), added)
+    _never_mixed(paper_adaptive.policy_table(s0, res.records, **BOOT), paper_adaptive.policy_table(s, res.records, **BOOT),
+                 added)

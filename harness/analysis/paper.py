@@ -279,6 +279,15 @@ def _covered(key: str, by) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes) or key == "method" or key.startswith("method.")
 
 
+def context_keys(cells: pd.DataFrame, laid_out=()) -> pd.Series:
+    """Per cell, its full setting without the method's and without ``laid_out``'s (e.g. ``["pair"]``: the cells
+    of other pairs in the same setting share the key), as text."""
+    if cells.empty:
+        return pd.Series(dtype=object, index=cells.index)
+    return pd.Series([json.dumps({k: v for k, v in i.items() if not _covered(k, laid_out)}, sort_keys=True,
+                                 default=str) for i in settings(cells)], index=cells.index)
+
+
 def contextualise(summary: pd.DataFrame, keys=BLOCK, laid_out=()) -> pd.DataFrame:
     """``summary`` with a ``setting`` column: per cell, the settings outside the block ``keys``, the table's
     layout (``laid_out``: what its rows and columns show, e.g. the pair as columns) and the method that vary
