@@ -184,10 +184,14 @@ def test_mcsd_tables_1_and_4(mcsd):
     res, s = mcsd
     c = res.cells
     t4 = paper_mcsd.table4(s)
-    assert sorted(r[1] for r in t4.text.index) == ["0", "1 †"]  # greedy, one root: lossless; T 1: lossy
-    zero = [r for r in t4.text.index if r[1] == "0"][0]
+    assert [r[1] for r in t4.text.index] == ["0 (one root: the target's argmax)",  # exact
+                                             "0 (target's top-n_t roots, the paper's) †", "1 †"]  # lossy
+    zero = t4.text.index[0]
+    top = _find(c, "mcsd_target_init", "greedy", greedy_roots="top_nt")
+    assert _sources(t4, t4.text.index[1], ("tiny/target", "α")) == {top}
+    assert any("top_nt" in n for n in t4.notes)
     assert list(t4.text.columns) == [("tiny/target", "α"), ("tiny/target", "PPL")]
-    assert _sources(t4, zero, ("tiny/target", "α")) == {_find(c, "mcsd_target_init", "greedy")}
+    assert _sources(t4, zero, ("tiny/target", "α")) == {_find(c, "mcsd_target_init", "greedy", greedy_roots=float("nan"))}
     t1 = paper_mcsd.table1(s, res.records)
     assert [r[1] for r in t1.text.index] == [2, 3] and list(t1.text.columns) == ["tiny/draft"]
     assert t1.title.endswith("†")

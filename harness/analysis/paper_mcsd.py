@@ -149,10 +149,10 @@ def _temp_row(cells: pd.DataFrame) -> str:
     """Table 4's row: the temperature (the paper's warp), else the whole regime; under greedy, the root rule."""
     regime = str(cells["regime"].iloc[0])
     text = f"{_temperature(regime):g}" if _plain(regime) else regime
-    roots = cells.get(f"param.{GREEDY_ROOTS}")
-    if regime == "greedy" and roots is not None and roots.notna().any():
-        rule = str(roots.dropna().iloc[0])
-        text += " (target's top-n_t roots, the paper's)" if rule == "top_nt" else " (one root: the target's argmax)"
+    roots = cells.get(f"param.{GREEDY_ROOTS}", pd.Series(dtype=object)).dropna()
+    if regime == "greedy":
+        top = len(roots) and str(roots.iloc[0]) == "top_nt"
+        text += " (target's top-n_t roots, the paper's)" if top else " (one root: the target's argmax)"
     return text
 
 

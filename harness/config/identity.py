@@ -49,6 +49,8 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
                                        "before HF's prompt lookup became an option",
+    "method.greedy_roots": "mcsd_target_init: null = the target's argmax as the one greedy root, what every cell "
+                           "measured before the paper's top-n_t option existed",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
 }
