@@ -422,3 +422,47 @@ def test_adaptive_tables_never_mix_another_gpu_or_length(tmp_path_factory, adapt
                  paper_adaptive.table3(s, res.records, res.excluded, **BOOT), added)
     _never_mixed(paper_adaptive.policy_table(s0, res.records, **BOOT), paper_adaptive.policy_table(s, res.records, **BOOT),
                  added)
+
+
+def test_adaptive_tables_4_and_8(adaptive):
+    res, s = adaptive
+    c = res.cells
+    ar = c[(c["method_name"] == "ar_greedy") & (c["pair"] == "tiny")]["cell_id"].item()
+    online = c[(c["method_name"] == "sd") & (c["pair"] == "tiny") & (c["param.gamma_policy"] == "online")]["cell_id"].item()
+    t4 = paper_adaptive.table4(s, res.records, **BOOT)
+    assert [r[1] for r in t4.text.index] == ["SpecDec++ (threshold 0.3)", "SpecDec++ (threshold 0.6)",
+                                             "SpecDec++ (threshold 0.9)", "ours (online)"]
+    assert list(t4.text.columns) == [("cpu", "× AR"), ("cpu", "ours ÷ it")]
+    spp = c[(c["param.gamma_policy"] == "specdecpp") & (c["param.threshold"] == 0.6)]["cell_id"].item()
+    assert _sources(t4, t4.text.index[1], ("cpu", "× AR")) == {spp, ar}
+    assert _sources(t4, t4.text.index[1], ("cpu", "ours ÷ it")) == {online, spp}
+    assert _sources(t4, t4.text.index[3], ("cpu", "× AR")) == {online, ar}
+    t8 = paper_adaptive.table8(s, res.records, **BOOT)
+    e2 = c[c["method_name"] == "eagle2"]
+    fixed, adaptive_ = (e2[e2["param.gamma_policy"] == p]["cell_id"].item() for p in ("fixed", "online"))
+    row = t8.text.index[0]
+    assert list(t8.text.columns) == [("cpu", "EAGLE-2 × AR"), ("cpu", "adaptive depth × AR"),
+                                     ("cpu", "adaptive ÷ EAGLE-2")]
+    assert _sources(t8, row, ("cpu", "EAGLE-2 × AR")) == {fixed, ar}  # AR pairs with EAGLE-2 (issue 32.4)
+    assert _sources(t8, row, ("cpu", "adaptive ÷ EAGLE-2")) == {adaptive_, fixed}
+    _filled(t4)
+    _filled(t8)
+
+
+def test_mcsd_figs_3_and_5_speedups(mcsd):
+    from harness.analysis import paper_figures
+
+    res, s = mcsd
+    c = res.cells
+    f3 = paper_mcsd.fig3(s, res.records, **BOOT)
+    assert list(f3.text.columns) == ["Baseline SD (γ = 4)", "MCSD (4 × 2 × 2 × 1)", "Our method † (2 × 4 × 3 × 1 × 1)"]
+    row = f3.text.index[0]
+    assert row[1] == "tiny/draft + tiny/target"
+    assert _sources(f3, row, "Baseline SD (γ = 4)") == {_find(c, "sd", T07, gamma=4), _find(c, "ar_sampling", T07)}
+    f5 = paper_mcsd.fig5(s, res.records, **BOOT)
+    assert _sources(f5, f5.text.index[0], "Our method † (D = 5, W = 16)") == {
+        _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]"), _find(c, "ar_sampling", T1)}
+    _filled(f3)
+    _filled(f5)
+    fig = paper_figures.bars(f3, "speed-up over AR", reference=1.0)
+    assert fig is not None and len(fig.axes[0].patches) == 3  # one bar per method and pair

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from harness.analysis.paired import pair_prompts, ratio_estimates
+
 NA = "n/a"
 NAN = math.nan
 
@@ -51,6 +53,7 @@ class PaperTable:
     notes: list[str] = field(default_factory=list)
     printed: pd.DataFrame | None = None  # the paper's table as printed (when no row here is comparable)
     printed_caption: str = ""
+    values: pd.DataFrame | None = None  # the entries' numbers (NaN where n/a): what a figure draws
 
     @property
     def empty(self) -> bool:
@@ -105,7 +108,7 @@ def assemble(key: str, title: str, caption: str, entries: list[Entry], row_names
                   for c in range(len(cols)) for block in blocks]
     bold, under = _rank(values, higher, groups)
     return PaperTable(key, title, caption, frames["text"], frames["sources"], frames["paper"], bold,
-                      under if second else under & False, list(notes), printed, printed_caption)
+                      under if second else under & False, list(notes), printed, printed_caption, values)
 
 
 # ---- values of entries ------------------------------------------------------------------------------------
@@ -224,6 +227,15 @@ def lossy(rows: pd.DataFrame) -> bool:
 def mark(name: str, rows: pd.DataFrame) -> str:
     """``name`` with † where its cells are lossy (:func:`lossy`)."""
     return name + LOSSY_MARK if lossy(rows) else name
+
+
+def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
+    """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
+    if len(a) != 1 or len(b) != 1:
+        return np.nan, np.nan, np.nan, 0, tuple(a.get("cell_id", ())) + tuple(b.get("cell_id", ()))
+    p = pair_prompts(records, a["cell_id"].iloc[0], b["cell_id"].iloc[0])
+    est = ratio_estimates(p, **boot)
+    return est["speedup"], est["speedup_lo"], est["speedup_hi"], len(p), (a["cell_id"].iloc[0], b["cell_id"].iloc[0])
 
 
 def block_title(pair, dataset, gpu, regime) -> str:

@@ -18,10 +18,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
-from harness.analysis.paired import pair_prompts, ratio_estimates
 from harness.analysis.tables import prompt_key
-from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, context_keys, percent,
-                                    times)
+from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, context_keys, paired,
+                                    percent, times)
 from harness.analysis.specs import MethodSpec
 
 ONLINE = MethodSpec.parse("sd[gamma_policy=online,draft_selection=none]")
@@ -50,15 +49,6 @@ def fixed_twin(cells: pd.DataFrame, adaptive: pd.DataFrame) -> pd.DataFrame:
     if adaptive.empty or "param.gamma" not in cells:
         return fixed
     return fixed[fixed["param.gamma"].astype(float).isin(adaptive["param.gamma"].astype(float))]
-
-
-def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
-    """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
-    if len(a) != 1 or len(b) != 1:
-        return np.nan, np.nan, np.nan, 0, tuple(a.get("cell_id", ())) + tuple(b.get("cell_id", ()))
-    p = pair_prompts(records, a["cell_id"].iloc[0], b["cell_id"].iloc[0])
-    est = ratio_estimates(p, **boot)
-    return est["speedup"], est["speedup_lo"], est["speedup_hi"], len(p), (a["cell_id"].iloc[0], b["cell_id"].iloc[0])
 
 
 def table2(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
@@ -175,3 +165,59 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
     return assemble("adaptive.policies", "Adaptive App. C.2 (Figs. 6-7): γ policies compared",
                     f"Throughput (ratio of totals), acceptance rate (accepted ÷ draft positions) and throughput over "
                     f"the fixed-γ cell, paired by prompt. {common}.", entries, ["block", "γ policy"], ["measure"])
+
+
+SPECDECPP = MethodSpec.parse("sd[gamma_policy=specdecpp]")
+EAGLE_FIXED, EAGLE_ADAPTIVE = MethodSpec.parse("eagle2[gamma_policy=fixed]"), MethodSpec.parse("eagle2[gamma_policy=online]")
+
+
+def _ratio_entries(records, row, gpu, cells: dict, columns, paper: dict, **boot) -> list[Entry]:
+    """Entries ``(row, (gpu, header))`` of paired speed-ups: ``columns`` = ((header, a, b), ...) naming cells."""
+    out = []
+    for header, a, b in columns:
+        (ra, wa), (rb, wb) = cells[a], cells[b]
+        v, lo, hi, n, src = paired(records, ra, rb, **boot)
+        text = times(v, lo, hi) if np.isfinite(v) else f"n/a: {wa or wb or 'no common prompts'}"
+        out.append(Entry(row, (str(gpu), header), v, text, src, paper.get(header, ""), True))
+    return out
+
+
+def table4(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Table 4: SpecDec++ (each threshold a row) and the online policy, speed-ups over AR, and ours over each."""
+    entries = []
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if _spec(SPECDECPP, g).any()]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            base = {"AR": choose(gg[_spec(AR, gg)], "AR"), "ours": choose(gg[_spec(ONLINE, gg)], "online")}
+            spp = gg[_spec(SPECDECPP, gg)]
+            for t, gt in spp.groupby(spp.get("param.threshold", pd.Series("", index=spp.index)), sort=True):
+                cells = {**base, "it": choose(gt, "SpecDec++")}
+                entries += _ratio_entries(records, (names[key], f"SpecDec++ (threshold {t:g})"), gpu, cells,
+                                          (("× AR", "it", "AR"), ("ours ÷ it", "ours", "it")), {}, **boot)
+            entries += _ratio_entries(records, (names[key], "ours (online)"), gpu, base, (("× AR", "ours", "AR"),),
+                                      {}, **boot)
+    return assemble("adaptive.table4", "Adaptive Table 4: SpecDec++ against the online window (tokens/s speed-ups)",
+                    f"× AR: throughput over autoregressive decoding; ours ÷ it: the online policy over that SpecDec++ "
+                    f"setting; ratio of totals [95 % bootstrap CI over prompts], paired by prompt. {common}.",
+                    entries, ["block", "method"], ["gpu", "measure"])
+
+
+def table8(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Table 8 (App. C.4): EAGLE-2 at its fixed depth and with adaptive depth (the online policy), over AR."""
+    entries = []
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if _spec(EAGLE_ADAPTIVE, g).any() or _spec(EAGLE_FIXED, g).any()]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            cells = {"AR": choose(gg[_spec(AR, gg)], "AR"), "fixed": choose(gg[_spec(EAGLE_FIXED, gg)], "EAGLE-2"),
+                     "adaptive": choose(gg[_spec(EAGLE_ADAPTIVE, gg)], "EAGLE-2 adaptive depth")}
+            entries += _ratio_entries(records, (names[key],), gpu, cells, (
+                ("EAGLE-2 × AR", "fixed", "AR"), ("adaptive depth × AR", "adaptive", "AR"),
+                ("adaptive ÷ EAGLE-2", "adaptive", "fixed")), {}, **boot)
+    return assemble("adaptive.table8", "Adaptive Table 8: adaptive speculation improving EAGLE-2 (adaptive depth)",
+                    "EAGLE-2 at its fixed depth and with the online policy choosing the tree's depth, over AR on the "
+                    f"same prompts; ratio of totals [95 % bootstrap CI over prompts]. {common}.", entries,
+                    ["pair · dataset"], ["gpu", "measure"])

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
-from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, column_entry,
+from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, column_entry, paired, times,
                                     contextualise, lossy, mark, same_group, LOSSY_MARK, LOSSY_NOTE)
 from harness.analysis.quality import primary
 from harness.analysis.specs import MethodSpec
@@ -221,3 +221,41 @@ def table1(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                     "drafts; in brackets the change from AR sampling in the same comparison group (the paper: AR "
                     f"Llama-2-7B scores 6.29). {common}.", entries, ["block", "n_t"], ["draft"],
                     notes=notes + [LOSSY_NOTE] * any_lossy)
+
+
+AR_SAMPLING, AR_GREEDY = MethodSpec.parse("ar_sampling"), MethodSpec.parse("ar_greedy")
+FORK = MethodSpec.parse("mcsd_dynamic")
+
+
+def _speedups(summary: pd.DataFrame, records: pd.DataFrame, roles, temperature: float, key: str, title: str,
+              **boot) -> PaperTable:
+    """Speed-ups over AR (vanilla decoding in the same comparison group: same pair, dataset, prompts, warp), paired
+    by prompt, per dataset and pair (the paper's "draft + target" bars), one column per method."""
+    s = _with_names(summary[summary["regime"].map(_temperature) == temperature])
+    entries, any_lossy = [], False
+    found = blocks(s, ["dataset", "pair", "gpu", "regime"])
+    names, common = block_names([k for k, _ in found], ["dataset", "pair", "gpu", "regime"])
+    for bkey, g in found:
+        ar, why_ar = choose(g[(AR_GREEDY if temperature == 0 else AR_SAMPLING).mask(g)], "AR")
+        label = f"{g['draft'].iloc[0]} + {g['target'].iloc[0]}"
+        for role, config, spec_text in roles:
+            rows, why = choose(g[MethodSpec.parse(spec_text).mask(g)], role)
+            any_lossy |= lossy(rows)
+            v, lo, hi, n, src = paired(records, rows, ar, **boot)
+            text = times(v, lo, hi) if np.isfinite(v) else f"n/a: {why or why_ar or 'no common prompts'}"
+            entries.append(Entry((names[bkey], label), (f"{mark(role, rows)} ({config})",), v, text, src, "", True))
+    return assemble(key, title, "Throughput over AR decoding at the same temperature (vanilla inference), ratio of "
+                    f"totals [95 % bootstrap CI over prompts], paired by prompt. {common}.", entries,
+                    ["block", "draft + target"], ["method"], notes=[LOSSY_NOTE] * any_lossy)
+
+
+def fig3(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Fig. 3: speed-ups over AR at T 0.7 with the static configurations of Table 2."""
+    return _speedups(summary, records, T2, 0.7, "mcsd.fig3", "MCSD Fig. 3: speed-ups over AR at temperature 0.7 "
+                     "(static configurations)", **boot)
+
+
+def fig5(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Fig. 5: speed-ups over AR at T 1 with the dynamic setting of Table 3 (D 5, W 16)."""
+    return _speedups(summary, records, T3, 1.0, "mcsd.fig5", "MCSD Fig. 5: speed-ups over AR at temperature 1 "
+                     "(dynamic setting, D = 5, W = 16)", **boot)
