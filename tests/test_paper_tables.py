@@ -466,3 +466,59 @@ def test_mcsd_figs_3_and_5_speedups(mcsd):
     _filled(f5)
     fig = paper_figures.bars(f3, "speed-up over AR", reference=1.0)
     assert fig is not None and len(fig.axes[0].patches) == 3  # one bar per method and pair
+
+
+def test_dsbd_figs_8_and_9(dsbd):
+    from harness.analysis import paper_figures
+
+    res, s = dsbd
+    c = res.cells
+    f8 = paper_dsbd.sweep_table(s, res.records, "threshold")
+    assert sorted({r[1] for r in f8.text.index}) == ["t = 0.7", "t = 0.9"]
+    assert list(f8.text.columns) == ["PPL", "tokens/s", "J/token"] and f8.title.endswith("†")
+    unconstrained = set(c[(c["method_name"] == "dsbd") & (c["param.memory_constrained"] == False)]["cell_id"])  # noqa: E712
+    assert set().union(*(_sources(f8, r, "PPL") for r in f8.text.index)) == unconstrained  # not the §4.3 cells
+    f9 = paper_dsbd.sweep_table(s, res.records, "draft_width")
+    assert sorted({r[1] for r in f9.text.index}) == ["W_S = 2", "W_S = 4"]
+    assert paper_figures.scatter(f9, "tokens/s", "PPL", 1) is not None
+
+
+def test_mtad_figs_3_and_5(mtad):
+    from harness.analysis import paper_figures
+
+    res, s = mtad
+    c = res.cells
+    f5 = paper_mtad.fig5_table(s)
+    assert [r[1] for r in f5.text.index] == ["MS", "speculative", "BiLD †", "Spectr", "SpecInfer", "MTAD †"]
+    assert _sources(f5, f5.text.index[5], "tokens/s") == {_find(c, "mtad", MAIN, draft_width=8, tau=0.1)}
+    assert any("Pearson r" in n for n in f5.notes)  # n/a here: the synthetic cells measure no energy
+    tau = paper_mtad.tau_table(s)
+    fig = paper_figures.lines(tau, 1, ["perplexity ↓", "speed (token/s) ↑"], "τ")
+    assert fig is not None and len(fig.axes) == 2
+
+
+# ---- the report: every table and figure of a paper, built or with the reason it is not ---------------------
+
+@pytest.mark.parametrize("name", ["mcsd", "dsbd", "mtad", "adaptive"])
+def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, name):
+    from harness.analysis import paper_registry
+    from harness.report import build_report
+
+    results = tmp_path / "results"
+    for i, cfg in enumerate(compose_twin(f"{name}_tables_tiny")):
+        write_composed(results, cfg, secs=1.0 / (1 + i % 5), prompts=2 if name != "adaptive" else None)
+    out = build_report(results, tmp_path / "report", n_resamples=50, tables=[name])
+    md = out["md"].read_text()
+    reg = paper_registry.registry(name)
+    assert set(reg["status"]) <= {"built", "out of scope", "not built yet"} and reg["where / why"].str.len().min() > 10
+    for item in reg["table or figure"]:
+        assert item in md, item  # listed, built or not
+    keys = {p.stem.removeprefix("paper_").replace("_", ".", 1) for p in out["tables"] if p.stem.startswith("paper_")}
+    built = " ".join(reg.loc[reg["status"] == "built", "where / why"])
+    assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
+    plots = {p.stem for p in out["plots"]}
+    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
+                "mtad": ["mtad_fig3"], "adaptive": []}[name]:
+        assert fig in plots, (fig, plots)
+    if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
+        assert any(p.startswith("dsbd_front_") for p in plots)

@@ -23,7 +23,7 @@ from scipy import stats as sps
 from harness.analysis import pareto
 from harness.analysis import paper_values as pv
 from harness.analysis.paper import (LOSSY_MARK, LOSSY_NOTE, Entry, PaperTable, assemble, block_names, block_rows,
-                                    blocks, choose, column_entry, contextualise, mark)
+                                    blocks, choose, column_entry, contextualise, lossy, mark)
 from harness.analysis.quality import PPL, primary
 from harness.analysis.specs import MethodSpec
 
@@ -215,3 +215,30 @@ def _rho(x, y) -> str:
         return "n/a (constant)"
     rho = sps.spearmanr(xs, ys).statistic
     return f"{rho:+.2f} (n={int(ok.sum())})"
+
+
+SWEEPS = {"threshold": ("dsbd.fig8", "DSBD Fig. 8: dynamic width threshold t", "t"),
+          "draft_width": ("dsbd.fig9", "DSBD Fig. 9: draft width W_S", "W_S")}
+
+
+def sweep_table(summary: pd.DataFrame, records: pd.DataFrame, param: str) -> PaperTable:
+    """Figs. 8 (t ∈ {0.7, 0.9}) and 9 (W_S ∈ 2..6): every unconstrained DSBD setting of a block, grouped by the
+    swept parameter (rows: its value, then the setting's other parameters), with quality, tokens/s, J/token."""
+    key, title, symbol = SWEEPS[param]
+    ds = summary[GRID["DSBD"].mask(summary)]
+    found = [(k, g) for k, g in blocks(ds) if f"param.{param}" in g and g[f"param.{param}"].nunique() > 1]
+    names, common = block_names([k for k, _ in found])
+    entries, notes = [], []
+    others = [c for c in ("param.gamma", "param.draft_width", "param.threshold", "param.min_width") if c != f"param.{param}"]
+    for bkey, g in found:
+        prim = primary(g, records)
+        notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
+        for _, cell in g.sort_values([f"param.{param}", *[o for o in others if o in g]]).iterrows():
+            rest = ", ".join(f"{o[6:]} {cell[o]:g}" for o in others if o in g and pd.notna(cell[o]))
+            row = (names[bkey], f"{symbol} = {cell[f'param.{param}']:g}", rest)
+            for col, header, hib in ((prim.column, prim.name, prim.higher_is_better), ("tokens_per_s", "tokens/s", True),
+                                     ("j_per_token", "J/token", False)):
+                entries.append(column_entry(g[g["cell_id"] == cell["cell_id"]], col, row, (header,), None))
+    return assemble(key, title + LOSSY_MARK * bool(len(ds) and lossy(ds)), f"Unconstrained DSBD (the §4.2 grid), "
+                    f"every setting of the block, grouped by {symbol}. {common}.", entries,
+                    ["block", symbol, "other parameters"], ["measure"], notes=notes)

@@ -60,3 +60,25 @@ def lines(t: PaperTable, x_level: int, measures: list, xlabel: str) -> Figure | 
     fig.suptitle(t.title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def scatter(t: PaperTable, x: str, y: str, level: int, ylabel: str = "", xlabel: str = "") -> Figure | None:
+    """Each row of ``t`` a point (column ``x`` against column ``y``), one colour per value of row level ``level``,
+    one panel per block (row level 0)."""
+    v = t.values
+    if v is None or v.empty or x not in v.columns or y not in v.columns:
+        return None
+    idx = v.index.to_frame(index=False)
+    frame = idx.assign(x=v[x].to_numpy(float), y=v[y].to_numpy(float))
+    blocks_ = list(frame.groupby(idx.columns[0], sort=False))
+    fig, axes = plt.subplots(1, len(blocks_), figsize=(3.4 * len(blocks_), 2.8), squeeze=False)
+    for ax, (block, g) in zip(axes[0], blocks_):
+        for value, gv in g.groupby(idx.columns[level], sort=False):
+            ax.scatter(gv["x"], gv["y"], label=str(value), s=18)
+        ax.set_title(str(block), fontsize=8)
+        ax.set_xlabel(xlabel or _name(x))
+        ax.set_ylabel(ylabel or _name(y))
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(t.title, fontsize=8)
+    fig.tight_layout()
+    return fig

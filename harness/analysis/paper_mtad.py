@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
@@ -205,3 +206,31 @@ def topk_topp_table(summary: pd.DataFrame) -> PaperTable:
 
 def _title_mark(summary: pd.DataFrame) -> str:
     return LOSSY_MARK if lossy(summary[MethodSpec.parse("mtad").mask(summary)]) else ""
+
+
+def fig5_table(summary: pd.DataFrame) -> PaperTable:
+    """Fig. 5: speed against energy of Table 4's entries (each method's Table 15 setting per block), with the
+    Pearson correlation across them (the paper: strongly negative — faster decoding, less energy per token)."""
+    summary = app_f(summary)
+    entries, points = [], []
+    found = blocks(summary)
+    names, common = block_names([k for k, _ in found])
+    for key, g in found:
+        specs = main_specs(key[0], key[1])
+        for role, method in (("MS", "ar_sampling"), *ROLES):
+            spec = specs.get(role, MethodSpec.parse("ar_sampling"))
+            rows, why = _role_rows(g, spec, role) if role in specs else choose(g[spec.mask(g)], role)
+            if rows.empty and not why.startswith("n/a") and "compete" not in why:
+                continue
+            for col, header in (("tokens_per_s", "tokens/s"), ("j_per_token", "J/token")):
+                e = column_entry(rows, col, (names[key], _head(role, method, summary)), (header,), None, why=why)
+                entries.append(e)
+                points.append((header, e.value))
+    tps = np.array([v for h, v in points if h == "tokens/s"], float)
+    jpt = np.array([v for h, v in points if h == "J/token"], float)
+    ok = np.isfinite(tps) & np.isfinite(jpt)
+    r = f"{np.corrcoef(tps[ok], jpt[ok])[0, 1]:+.2f} (n={int(ok.sum())})" if ok.sum() >= 3 and \
+        np.ptp(tps[ok]) > 0 and np.ptp(jpt[ok]) > 0 else "n/a (fewer than 3 points with energy measured)"
+    return assemble("mtad.fig5", "MTAD Fig. 5: correlation between speed and energy", f"Table 4's entries. {common}. "
+                    f"Pearson r of tokens/s with J/token: {r}.", entries, ["block", "method"], ["measure"],
+                    notes=[f"Pearson r (tokens/s, J/token): {r}"])
