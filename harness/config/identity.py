@@ -53,6 +53,8 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                            "measured before the paper's top-n_t option existed",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
+    "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
+    "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
 #: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
 #: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
