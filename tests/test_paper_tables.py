@@ -522,3 +522,26 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
         assert any(p.startswith("dsbd_front_") for p in plots)
+
+
+def test_mtad_table6_scores_by_dataset_and_category(tmp_path):
+    """Table 6 on Table 4's cells: the primary metric per block, and per category where the dataset has them."""
+    from synth_results import SAMPLING, write_cell
+
+    res = tmp_path / "results"
+    main = {**SAMPLING, "name": "sampling"}
+    score = {"primary_metric": "mt_bench_score", "primary_metric_higher_is_better": True}
+    cat = (lambda i: {"meta.category": "writing" if i % 2 else "coding"})
+    write_cell(res, "sd", "sd", {"gamma": 4, "gamma_policy": "fixed"}, decoding=main, dataset="mt_bench",
+               metrics={"mt_bench_score": lambda i: 5 + i % 2}, summary=score, record_extra=cat)
+    write_cell(res, "mtad", "mtad", {"gamma": 4, "draft_width": 8, "tau": 0.1}, decoding=main, dataset="mt_bench",
+               metrics={"mt_bench_score": 6.0}, summary={**score, "lossless": False}, record_extra=cat)
+    write_cell(res, "mtad2", "mtad", {"gamma": 4, "draft_width": 2, "tau": 0.1}, decoding=main, dataset="mt_bench",
+               metrics={"mt_bench_score": 1.0}, summary={**score, "lossless": False}, record_extra=cat)  # Table 7's
+    r = read_results(res)
+    t6 = paper_mtad.table6(quality.cell_summary(r.records, r.cells, **BOOT), r.records)
+    assert list(t6.text.index) == ["speculative", "MTAD †"]
+    assert [c[1] for c in t6.text.columns] == ["all", "coding", "writing"]
+    assert _sources(t6, "MTAD †", t6.text.columns[0]) == {"mtad"}  # Table 4's setting, not the ablation
+    assert t6.text.loc["speculative", t6.text.columns[2]].startswith("6 (n=6)")
+    assert any("mt_bench_score" in n for n in t6.notes)

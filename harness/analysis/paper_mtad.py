@@ -234,3 +234,34 @@ def fig5_table(summary: pd.DataFrame) -> PaperTable:
     return assemble("mtad.fig5", "MTAD Fig. 5: correlation between speed and energy", f"Table 4's entries. {common}. "
                     f"Pearson r of tokens/s with J/token: {r}.", entries, ["block", "method"], ["measure"],
                     notes=[f"Pearson r (tokens/s, J/token): {r}"])
+
+
+def table6(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
+    """Table 6: the downstream task score (each dataset's primary metric: ROUGE-L on CNN/DM, EA on Spider, the
+    judge's MT-Bench score) of speculative decoding and MTAD — Table 4's cells — and, where the dataset has
+    categories (MT-Bench), the score per category (mean over that category's prompts)."""
+    from harness.analysis.quality import primary
+    from harness.analysis.tables import categories
+
+    summary = app_f(summary)
+    entries, notes = [], []
+    found = blocks(summary, ["pair", "dataset", "gpu", "regime"])
+    names, common = block_names([k for k, _ in found])
+    for key, g in found:
+        prim = primary(g, records)
+        notes.append(f"{names[key]}: score = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
+        specs = main_specs(key[0], key[1])
+        for role, method in (("speculative", "sd"), ("MTAD", "mtad")):
+            rows, why = _role_rows(g, specs[role], role)
+            row = (_head(role, method, summary),)
+            entries.append(column_entry(rows, prim.column, row, (names[key], "all"), prim.higher_is_better, why=why))
+            recs = records[records["cell_id"].isin(rows.get("cell_id", []))]
+            cats = categories(recs) if len(recs) and prim.column in recs else pd.Series(dtype=str)
+            for cat, rc in recs.groupby(cats.values, sort=True) if cats.ne("").any() else []:
+                value = pd.to_numeric(rc[prim.column], errors="coerce").mean()
+                entries.append(Entry(row, (names[key], str(cat)), value, f"{value:.3g} (n={len(rc)})",
+                                     tuple(rows["cell_id"]), "", prim.higher_is_better))
+    return assemble("mtad.table6", "MTAD Table 6: downstream task scores of speculative decoding and MTAD",
+                    f"Each dataset's primary metric (the notes name it); MT-Bench also per category (mean over its "
+                    f"prompts). Table 4's cells. {common}. Bold: the better method per column.", entries, ["method"],
+                    ["block", "category"], notes=notes + [LOSSY_NOTE] * any(LOSSY_MARK in e.row[0] for e in entries))

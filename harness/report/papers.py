@@ -94,7 +94,7 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
 
 def sec_mtad(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mtad').cite()} — Tables 3-5, 7, 12, Figs. 3 and 5.")
+    doc.p(f"{ref('mtad').cite()} — Tables 3-7, 12, Figs. 3 and 5.")
     for build in (paper_mtad.table3, paper_mtad.table4, paper_mtad.table5, paper_mtad.beams_table,
                   paper_mtad.tau_table, paper_mtad.topk_topp_table, paper_mtad.fig5_table):
         t = build(s)
@@ -106,6 +106,7 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
                                                      "τ"), t.title)
         if t.key == "mtad.fig5":
             doc.fig("mtad_fig5", paper_figures.scatter(t, "tokens/s", "J/token", 1), t.title)
+    _show(doc, a, paper_mtad.table6(s, a.records))
 
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
