@@ -57,6 +57,12 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
+# dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
+# were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
+ABSENT_WHEN_DEFAULT: dict[str, tuple[Any, str]] = {
+    "pair.execution": ("eager", "eager = transformers' dynamic caches and one launch per op, what every cell measured "
+                                "before the graphs mode existed"),
+}
 #: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
 #: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
 #: group: they run interleaved (:func:`harness.run.cell.interleave_key`) and pair as method and baseline
@@ -93,6 +99,11 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
         parent, _, last = key.rpartition(".")
         node = out.get(parent) if parent else out
         if isinstance(node, dict) and last in node and node[last] is None:
+            del node[last]
+    for key, (default, _) in ABSENT_WHEN_DEFAULT.items():
+        parent, _, last = key.rpartition(".")
+        node = out.get(parent) if parent else out
+        if isinstance(node, dict) and last in node and node[last] == default:
             del node[last]
     return out
 
