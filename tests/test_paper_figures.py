@@ -125,7 +125,7 @@ def test_adaptive_tables_4_and_8(adaptive):
     assert _sources(t4, t4.text.index[1], ("cpu", "ours ÷ it")) == {online, spp}
     assert _sources(t4, t4.text.index[3], ("cpu", "× AR")) == {online, ar}
     t8 = paper_adaptive.table8(s, res.records, **BOOT)
-    e2 = c[c["method_name"] == "eagle2"]
+    e2 = c[(c["method_name"] == "eagle2") & ~paper_adaptive.synced(c)]  # not Table 9's synchronised cells
     fixed, adaptive_ = (e2[e2["param.gamma_policy"] == p]["cell_id"].item() for p in ("fixed", "online"))
     row = t8.text.index[0]
     assert list(t8.text.columns) == [("cpu", "EAGLE-2 × AR"), ("cpu", "adaptive depth × AR"),
@@ -134,3 +134,33 @@ def test_adaptive_tables_4_and_8(adaptive):
     assert _sources(t8, row, ("cpu", "adaptive ÷ EAGLE-2")) == {adaptive_, fixed}
     _filled(t4)
     _filled(t8)
+
+
+def test_adaptive_table9_breakdown_from_synchronised_cells_only(adaptive):
+    """Table 9: EAGLE-2 and adaptive depth from the cells run with runner.sync_timing (never Table 8's unsynchronised
+    ones), each measure a ratio of totals of the recorded fields; n/a (never a number) where times are missing."""
+    res, s = adaptive
+    c = res.cells
+    e2 = c[c["method_name"] == "eagle2"]
+    synced = set(e2[paper_adaptive.synced(e2)]["cell_id"])
+    assert len(synced) == 2 and len(e2) == 4  # Table 8's two cells stay out
+    bare = paper_adaptive.table9(s, res.records)
+    assert all(t.startswith("n/a: draft_time_s not recorded") for t in bare.text[("cpu", "speculation (draft tokens/s)")])
+    recs = res.records.copy()
+    recs["draft_time_s"], recs["verify_time_s"] = recs["wall_time_s"] * 0.25, recs["wall_time_s"] * 0.5
+    recs["draft_nodes"], recs["draft_positions"] = 24 + recs["index"], 6  # trees of 24+ nodes, depth 6 in all
+    recs["accepted_tokens"] = 3 + recs["index"] % 2
+    t9 = paper_adaptive.table9(s, recs)
+    assert [r[1] for r in t9.text.index] == ["EAGLE-2", "ours (adaptive depth)"]
+    assert [col[1] for col in t9.text.columns] == [h for h, _, _ in paper_adaptive.TABLE9]
+    for row, policy in zip(t9.text.index, ("fixed", "online")):
+        cid = e2[(e2["param.gamma_policy"] == policy) & e2["cell_id"].isin(synced)]["cell_id"].item()
+        assert _sources(t9, row, ("cpu", "serving (tokens/s)")) == {cid}
+        r = recs[recs["cell_id"] == cid]
+        want = {"serving (tokens/s)": r["new_tokens"].sum() / r["wall_time_s"].sum(),
+                "speculation (draft tokens/s)": r["draft_nodes"].sum() / r["draft_time_s"].sum(),
+                "verification (draft tokens/s)": r["draft_nodes"].sum() / r["verify_time_s"].sum(),
+                "acceptance rate": r["accepted_tokens"].sum() / r["draft_positions"].sum()}
+        for header, v in want.items():
+            assert t9.values.loc[row, ("cpu", header)] == pytest.approx(v)
+    _filled(t9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from harness.analysis import paper_adaptive
 from harness.analysis.load import read_results
 from harness.run.cell import interleave_key
 from harness.run.plan import units
@@ -11,7 +12,10 @@ from synth_results import compose_twin, write_composed
 
 
 def _where(cfg: dict) -> tuple:
-    return cfg["pair"]["name"], cfg["dataset"]["name"], json.dumps(cfg["decoding"], sort_keys=True)
+    """A cell's comparison group: pair, dataset, decoding and the runner's settings (Table 9's cells run with
+    runner.sync_timing: a group of their own)."""
+    return (cfg["pair"]["name"], cfg["dataset"]["name"], json.dumps(cfg["decoding"], sort_keys=True),
+            json.dumps(cfg.get("runner"), sort_keys=True, default=str))
 
 
 def test_the_adaptive_twin_runs_ar_and_every_policy_interleaved():
@@ -45,6 +49,8 @@ def test_eagle2_and_every_policy_pair_with_ar(tmp_path):
     for cfg in compose_twin("adaptive_tables_tiny"):
         write_composed(results, cfg)
     c = read_results(results).cells
-    for pair, g in c.groupby("pair"):
+    synced = paper_adaptive.synced(c)  # Table 9's cells: their own group (runner.sync_timing)
+    assert set(c.loc[synced, "method_name"]) == {"eagle2"} and synced.sum() == 2
+    for pair, g in c[~synced].groupby("pair"):
         assert g["match_json"].nunique() == 1, (pair, g[["label", "match_json"]])
-    assert c.loc[c["pair"] == "tiny", "method_name"].isin(["eagle2", "ar_greedy"]).sum() == 3
+    assert c.loc[~synced & (c["pair"] == "tiny"), "method_name"].isin(["eagle2", "ar_greedy"]).sum() == 3

@@ -207,6 +207,7 @@ def table4(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
 def table8(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
     """Table 8 (App. C.4): EAGLE-2 at its fixed depth and with adaptive depth (the online policy), over AR."""
     entries = []
+    summary = summary[~synced(summary)]  # Table 9's cells (device synchronised at every boundary: slower)
     found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
              if _spec(EAGLE_ADAPTIVE, g).any() or _spec(EAGLE_FIXED, g).any()]
     names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
@@ -219,5 +220,54 @@ def table8(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
                 ("adaptive ÷ EAGLE-2", "adaptive", "fixed")), {}, **boot)
     return assemble("adaptive.table8", "Adaptive Table 8: adaptive speculation improving EAGLE-2 (adaptive depth)",
                     "EAGLE-2 at its fixed depth and with the online policy choosing the tree's depth, over AR on the "
-                    f"same prompts; ratio of totals [95 % bootstrap CI over prompts]. {common}.", entries,
-                    ["pair · dataset"], ["gpu", "measure"])
+                    f"same prompts; ratio of totals [95 % bootstrap CI over prompts]; not Table 9's cells (run with "
+                    f"runner.sync_timing or runner.breakdown). {common}.", entries, ["pair · dataset"], ["gpu", "measure"])
+
+
+#: Table 9's measures: (header, numerator, denominator) — ratios of totals over the cell's prompts
+TABLE9 = (("serving (tokens/s)", "new_tokens", "wall_time_s"), ("speculation (draft tokens/s)", "draft_nodes", "draft_time_s"),
+          ("verification (draft tokens/s)", "draft_nodes", "verify_time_s"),
+          ("acceptance rate", "accepted_tokens", "draft_positions"))
+SYNCED = ("runner.sync_timing", "runner.breakdown")
+
+
+def synced(cells: pd.DataFrame) -> pd.Series:
+    """Cells run with the device synchronised around drafting and verification (``runner.sync_timing`` or
+    ``runner.breakdown``): only their draft/verify times cover the device's work."""
+    def one(m) -> bool:
+        items = json.loads(m) if isinstance(m, str) else {}
+        return any(items.get(k) in (True, "true", "True") for k in SYNCED)
+    return cells.get("match_json", pd.Series(None, index=cells.index)).map(one).astype(bool)
+
+
+def _pooled(records: pd.DataFrame, ids, num: str, den: str) -> float:
+    r = records[records["cell_id"].isin(list(ids))]
+    if r.empty or num not in r or den not in r:
+        return np.nan
+    n, d = pd.to_numeric(r[num], errors="coerce"), pd.to_numeric(r[den], errors="coerce")
+    return float(n.sum() / d.sum()) if n.notna().all() and d.notna().all() and d.sum() > 0 else np.nan
+
+
+def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
+    """Table 9 (App. C.4): EAGLE-2 and adaptive depth, per block and gpu — serving throughput, speculation and
+    verification rates (draft tokens per second of drafting / of verification) and acceptance rate, from the
+    recorded ``draft_time_s``/``verify_time_s`` of cells run with the device synchronised (:func:`synced`)."""
+    entries = []
+    e2 = summary[(_spec(EAGLE_FIXED, summary) | _spec(EAGLE_ADAPTIVE, summary)) & synced(summary)]
+    found = blocks(e2, ["pair", "dataset", "regime"], laid_out=["gpu"])
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            for label, spec in (("EAGLE-2", EAGLE_FIXED), ("ours (adaptive depth)", EAGLE_ADAPTIVE)):
+                rows, why = choose(gg[_spec(spec, gg)], label)
+                for header, num, den in TABLE9:
+                    v = _pooled(records, rows["cell_id"], num, den) if not why else np.nan
+                    text = f"{v:.3g}" if np.isfinite(v) else f"n/a: {why or f'{den} not recorded'}"
+                    entries.append(Entry((names[key], label), (str(gpu), header), v, text, tuple(rows["cell_id"]),
+                                         "", True))
+    return assemble("adaptive.table9", "Adaptive Table 9: latency breakdown and acceptance, EAGLE-2 vs adaptive depth",
+                    "Serving: generated tokens ÷ wall time; speculation: draft tokens proposed ÷ drafting time; "
+                    "verification: draft tokens proposed ÷ verification time (the paper's 'Toks/sec'); acceptance rate: "
+                    "accepted ÷ draft positions; ratios of totals over the cell's prompts. Only cells run with "
+                    f"runner.sync_timing or runner.breakdown (device synchronised at each boundary). {common}.",
+                    entries, ["block", "method"], ["gpu", "measure"])

@@ -67,8 +67,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("Tables 5-6 (datasets, model card)", OUT, "descriptions of the datasets and models, not measurements"),
         ("Table 7 (ShareGPT)", TODO, "ShareGPT is not shipped offline; needs a ShareGPT task and its cells"),
         ("Table 8 (EAGLE-2 with adaptive depth)", BUILT, "adaptive.table8"),
-        ("Table 9 (latency breakdown and acceptance)", TODO, "needs cells run with runner.breakdown (draft / verify "
-         "times); the layout is not written yet"),
+        ("Table 9 (latency breakdown and acceptance)", BUILT, "adaptive.table9 (Table 8's EAGLE-2 cells rerun with "
+         "runner.sync_timing: draft / verify times)"),
         ("Tables 10-11 (history length; selection features)", TODO, "need sweeps of gamma_policy.acc_history and "
          "draft_selection.features in adaptive_tables"),
         ("Fig. 3 / Fig. 5 (optimal γ for α and c)", TODO, "a theory figure (harness.analysis.theory holds the "
