@@ -115,7 +115,8 @@ def test_adaptive_tables_4_and_8(adaptive):
     res, s = adaptive
     c = res.cells
     ar = c[(c["method_name"] == "ar_greedy") & (c["pair"] == "tiny")]["cell_id"].item()
-    online = c[(c["method_name"] == "sd") & (c["pair"] == "tiny") & (c["param.gamma_policy"] == "online")]["cell_id"].item()
+    online = c[(c["method_name"] == "sd") & (c["pair"] == "tiny") & (c["param.gamma_policy"] == "online")
+               & ~paper_adaptive.swept(c)]["cell_id"].item()  # the default online cell (not Table 10's)
     t4 = paper_adaptive.table4(s, res.records, **BOOT)
     assert [r[1] for r in t4.text.index] == ["SpecDec++ (threshold 0.3)", "SpecDec++ (threshold 0.6)",
                                              "SpecDec++ (threshold 0.9)", "ours (online)"]
@@ -164,3 +165,31 @@ def test_adaptive_table9_breakdown_from_synchronised_cells_only(adaptive):
         for header, v in want.items():
             assert t9.values.loc[row, ("cpu", header)] == pytest.approx(v)
     _filled(t9)
+
+
+def test_adaptive_tables_10_and_11_sensitivity(adaptive):
+    """Tables 10-11: tokens/s per history length × γ_max and per feature length, each entry one cell; the other
+    tables still take the default online cell (the sweep's cells never compete with it)."""
+    res, s = adaptive
+    c = res.cells
+    online = c[(c["method_name"] == "sd") & (c["param.gamma_policy"] == "online") & (c["pair"] == "tiny")]
+    t10 = paper_adaptive.table10(s)
+    assert [r[1] for r in t10.text.index] == ["acc_history 3", "acc_history 6"]
+    assert list(t10.text.columns) == [("cpu", "gamma_max 4"), ("cpu", "gamma_max 6"), ("cpu", "gamma_max 8")]
+    for h, g in ((3, 4), (6, 6)):
+        cid = online[(online["param.acc_history"] == h) & (online["param.gamma_max"] == g)]["cell_id"].item()
+        row, col = (t10.text.index[0][0], f"acc_history {h}"), ("cpu", f"gamma_max {g}")
+        assert _sources(t10, row, col) == {cid}
+        assert t10.values.loc[row, col] == pytest.approx(s.loc[s["cell_id"] == cid, "tokens_per_s"].item())
+    default = online[(online["param.acc_history"] == 6) & (online["param.gamma_max"] == 8)]["cell_id"].item()
+    assert _sources(t10, (t10.text.index[0][0], "acc_history 6"), ("cpu", "gamma_max 8")) == {default}
+    assert t10.text.loc[(t10.text.index[0][0], "acc_history 3"), ("cpu", "gamma_max 8")].startswith("n/a: no ")
+    sel = c[c["param.draft_selection"] == "ols"]
+    t11 = paper_adaptive.table11(s)
+    assert [r[1] for r in t11.text.index] == ["features 4", "features 8"]
+    for f, row in zip((4, 8), t11.text.index):
+        assert _sources(t11, row, ("cpu", "tokens/s")) == {sel[sel["param.features"] == f]["cell_id"].item()}
+    _filled(t11)
+    t2 = paper_adaptive.table2(s, res.records, **BOOT)  # Table 2's online cell: the default one, not competing
+    assert default in _sources(t2, t2.text.index[0], ("cpu", "SPS"))
+    _filled(t2)

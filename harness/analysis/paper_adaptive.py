@@ -35,11 +35,40 @@ def _no_selection(cells: pd.DataFrame) -> pd.Series:
     return col.isna() | col.astype(str).isin(("none", "None", "null", ""))
 
 
-def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
+def _any(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
     """A spec's mask, reading ``draft_selection=none`` as "no draft selection" (null in older summaries)."""
     plain = MethodSpec(spec.method, tuple(p for p in spec.params if p[0] != "draft_selection"))
     mask = plain.mask(cells)
     return mask & _no_selection(cells) if ("draft_selection", "none") in spec.params else mask & spec.mask(cells)
+
+
+def _defaults() -> dict[str, object]:
+    """App. C.5's swept parameters and their defaults (the policy's and the selection's own)."""
+    from dataclasses import fields
+
+    from harness.adaptive.policies.online import OnlineParams
+    from harness.selection import SelectionParams
+
+    own = {f.name: f.default for cls in (OnlineParams, SelectionParams) for f in fields(cls)}
+    return {k: own[k] for k in ("acc_history", "gamma_max", "features")}
+
+
+def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
+    """:func:`_any`, without App. C.5's sensitivity cells (an online policy or draft selection with a swept
+    parameter off its default: Tables 10-11's own): the other tables' online cell is the default one."""
+    mask = _any(spec, cells)
+    return mask & ~swept(cells) if spec.method == "sd" and ("gamma_policy", "online") in spec.params else mask
+
+
+def swept(cells: pd.DataFrame) -> pd.Series:
+    """Tables 10-11's own cells: sd with the online policy whose App. C.5 parameter is off its default."""
+    online = (cells.get("method_name", pd.Series("", index=cells.index)) == "sd") & \
+        (cells.get("param.gamma_policy", pd.Series("", index=cells.index)).astype(str) == "online")
+    off = pd.Series(False, index=cells.index)
+    for name, default in _defaults().items():
+        col = pd.to_numeric(cells.get(f"param.{name}", pd.Series(None, index=cells.index)), errors="coerce")
+        off |= col.notna() & (col != float(default))
+    return online & off
 
 
 def fixed_twin(cells: pd.DataFrame, adaptive: pd.DataFrame) -> pd.DataFrame:
@@ -146,7 +175,7 @@ def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame 
 def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
     """App. C.2: every γ policy's tokens/s, acceptance rate and speed-up over fixed γ (paired)."""
     entries = []
-    sd = summary[MethodSpec.parse("sd").mask(summary) & _no_selection(summary)]
+    sd = summary[MethodSpec.parse("sd").mask(summary) & _no_selection(summary) & ~swept(summary)]
     found = [(k, g) for k, g in blocks(sd) if g["param.gamma_policy"].nunique() > 1] if "param.gamma_policy" in sd else []
     names, common = block_names([k for k, _ in found])
     for key, g in found:
@@ -271,3 +300,45 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                     "accepted ÷ draft positions; ratios of totals over the cell's prompts. Only cells run with "
                     f"runner.sync_timing or runner.breakdown (device synchronised at each boundary). {common}.",
                     entries, ["block", "method"], ["gpu", "measure"])
+
+
+def sensitivity(summary: pd.DataFrame, spec: MethodSpec, param: str, col_param: str | None, key: str, title: str,
+                caption: str) -> PaperTable:
+    """App. C.5 (Tables 10-11): throughput (tokens/s, ratio of totals; seeds pooled as mean) of ``spec``'s cells
+    per value of ``param`` (rows) and ``col_param`` (columns; one column where None), in every block where
+    ``param`` takes more than one value. Bold: the best in each column (the paper's highlight)."""
+    entries = []
+    cells = summary[_any(spec, summary)]
+    found = [(k, g) for k, g in blocks(cells, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if f"param.{param}" in g and g[f"param.{param}"].nunique() > 1]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for k, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            cols = sorted(gg[f"param.{col_param}"].dropna().unique()) if col_param else [None]
+            for v in sorted(gg[f"param.{param}"].dropna().unique()):
+                for cv in cols:
+                    m = gg[f"param.{param}"] == v
+                    m &= (gg[f"param.{col_param}"] == cv) if col_param else True
+                    rows, why = choose(gg[m], f"{param} {v:g}")
+                    value = float(rows["tokens_per_s"].mean()) if not why else np.nan
+                    col = (str(gpu), f"{col_param} {cv:g}") if col_param else (str(gpu), "tokens/s")
+                    entries.append(Entry((names[k], f"{param} {v:g}"), col, value,
+                                         f"{value:.4g}" if np.isfinite(value) else f"n/a: {why}",
+                                         tuple(rows["cell_id"]), "", True))
+    return assemble(key, title, f"{caption} Tokens/s (ratio of totals over the cell's prompts; the mean over seeds); "
+                    f"bold: the best in each column. {common}.", entries, ["block", param], ["gpu", "setting"])
+
+
+def table10(summary: pd.DataFrame) -> PaperTable:
+    """Table 10: the online policy's history length (``gamma_policy.acc_history``) × γ_max."""
+    return sensitivity(summary, ONLINE, "acc_history", "gamma_max", "adaptive.table10",
+                       "Adaptive Table 10: history length × γ_max of the online window (sensitivity)",
+                       "The online policy (no draft selection) per acc_history (rows) and gamma_max (columns).")
+
+
+def table11(summary: pd.DataFrame) -> PaperTable:
+    """Table 11: draft selection's feature vector length (``draft_selection.features``)."""
+    return sensitivity(summary, SELECTION, "features", None, "adaptive.table11",
+                       "Adaptive Table 11: feature vector length of draft selection (sensitivity)",
+                       "The selection cell (online policy, draft_selection=ols) per draft_selection.features; its "
+                       "fit-phase prompts excluded, as from every figure.")

