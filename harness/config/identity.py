@@ -55,6 +55,12 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
+# dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
+# were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
+ABSENT_WHEN_DEFAULT: dict[str, tuple[Any, str]] = {
+    "pair.execution": ("eager", "eager = transformers' dynamic caches and one launch per op, what every cell measured "
+                                "before the graphs mode existed"),
+}
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)
 
@@ -86,6 +92,11 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
         parent, _, last = key.rpartition(".")
         node = out.get(parent) if parent else out
         if isinstance(node, dict) and last in node and node[last] is None:
+            del node[last]
+    for key, (default, _) in ABSENT_WHEN_DEFAULT.items():
+        parent, _, last = key.rpartition(".")
+        node = out.get(parent) if parent else out
+        if isinstance(node, dict) and last in node and node[last] == default:
             del node[last]
     return out
 

@@ -39,6 +39,7 @@ from harness.run.fingerprint import cell_inputs
 from harness.run.warmup import warm_up, warmup_generations  # noqa: F401 (re-exported)
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
+from harness.primitives.graphs import DEFAULT_EXECUTION
 from harness.results.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
 from harness.config.schema import RunnerConfig, runner_config
@@ -51,13 +52,15 @@ _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
 def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
-    """Load (once per process: a local sweep runs its cells in one process) the model pair."""
-    key = json.dumps(pair_cfg, sort_keys=True)
+    """Load (once per process: a local sweep runs its cells in one process) the model pair, and set its execution
+    mode (``pair.execution``: cells of both modes share the loaded weights)."""
+    loaded = {k: v for k, v in pair_cfg.items() if k != "execution"}
+    key = json.dumps(loaded, sort_keys=True)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
-        kwargs = {k: v for k, v in pair_cfg.items() if k not in ("target", "draft")}
+        kwargs = {k: v for k, v in loaded.items() if k not in ("target", "draft")}
         _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
-    return _PAIR_CACHE[key]
+    return _PAIR_CACHE[key].set_execution(pair_cfg.get("execution") or DEFAULT_EXECUTION)
 
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
@@ -351,7 +354,7 @@ def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict,
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
     interleaved, group = interleave_label(segments, c.cid, len(c.writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
-            "env": environment_info(sh.pair.device, sh.pair),
+            "env": environment_info(sh.pair.device, sh.pair), "execution": sh.pair.execution_facts(),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "energy_meter": energy_info, "gpu_state": gpu_state, "interleaved": interleaved,
             "interleave_group": group, "segments": segments, "resumed": len(segments) > 1}
