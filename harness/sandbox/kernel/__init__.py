@@ -11,7 +11,7 @@ interpreter — so they hold from the interpreter's first instruction, whatever 
 
 In the fallback the program's folder is a host folder: before the uid changes, the one file the program
 writes there (``program.py``) is made for it, and then nothing more can be created there (Landlock's
-``write-existing``, seccomp's ``create=False``); with ``RLIMIT_FSIZE`` at most the disk quota
+``write-existing``; seccomp refuses what Landlock does not see, or every creation without Landlock); with ``RLIMIT_FSIZE`` at most the disk quota
 (:func:`harness.sandbox.levels.plan`), what the folder holds stays within the quota by construction.
 
 Any failure ends the process with :data:`SETUP_FAILED` and the reason on its stderr: no layer, no run.
@@ -47,7 +47,8 @@ def confine(plan: dict) -> None:
         if plan["landlock"]:
             landlock.restrict([tuple(r) for r in plan["landlock_rules"]], plan["landlock"])
         if plan["seccomp"]:
-            seccomp.install(os.getpid(), create=plan["mode"] == "namespaces")
+            seccomp.install(os.getpid(), create="any" if plan["mode"] == "namespaces"
+                            else "named" if plan["landlock"] else "none")
     except BaseException as e:  # noqa: BLE001 — fail closed
         os.write(2, f"sandbox setup failed: {type(e).__name__}: {e}\n".encode())
         os._exit(SETUP_FAILED)
