@@ -93,7 +93,8 @@ def _lead(state, trial: Trial, timeout: float) -> None:
     """Wait for a counter refresh that a lagging counter has already brought up to date with the
     synchronise; note it (and the idle power just before it) on every device."""
     counter, sensor = state.primary, state.sensors[state.primary.name]
-    lag = sensor.lag_hi if math.isfinite(sensor.lag_hi) else sensor.lag_lo
+    lag = _lag_hi(state, sensor, state.coarse())
+    lag = lag if math.isfinite(lag) else sensor.lag_lo
     need = trial.opened + lag
     watcher = state.watcher(counter)
     deadline = state.clock.now() + timeout + lag
@@ -160,12 +161,21 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         state.settle_idle(b)
 
 
+def _lag_hi(state, sensor, coarse: bool) -> float:
+    """The longest the counter may lag: as seen, or (a coarse counter whose steps hid the lag so far)
+    one update period, assumed — waiting that long costs idle energy only, which the edges subtract."""
+    if math.isfinite(sensor.lag_hi) or not coarse:
+        return sensor.lag_hi
+    period = state.update_period(state.primary)
+    return max(sensor.lag_lo, period if math.isfinite(period) else 0.1)
+
+
 def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, test: bool) -> int | None:
     """Index of the first refresh in ``seen`` known to have caught up with ``b``; None: need more."""
-    k = 0
+    k, lag_hi = 0, _lag_hi(state, sensor, coarse)
     while k < len(seen):
         after = seen[k].t - b
-        if coarse or after - seen[k].halfwidth >= sensor.lag_hi:
+        if after - seen[k].halfwidth >= lag_hi:
             return k
         if after + seen[k].halfwidth <= sensor.lag_lo:
             k += 1
@@ -175,9 +185,11 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, test:
         first, _ = _rate(state, seen[k], seen[k + 1])
         second, sigma = _rate(state, seen[k + 1], seen[k + 2])
         behind = first > second + 2 * sigma
-        if test:
+        # a coarse counter's steps may hide a lag: only a clear answer counts (idle intervals known to ± 25 %)
+        conclusive = not coarse or behind or (math.isfinite(sigma) and sigma < 0.25 * max(second, 1e-9))
+        if test and conclusive:
             sensor.lag_seen(after, behind)
-        if not behind:
+        if not behind and conclusive:
             return k
         k += 1
     return None

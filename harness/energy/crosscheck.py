@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from harness.energy.hardware import unevenness
+
 NAN = math.nan
 
 
@@ -44,7 +46,8 @@ def polled_estimate(state, spans) -> tuple[float, float]:
     idle = sum(state.idle.edge_at((spans[0][0].t + spans[-1][1]) / 2))
     dynamic = max(mean_w - idle, 0.0) / mean_w if math.isfinite(idle) and mean_w > 0 else 1.0
     edges = 2 * len(spans) * ((window or period) / 2 + (period if math.isfinite(period) else 0.1)) / seconds
-    bound = 2 * cv * math.sqrt((1 - part) / max(n / max(state.devices, 1), 1)) + edges * dynamic
+    uneven = unevenness(window, period) if window is not None else 1 - part
+    bound = 2 * cv * math.sqrt(uneven / max(n / max(state.devices, 1), 1)) + edges * dynamic
     return total, bound
 
 

@@ -30,6 +30,7 @@ import math
 import statistics
 from typing import Callable
 
+from harness.energy.hardware import unevenness
 from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, largest_gap, next_open, phase_of
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
@@ -241,7 +242,7 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
     power = state.primary
     period, window = state.update_period(power), state.power_window(power)
     part = min(1.0, window / period) if window is not None and math.isfinite(period) else NAN
-    unseen = 1 - (part if math.isfinite(part) else 0.0)
+    unseen = unevenness(window, period)  # the unseen share, or how unevenly a longer window weighs instants
     k, total_s = len(trials), sum(seconds)
     out = {"stat": 0.0, "alias": 0.0, "runtime": 0.0, "gap": NAN, "verified": None, "basis": ""}
     if not finite:
@@ -250,10 +251,11 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
         k * mean_p)
     t_interval = _t975(k - 1) * statistics.stdev(powers) / math.sqrt(k) / mean_p if k > 1 else NAN
     out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
-    if unseen <= 0:
-        stat = t_interval if math.isfinite(t_interval) else 0.0
-        return {**out, "stat": stat, "basis": f"t-interval over {k} trials {100 * stat:.2f} %" if k > 1
-                else "full coverage, one trial: no sampling error"}
+    if math.isfinite(part) and part >= 1:  # every instant seen (by one or two overlapping windows)
+        stat = max(t_interval if math.isfinite(t_interval) else 0.0, sampling)
+        return {**out, "stat": stat, "basis": f"full coverage; t-interval over {k} trials / readings' noise "
+                f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
+                f"(windows overlapping unevenly: {unseen:.3f})"}
     ref_period = fit_grid(refreshes, period, 1e-3).period
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
     out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],

@@ -71,6 +71,7 @@ class EnergyReading:
     counter_lag_s: float = NAN
     refresh_jitter_s: float = NAN
     run_time_cv: float = NAN
+    sensor_semantics: str | None = None
     host_cpu_energy_j: float = NAN
     host_dram_energy_j: float = NAN
     host_energy_j: float = NAN

@@ -83,12 +83,19 @@ class Sensor:
             return NAN
         return (self.lag_lo + self.lag_hi) / 2 if self.lag_lo > 0 and math.isfinite(self.lag_hi) else self.lag_lo
 
+    def lag_reported(self, narrow_s: float = 0.02) -> float:
+        """The lag as a record states it: the midpoint once the tests bracket it within ``narrow_s``,
+        else NaN (a lower bound alone, or a wide bracket, is no estimate: see ``lag_between_s``)."""
+        if not self.lag_tests or not math.isfinite(self.lag_hi) or self.lag_hi - self.lag_lo > narrow_s:
+            return NAN
+        return (self.lag_lo + self.lag_hi) / 2
+
     def describe(self) -> dict:
         out = {"update_s": self.update_period(), "inferred_update_s": self.inferred_update_s,
                "jitter_s": self.jitter(), "refreshes_seen": len(self.refreshes)}
         if self.kind == "energy":
             out.update({"resolution_j": self.resolution_j, "resolution_note": self.resolution_note,
-                        "lag_s": self.lag_estimate(), "lag_between_s": [self.lag_lo, self.lag_hi],
+                        "lag_s": self.lag_reported(), "lag_between_s": [self.lag_lo, self.lag_hi],
                         "lag_tests": self.lag_tests})
         return out
 

@@ -18,6 +18,7 @@ import math
 import random
 from typing import Callable
 
+from harness.energy import profiles
 from harness.energy.config import EnergyConfig
 from harness.energy.gpustate import StateWatch, cool_down, gpu_state
 from harness.energy.hardware import UNKNOWN, apply_profile, power_semantics
@@ -59,6 +60,7 @@ class MeterState:
         self.activity = activity or contextlib.nullcontext
         self.host, self.exact, self.exact_net = host, exact, exact_net
         self.rng = random.Random(cfg.seed)
+        self.profile_notes = profiles.apply(sources)
         self.profile_note = apply_gpu_profile(sources, cfg.gpu)
         use_counter = cfg.source in ("auto", "counter", "simulated") and sources.counter is not None
         self.primary: Channel = sources.counter if use_counter else sources.power
@@ -67,6 +69,11 @@ class MeterState:
         self.devices = len(self.primary.handles)
         self.sensors = {c.name: Sensor(c.name, c.kind, c.semantics.update_s if c.semantics else None)
                         for c in self.channels}
+        for c in self.channels:  # a lag measured by harness-gpu-check (sensor profile): where the tests start
+            lag = c.semantics.lag_s if c.semantics is not None else None
+            if c.kind == "energy" and lag is not None:
+                sensor = self.sensors[c.name]
+                sensor.lag_lo, sensor.lag_hi, sensor.lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
         self.idle = IdleTracker(self.devices)
         self.idle.settle_s = cfg.idle_settle_s
         self.idle_power_w, self.idle_reason = NAN, None
@@ -319,11 +326,28 @@ class MeterState:
         return {"throttled": bool(reasons), "throttle_reasons": ",".join(reasons) or None, "shared": bool(pids),
                 "other_pids": ",".join(pids) or None}
 
+    def semantics_line(self, channel: Channel) -> str:
+        """What ``channel``'s figures in use are and where each comes from (measured here, a sensor
+        profile, documented or assumed)."""
+        sem, sensor = channel.semantics, self.sensors[channel.name]
+        ms = lambda x: "unknown" if x is None or not math.isfinite(x) else f"{x * 1e3:.0f} ms"  # noqa: E731
+        update = (f"update {ms(sensor.inferred_update_s)} (measured at start)" if math.isfinite(sensor.inferred_update_s)
+                  else f"update {ms(self.update_period(channel))}")
+        window = f", window {ms(sem.window_s)}" if channel.kind == "power" and sem is not None else ""
+        lag_text = f", lag {ms(sem.lag_s if sem is not None else None)}"
+        if channel.kind == "energy" and sensor.lag_tests:
+            hi = f"{sensor.lag_hi * 1e3:.0f} ms" if math.isfinite(sensor.lag_hi) else "?"
+            lag_text = f", lag {sensor.lag_lo * 1e3:.0f}..{hi} (bracketed on the meter's windows)"
+        elif channel.kind == "energy" and self.coarse() and sem is not None and sem.lag_s is None:
+            lag_text = ", lag hidden by the counter's steps: up to one update assumed (harness-gpu-check measures it)"
+        return f"{channel.name}: {update}{window}{lag_text}; {sem.provenance if sem is not None else 'nothing known'}"
+
     def sensor_fields(self) -> dict:
         counter = self.sensors.get(self.primary.name)
-        out = {"refresh_jitter_s": counter.jitter() if counter else NAN}
+        out = {"refresh_jitter_s": counter.jitter() if counter else NAN,
+               "sensor_semantics": " | ".join(self.semantics_line(c) for c in self.channels)}
         if self.primary.kind == "energy":
-            out.update({"counter_resolution_j": counter.resolution_j, "counter_lag_s": counter.lag_estimate()})
+            out.update({"counter_resolution_j": counter.resolution_j, "counter_lag_s": counter.lag_reported()})
         return out
 
     def close(self) -> None:

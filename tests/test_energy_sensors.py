@@ -1,0 +1,133 @@
+"""Issue 30: energy from what the sensor is — semantics per reading × device × driver (measured, with
+provenance), lag on every counter, bounds that inform, per-device facts, net beside gross. Simulated
+NVML in virtual time (no wall-clock assertions)."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+
+import pynvml
+import pytest
+
+from harness.energy import make_energy_meter
+from harness.energy.hardware import power_semantics, unevenness
+from harness.energy.simloads import llm_like_load
+from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
+
+QUICK = {"idle_baseline_s": 0.5, "infer_update_period_s": 0.5, "host": False}
+# an H200 as measured (issue 30): instant ~117 ms window on a 100 ms update; power.draw a 1 s running average
+H200 = {"name": "NVIDIA H200", "architecture": pynvml.NVML_DEVICE_ARCH_HOPPER, "power_window_s": 0.117,
+        "usage_window_s": 1.0, "idle_w": 75.0}
+
+
+def make(seed: int = 0, cfg: dict | None = None, gpus: list[dict] | None = None, **gpu_kwargs):
+    clock = SimClock(500.0 + 0.731 * seed)
+    rng = random.Random(seed)
+    devices = []
+    for i, extra in enumerate(gpus or [{}]):
+        kwargs = {"power_phase_s": rng.uniform(0, 0.1), "counter_phase_s": rng.uniform(0, 0.1),
+                  "uuid": f"GPU-sim-{i}", **gpu_kwargs, **extra}
+        devices.append(SimGPU(clock, **kwargs))
+    nvml = SimulatedNVML(devices, clock)
+    meter = make_energy_meter({**QUICK, **(cfg or {})}, list(range(len(devices))), nvml=nvml, clock=clock)
+    return clock, devices, meter, rng
+
+
+def run_all(devices, pieces):
+    """Every device runs ``pieces`` at once (a tensor-parallel step); the exact energy of all of them."""
+    clock = devices[0].clock
+    start = clock.now()
+    for gpu in devices:
+        gpu.schedule(pieces)
+    clock.sleep(sum(s for s, _ in pieces))
+    return sum(g.energy(clock.now()) - g.energy(start) for g in devices)
+
+
+def rel(estimate: float, truth: float) -> float:
+    return (estimate - truth) / truth
+
+
+# ---- 1. semantics per reading, device and driver -------------------------------------------------
+
+def test_hopper_readings_have_their_own_semantics_with_provenance():
+    usage = power_semantics("hopper", "NVIDIA H200", "usage")
+    instant = power_semantics("hopper", "NVIDIA H200", "instant")
+    assert (usage.update_s, usage.window_s) == (0.1, 1.0) and "NVML" in usage.provenance
+    assert instant.window_s == pytest.approx(0.117) and instant.provenance.startswith("measured on")
+    assert power_semantics("hopper", "NVIDIA H200", "smi") == usage
+    assert "assumed" in power_semantics("ampere", "NVIDIA A100-SXM4-80GB", "instant").provenance
+    assert unevenness(1.0, 0.1) == pytest.approx(0.0) and unevenness(0.025, 0.1) == pytest.approx(0.75)
+    assert 0.05 < unevenness(0.117, 0.1) < 0.15
+
+
+@pytest.mark.parametrize("source", ["power-usage", "power"])
+def test_polled_h200_readings_hold_their_bound(source):
+    """power.draw on an H200 is a 1 s running average: taken as 25 ms of every 100 ms, the polled path
+    was −3.8 to −5.7 % off with its bound held on 0 of 52 prompts. The instant field (117 ms on 100 ms)
+    sees all of the run: no phase shifting, a bound that still holds."""
+    errors, bounds = [], []
+    for seed in range(3):
+        clock, (gpu,), meter, rng = make(seed, {"source": source}, **H200)
+        for _ in range(2):
+            m = meter.measure("p", lambda: gpu.run(llm_like_load(rng, rng.uniform(1, 3))))
+            errors.append(abs(rel(m.reading.total_energy_j, sum(m.results))))
+            bounds.append(m.reading.error_bound)
+            assert errors[-1] <= m.reading.error_bound, (errors[-1], m.reading.error_basis)
+            assert m.reading.trials == 1  # nothing part-time about it: one trial
+        meter.close()
+    assert statistics.mean(errors) < 0.005
+    assert statistics.median(bounds) <= 5 * max(statistics.median(errors), 1e-4) or statistics.median(bounds) < 0.01
+
+
+def test_a_run_says_which_figures_are_assumed_and_from_where():
+    clock, (gpu,), meter, rng = make(0, {"source": "power-usage"}, **H200)
+    m = meter.measure("p", lambda: gpu.run([(1.0, 300.0)]))
+    meter.close()
+    text = m.reading.sensor_semantics
+    assert "nvml-power-usage" in text and "window 1000 ms" in text and "NVML" in text
+    assert "measured at start" in text  # the update period was inferred here
+
+
+def test_a_measured_sensor_profile_is_loaded_per_device_and_driver(tmp_path, monkeypatch):
+    """harness-gpu-check writes one profile per device (uuid, driver, date); a later run loads it and
+    says the figure was measured there; a profile of another driver is not used, and the run says so."""
+    from harness.energy import profiles
+
+    monkeypatch.setenv(profiles.ENV, str(tmp_path))
+    device = {"name": "NVIDIA H200", "uuid": "GPU-sim-0", "driver": "550.54.15"}
+    profiles.save(profiles.profile_from_figures(device, {"nvml-power-instant": {
+        "update_s": {"value": 0.1, "how": "measured"}, "window_s": {"value": 0.117, "how": "measured"},
+        "lag_s": {"value": None}}}, date="2026-11-27"))
+    clock, (gpu,), meter, rng = make(0, {"source": "power"}, **{**H200, "name": "NVIDIA H200 (renamed)"})
+    sem = meter.primary.semantics
+    assert sem.window_s == pytest.approx(0.117) and "GPU-sim-0" in sem.provenance and "550.54.15" in sem.provenance
+    assert "2026-11-27" in sem.provenance
+    meter.close()
+    saved = json.loads((tmp_path / "GPU-sim-0.json").read_text())
+    saved["device"]["driver"] = "535.00"
+    (tmp_path / "GPU-sim-0.json").write_text(json.dumps(saved))
+    clock, (gpu,), meter, rng = make(0, {"source": "power"}, **H200)
+    assert "not used" in " ".join(meter.state.profile_notes)
+    assert "measured on NVIDIA H200 GPU-sim-0" not in meter.primary.semantics.provenance
+    meter.close()
+
+
+# ---- 2. lag on every counter, coarse ones too -------------------------------------------------------
+
+def test_a_coarse_counters_lag_is_measured_and_corrected():
+    """1 J steps published 100 ms late: the coarse path skipped the lag tests (−1.7 % mean, bound held
+    on 1 of 20)."""
+    errors, held = [], 0
+    for seed in range(4):
+        clock, (gpu,), meter, rng = make(seed, {"source": "counter"}, counter_resolution_j=1.0, counter_lag_s=0.1)
+        for _ in range(3):
+            m = meter.measure("p", lambda: gpu.run(llm_like_load(rng, rng.uniform(1, 4))))
+            errors.append(rel(m.reading.total_energy_j, sum(m.results)))
+            held += abs(errors[-1]) <= m.reading.error_bound
+        lag = m.reading.counter_lag_s  # a point figure only where the meter's tests bracketed it
+        assert math.isnan(lag) or 0.07 <= lag <= 0.13, lag
+        assert "lag" in m.reading.sensor_semantics
+        meter.close()
+    assert abs(statistics.mean(errors)) < 0.005 and held >= 0.9 * len(errors)
