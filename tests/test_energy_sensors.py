@@ -131,3 +131,88 @@ def test_a_coarse_counters_lag_is_measured_and_corrected():
         assert "lag" in m.reading.sensor_semantics
         meter.close()
     assert abs(statistics.mean(errors)) < 0.005 and held >= 0.9 * len(errors)
+
+
+# ---- 7. the tools -----------------------------------------------------------------------------------
+
+def _preset(name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from harness.resources import conf_dir
+
+    return OmegaConf.to_container(OmegaConf.load(conf_dir() / "gpu" / f"{name}.yaml"))
+
+
+def test_selecting_a_simulated_gpu_selects_the_simulated_source():
+    """`harness method=sd gpu=sim_h100` on a CPU wrote no energy ("this cell ran on the CPU") while the
+    cell was labelled sim_h100."""
+    from harness.energy.meter import GpuEnergyMeter
+    from harness.errors import ConfigError
+
+    meter = make_energy_meter({**QUICK, "gpu": _preset("sim_h100")}, [], clock=SimClock(0.0))
+    assert isinstance(meter, GpuEnergyMeter) and meter.state.exact is not None
+    meter.close()
+    with pytest.raises(ConfigError, match="simulated GPU.*energy.source=auto"):
+        make_energy_meter({**QUICK, "source": "counter", "gpu": _preset("sim_h100")}, [], clock=SimClock(0.0))
+
+
+# ---- 6. net beside gross ----------------------------------------------------------------------------
+
+def _record(total: float, net: float, tokens: int, bound: float = 0.01, net_bound: float | None = 0.05) -> dict:
+    from harness.energy.reading import EnergyReading
+
+    r = EnergyReading(source="nvml-counter", energy_j=total, net_energy_j=net, total_energy_j=total,
+                      measured_s=1.0, error_bound=bound, net_error_bound=math.nan if net_bound is None else net_bound,
+                      idle_power_w=70.0, coverage=1.0)
+    return r.as_record(tokens)
+
+
+def test_a_cell_summary_carries_net_its_bound_and_the_idle_dominated_flag():
+    from harness.energy.reading import summarize_records
+
+    busy = summarize_records([_record(100.0, 60.0, 10), _record(200.0, 100.0, 20, net_bound=0.02)])
+    assert busy["energy.net_j_per_token"] == pytest.approx(160 / 30) and busy["energy.idle_dominated"] is False
+    assert busy["energy.net_error_bound"] == pytest.approx((0.05 * 60 + 0.02 * 100) / 160)
+    assert busy["energy.max_net_error_bound"] == 0.05 and busy["energy.net_share"] == pytest.approx(160 / 300)
+    idle = summarize_records([_record(100.0, 0.17, 10)])  # the tiny pair on the H200: net 0.17 % of gross
+    assert idle["energy.idle_dominated"] is True and "idle-dominated" in idle["energy.net_reason"]
+    unknown = summarize_records([_record(100.0, 50.0, 10, net_bound=None)])
+    assert math.isnan(unknown["energy.net_error_bound"]) and unknown["energy.net_reason"]
+
+
+def test_null_breakdown_fields_in_a_cell_summary_carry_a_reason():
+    from harness.record import summarize_cell
+
+    ar = {"energy.prefill_j": 1.0, "energy.decode_j": 2.0, "energy.draft_j": math.nan, "energy.verify_j": math.nan,
+          "energy.rest_j": math.nan, "energy.breakdown_reason": None}
+    out = summarize_cell([ar])
+    assert math.isnan(out["energy.draft_j"]) and "no draft" in out["energy.breakdown_reason"]
+    off = {**ar, "energy.prefill_j": math.nan, "energy.breakdown_reason": "runner.breakdown=false"}
+    assert "runner.breakdown=false" in summarize_cell([off])["energy.breakdown_reason"]
+
+
+def test_the_report_puts_net_beside_gross_in_ratios_columns_and_fronts(tmp_path):
+    """The real H200 (7B-shaped pair): AR 7.50 J/token gross / 1.68 net, sd 8.92 / 0.79 — gross and net
+    point opposite ways; a tiny cell at net 0.2 % of gross is idle-dominated."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synth_results import write_cell
+
+    from harness.report import build_report
+
+    res = tmp_path / "results"
+    for cid, method, gross, net in (("ar", "ar_sampling", 7.50, 1.68), ("sd", "sd", 8.92, 0.79),
+                                    ("tiny", "typical", 5.0, 0.0085)):
+        write_cell(res, cid, method, prompts=8, jpt=gross, metrics={"score": 1.0},
+                   record_extra=lambda i, net=net: {"energy.net_j_per_token": net * (1 + 0.01 * i)})
+    out = build_report(res, tmp_path / "report", n_resamples=100)
+    r = out["ratios"].set_index(["label", "category"])
+    assert r.loc[("sd", "overall"), "energy_ratio"] > 1 > r.loc[("sd", "overall"), "net_energy_ratio"]
+    summary = out["summary"].set_index("label")
+    assert summary.loc["sd", "net_j_per_token"] == pytest.approx(0.79 * 1.035, rel=0.01)
+    # sd: net 8.9 % of gross (idle-dominated too); AR: 22 %
+    assert list(summary.loc[["typical", "sd", "ar_sampling"], "idle_dominated"]) == [True, True, False]
+    md = out["md"].read_text()
+    assert "net J/token ratio" in md and "net J/token" in md and "idle-dominated" in md.lower()

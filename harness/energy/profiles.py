@@ -40,6 +40,16 @@ def profile_from_figures(device: dict, readings: dict[str, dict], date: str | No
                          for name, figs in readings.items()}}
 
 
+def profile_of(sources, figures: dict, channels) -> dict:
+    """The profile of device 0 of ``sources`` from ``harness-gpu-check``'s figures
+    (:func:`harness.energy.characterize.characterize_sources`) for ``channels``."""
+    from harness.energy.characterize import sensor_profile
+
+    device = sources.devices[0]
+    return profile_from_figures({"name": device.name, "uuid": device.uuid, "driver": sources.driver},
+                                sensor_profile(figures, [c.name for c in channels]))
+
+
 def save(profile: dict, folder: Path | None = None) -> Path:
     folder = Path(folder) if folder is not None else profile_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -49,8 +49,9 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
     grid = paper_dsbd.grid_cells(s)
     for dataset, g in grid.groupby("dataset", sort=False):
         prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        for cost, label in (("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)")):
-            if g[cost].notna().any() and prim.column in g and g[prim.column].notna().any():
+        for cost, label in (("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)"),
+                            ("net_j_per_token", "net J/token above idle (lower is better)")):
+            if cost in g and g[cost].notna().any() and prim.column in g and g[prim.column].notna().any():
                 doc.fig(f"dsbd_front_{dataset}_{cost}", plots.pareto(g, prim.column, cost, label, prim.higher_is_better,
                                                                      fronts=_fronts(g, prim, cost)),
                         f"DSBD §4.2 ({dataset}): {quality.quality_label(prim.column, prim.higher_is_better)} vs {label}; "

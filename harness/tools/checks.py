@@ -114,6 +114,9 @@ def simulated_device(args, log) -> dict:
     nvml = SimulatedNVML([gpu], clock)
     sources = open_sources([0], "auto", nvml, by_index=True)
     figures = characterize_sources(sources, lambda s: gpu.run([(s, 300.0)]), clock, quick=args.quick)
+    from harness.energy.profiles import profile_of
+
+    profile = profile_of(sources, figures, sources.channels())  # simulated: shown, never saved for runs to load
     sources.close()
     pair = load_pair("tiny/target", "tiny/draft", device="cpu")
     decoder = build_decoder("ar_greedy", pair)
@@ -133,7 +136,7 @@ def simulated_device(args, log) -> dict:
         log(f"    {name} (simulated): {cells[name]['j_per_token']:.4g} J/token")
     return {"name": "simulated H100 (virtual time)", "simulated": True,
             "figures": {k: {**f.as_dict(), "status": f"{f.status} (simulated)"} for k, f in figures.items()},
-            "cell": _compare(cells, None)}
+            "cell": _compare(cells, None), "sensor_profile": profile}
 
 
 def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bool, log) -> dict:
