@@ -8,7 +8,7 @@ compares like with like. The presets are defined here once:
 * ``sampling`` — the mtad paper's App. F: keep the top 20 tokens, then top-p 0.9, temperature 1 (the
   default, and the defaults of every sampled method's Params);
 * ``sampling_dsbd`` — the dsbd paper's §4.1 (its experiments): top-k 10, top-p 0.8 (``sampling_seed000``
-  until 0.2: still accepted, with a deprecation message, :mod:`harness.legacy`);
+  until 0.2: still accepted, with a deprecation message, :mod:`harness.config.legacy`);
 * ``greedy`` — temperature 0: argmax decoding (the warp's other fields are unused).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.legacy import RENAMED_PRESETS, preset_name
+from harness.config.legacy import RENAMED_PRESETS, preset_name
 from harness.primitives.warping import Warp
 
 WARP_KEYS = ("temperature", "top_k", "top_p")

@@ -11,7 +11,7 @@ it has none of, raises :class:`~harness.errors.NotApplicable` (a sweep skips tha
 
 The γ policy (``gamma_policy`` group, :mod:`harness.adaptive.policies`) and draft selection
 (``draft_selection`` group, :mod:`harness.selection`) are their own config groups; deprecated names of
-earlier releases are mapped by the one table in :mod:`harness.legacy`.
+earlier releases are mapped by the one table in :mod:`harness.config.legacy`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from harness.adaptive.policies import PolicyParams, policy_params
 from harness.decoders.base import Decoder, DecoderParams, registry
 from harness.decoding import SAMPLING, WARP_KEYS, Decoding, as_decoding
 from harness.errors import ConfigError, NotApplicable
-from harness.legacy import upgrade_method_params
+from harness.config.legacy import upgrade_method_params
 from harness.models import ModelPair
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.selection import SELECTIONS, DraftSelection, SelectionParams
@@ -172,7 +172,7 @@ class MethodSpec:
 
     def params_dict(self) -> dict[str, Any]:
         """The parameters a built decoder reports (``summary.json["params"]``), without building it."""
-        from harness.legacy import SELECTION_KEYS_0_2, flat_policy_params
+        from harness.config.legacy import SELECTION_KEYS_0_2, flat_policy_params
 
         out = self.params.as_dict()
         if self.cls.uses_gamma_policy:
@@ -214,7 +214,7 @@ def _selection(value: Any) -> SelectionParams | None:
 def method_spec(method: str, params: Mapping[str, Any] | None = None, *,
                 decoding: str | Mapping[str, Any] | Decoding | None = None, gamma_policy: Any = None,
                 draft_selection: Any = None) -> MethodSpec:
-    """A validated :class:`MethodSpec` (deprecated parameter names mapped by :mod:`harness.legacy`)."""
+    """A validated :class:`MethodSpec` (deprecated parameter names mapped by :mod:`harness.config.legacy`)."""
     base = ALIASES[method]["greedy"] if method in ALIASES else method
     params, moved_policy, moved_selection = upgrade_method_params(decoder_class(base).method, params or {})
     if moved_policy:

@@ -283,7 +283,7 @@ def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, 
     ``drafts``: several drafts to select from (adaptive §5; each checked against the target's tokenizer,
     each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
     and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
-    whose content hash is recorded instead: :mod:`harness.provenance`).
+    whose content hash is recorded instead: :mod:`harness.results.provenance`).
     """
     spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
                     draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts,

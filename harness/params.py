@@ -3,7 +3,7 @@
 A decoder's ``Params`` (the ``method`` group), a γ policy's (``gamma_policy``) and draft selection's
 (``draft_selection``) are frozen dataclasses whose fields, declared with :func:`param` (default and help
 text), are the group's config keys: Hydra's ConfigStore nodes are generated from them
-(:mod:`harness.configs`), and ``__post_init__`` checks the values (a :class:`~harness.errors.ConfigError`
+(:mod:`harness.config.groups`), and ``__post_init__`` checks the values (a :class:`~harness.errors.ConfigError`
 naming the key and the valid range). Torch-free, so config tools and the cell identity can import it.
 """
 from __future__ import annotations

@@ -1,28 +1,38 @@
 """Where the harness's shipped files are: one locator for the whole package.
 
-The configs (``harness/conf``: Hydra's primary config directory) and the task data
-(``harness/data/<dataset>/``: prompts, databases, licences) ship inside the package, so an installed
-wheel runs anywhere; they are found with :mod:`importlib.resources`, never relative to a checkout.
+In a checkout the configs and the task data sit at the repository's top level, beside the package
+(``conf/``: Hydra's primary config directory; ``tasks/<dataset>/``: prompts, databases, licences); a wheel maps
+them into the package (``harness/conf``, ``harness/data``: ``package-dir`` in ``setup.py``), so an installed
+wheel runs anywhere. Every caller finds them here, never relative to its own file.
 """
 from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
 
+#: folder name inside an installed package -> folder name at the top of a checkout
+_SHIPPED = {"conf": "conf", "data": "tasks"}
+
 
 def package_dir() -> Path:
-    """The installed ``harness`` package folder."""
+    """The ``harness`` package folder (installed or in a checkout)."""
     return Path(str(files("harness")))
 
 
+def _shipped(name: str) -> Path:
+    """``harness/<name>`` in an install, else ``<checkout>/<top-level name>``."""
+    inside = package_dir() / name
+    return inside if inside.is_dir() else package_dir().parent / _SHIPPED[name]
+
+
 def conf_dir() -> Path:
-    """Hydra's primary config directory (``harness/conf``: groups method, decoding, pair, dataset, gpu, ...)."""
-    return package_dir() / "conf"
+    """Hydra's primary config directory (groups method, decoding, pair, dataset, gpu, ...)."""
+    return _shipped("conf")
 
 
 def data_dir() -> Path:
-    """The shipped task data (``harness/data``); a dataset's relative ``path`` is resolved against it."""
-    return package_dir() / "data"
+    """The shipped task data; a dataset's relative ``path`` is resolved against it."""
+    return _shipped("data")
 
 
 def assets_dir() -> Path:

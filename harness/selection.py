@@ -108,7 +108,7 @@ class DraftSelection:
 
     def params_dict(self) -> dict[str, Any]:
         """The decoder's parameters with the selection's under their 0.2 flat names."""
-        from harness.legacy import SELECTION_KEYS_0_2
+        from harness.config.legacy import SELECTION_KEYS_0_2
 
         old = {new: key for key, (new, _) in SELECTION_KEYS_0_2.items()}
         values = {old[k]: v for k, v in self.params_selection.as_dict().items()}

@@ -100,7 +100,7 @@ def _finite_sum(values) -> float:
 def pooled_totals(records: list[Mapping[str, Any]]) -> dict[str, float]:
     """A cell's totals from its records: counts summed, ``committed_tokens`` = Σ of every accept length.
 
-    Records of older result folders are read under the current names (:mod:`harness.legacy`).
+    Records of older result folders are read under the current names (:mod:`harness.config.legacy`).
     """
     totals: dict[str, float] = {}
     for key in COUNT_FIELDS:

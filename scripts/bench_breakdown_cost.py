@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     pair = load_pair("tiny/target", "tiny/draft", device=args.device)
-    conf = HERE.parent / "harness" / "conf" / "dataset" / "kjv_heldout.yaml"
+    conf = HERE.parent / "conf" / "dataset" / "kjv_heldout.yaml"
     task = load_task({**yaml.safe_load(conf.read_text()), "num_prompts": args.prompts})
     prompts = [task.prompt_ids(ex, pair.tokenizer) for ex in task.examples()]
     print(f"device {pair.device}, {len(prompts)} prompts, {args.max_new_tokens} new tokens, decoding {args.decoding}")

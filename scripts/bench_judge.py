@@ -24,7 +24,7 @@ import yaml
 from harness.judge.config import PRESETS
 from harness.judge.results import JUDGE_SUMMARY, JUDGMENTS
 from harness.resources import conf_dir
-from harness.runner import run_cell
+from harness.run.runner import run_cell
 
 
 def _conf(group: str, name: str) -> dict:

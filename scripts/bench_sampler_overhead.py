@@ -36,7 +36,7 @@ from harness.energy.simulated import SimGPU, SimulatedNVML  # noqa: E402
 from harness.models import load_pair  # noqa: E402
 from harness.tasks import load_task  # noqa: E402
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def sampler_meter(hz: float, pair, use_nvml: bool):

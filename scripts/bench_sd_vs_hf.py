@@ -62,7 +62,7 @@ def load(pair_name: str, dtype: str, mix: float | None, n: int, prompt_len: int)
         from harness.tasks import load_task
 
         pair = load_pair("tiny/target", "tiny/draft", device="cpu", dtype=dtype)
-        conf = HERE.parent / "harness" / "conf" / "dataset" / "kjv_heldout.yaml"
+        conf = HERE.parent / "conf" / "dataset" / "kjv_heldout.yaml"
         task = load_task({**yaml.safe_load(conf.read_text()), "num_prompts": n})
         return pair, [task.prompt_ids(ex, pair.tokenizer) for ex in task.examples()]
     pair = synthetic_pair(pair_name, DEFAULT_MIX.get(pair_name) if mix is None else mix, dtype=dtype)

@@ -35,7 +35,7 @@ from harness.primitives.kv_cache import new_cache, truncate  # noqa: E402
 from harness.stats import COUNT_FIELDS, ratios  # noqa: E402
 from harness.tasks import load_task  # noqa: E402
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 SETTINGS = {"greedy": {"temperature": 0.0}, "sampling": {"temperature": 1.0, "top_k": 20, "top_p": 0.9}}
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 CHILD = """
 import sys, time
-import harness.plan as plan
+import harness.run.plan as plan
 def first_cell(unit, *args, **kwargs):
     print(f"FIRST_CELL {time.time():.6f} {len(unit)}", flush=True)
     sys.exit(0)

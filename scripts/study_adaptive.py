@@ -303,7 +303,7 @@ def load_prompts(dataset: str, n: int, tokenizer) -> list[list[int]]:
 
     from harness.tasks import load_task
 
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "harness" / "conf" / "dataset" / f"{dataset}.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "dataset" / f"{dataset}.yaml").read_text())
     cfg["num_prompts"] = n
     task = load_task(cfg)
     return [task.prompt_ids(ex, tokenizer) for ex in task.examples()]

@@ -8,7 +8,7 @@ geometric mean of the per-prompt tokens/s ratios with a 95 % percentile bootstra
 checked token-identical to AR's on every prompt (the methods are lossless).
 
 Prompt sets: ``cnndm`` (the shipped CNN/DM articles, ``Article: … TL;DR:``, cut to ``--doc-words`` words for
-the tiny model's 1,024 positions) and ``code_edit`` (``harness/data/code_edit``: HumanEval functions with an edit
+the tiny model's 1,024 positions) and ``code_edit`` (``tasks/code_edit``: HumanEval functions with an edit
 instruction, the code in the prompt).
 
     nice python scripts/study_draft_free.py [--sets cnndm,code_edit] [--prompts 20] [--max-new-tokens 96]

@@ -4,7 +4,7 @@ Runs the same comparison (``sd`` against ``ar_greedy``, greedy, tiny pair, held-
 modes, alternated round by round so both meet the same load over the study (issue 10 item 4):
 
 * **separate**: the two cells one after the other (how a plain ``harness -m`` sweep runs them);
-* **interleaved**: one :func:`harness.runner.run_cells` comparison — prompt i by both methods (order
+* **interleaved**: one :func:`harness.run.runner.run_cells` comparison — prompt i by both methods (order
   rotating) before prompt i+1.
 
 Per round and mode it reports the speed-up (ratio of totals) and the geometric mean of per-prompt ratios with
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import store
+from harness.results import store
 from harness.analysis.paired import ratio_estimates
-from harness.runner import run_cell, run_cells
+from harness.run.runner import run_cell, run_cells
 
 CELL = {"seed": 0, "max_new_tokens": 32,
         "pair": {"name": "tiny", "target": "tiny/target", "draft": "tiny/draft", "dtype": "float32", "device": "cpu"},

@@ -15,7 +15,7 @@ equals the target's argmax (min(1, p/q) of one-hot distributions: 0 or 1); T2's 
 the plain softmax of the draft's logits, since the one-hot T∘q carries none.
 
 Data. ``scripts/train_tiny_pair.py`` holds out every 25th chapter (offset 7): those chapters
-trained neither model and are the ``harness/data/kjv_heldout`` prompt set; they are never read here.
+trained neither model and are the ``tasks/kjv_heldout`` prompt set; they are never read here.
 The remaining (training-split) chapters are split again by chapter: every 10th (offset 3) is
 the EVALUATION part (the held-out labels of the AUCs and early-stop figures below), every
 10th (offset 6) the validation part (epoch selection), the rest fits the models. Contexts

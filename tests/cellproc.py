@@ -17,7 +17,7 @@ CELL = {"method": {"name": "ar_sampling"}, "seed": 0, "max_new_tokens": 6,
 CHILD = """
 import json, sys, torch
 torch.set_num_threads(1)
-from harness.runner import run_cells
+from harness.run.runner import run_cells
 cfgs, results = json.loads(sys.argv[1]), sys.argv[2]
 for o in run_cells(cfgs, results):
     print(json.dumps({"status": o.status, "cell_id": o.cell_id, "error": o.error}), flush=True)

@@ -106,8 +106,8 @@ def composed_method_config(method: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.cli import CONF_DIR
-    from harness.configs import register_configs
+    from harness.cli.app import CONF_DIR
+    from harness.config.groups import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -57,9 +57,9 @@ def compose_twin(name: str) -> list[dict]:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from harness.configs import register_configs
+    from harness.config.groups import register_configs
     from harness.resources import conf_dir
-    from harness.sweeper import config_sweep_overrides
+    from harness.run.sweeper import config_sweep_overrides
 
     GlobalHydra.instance().clear()
     register_configs()
@@ -77,8 +77,8 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
     parameters and decoding from the Params, the cell id from the identity, records with synthetic timings
     (per prompt ``secs`` × (1 + i/20) s), drafting rounds where the method drafts, DSBD's width and β̄
     stats, and draft selection's phases (the first ``selection_fit_prompts`` prompts: fit)."""
-    from harness.identity import cell_id
-    from harness.runner import plan_cell
+    from harness.config.identity import cell_id
+    from harness.run.runner import plan_cell
 
     plan = plan_cell(cfg)
     values = plan.method.params_dict()

@@ -5,7 +5,7 @@ import pytest
 
 from harness.methods import build_decoder
 from harness.energy.attribution import Attribution
-from harness.record import BREAKDOWN_ENERGY, energy_breakdown, summarize_cell
+from harness.results.record import BREAKDOWN_ENERGY, energy_breakdown, summarize_cell
 from harness.stats import pooled_totals
 from harness.testing import toy_pair
 

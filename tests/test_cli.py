@@ -8,7 +8,7 @@ import pytest
 
 from cellproc import ROOT, env
 from harness import __version__
-from harness.planfile import read_plan, task_unit
+from harness.run.planfile import read_plan, task_unit
 
 FAST = ["decoding=greedy", "dataset.num_prompts=1", "max_new_tokens=2", "runner.progress=false", "gpu=cpu",
         "pair.device=cpu", "runner.warmup_generations=0", "energy=off"]
@@ -30,7 +30,7 @@ def test_help_lists_every_command_and_version_is_the_harness_s():
 
 
 def _ls(capsys, *args):
-    from harness.catalog import ls_main
+    from harness.cli.catalog import ls_main
 
     rc = ls_main(list(args))
     out = capsys.readouterr()
@@ -81,7 +81,7 @@ def test_absolute_results_dir_makes_one_hydra_folder_per_job(tmp_path):
 
 
 def test_job_folder_names_fit_a_file_system():
-    from harness.cli import job_dirname
+    from harness.cli.app import job_dirname
 
     assert job_dirname("a=1,results_dir=/x/y") == "a=1,results_dir=_x_y"
     long = ",".join(f"method.key{i}=/some/long/path/{i}" for i in range(20))

@@ -10,13 +10,13 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
 from harness.adaptive.policies import POLICIES
 from harness.decoders import registry
 from harness.decoding import PRESETS as DECODINGS
 from harness.errors import ConfigError
-from harness.legacy import upgrade_method_params, upgrade_overrides
+from harness.config.legacy import upgrade_method_params, upgrade_overrides
 from harness.methods import build_decoder, cell_method_spec, make_params, resolve_method
 from harness.tasks import load_task
 from harness.testing import toy_pair
@@ -92,7 +92,7 @@ def test_bad_root_key_is_refused():
 
 def test_deprecated_names_map_to_the_new_ones_through_one_table(caplog):
     """Old names work for one release (Python API and command line), each with a message naming the new key; they
-    are all in harness.legacy."""
+    are all in harness.config.legacy."""
     pair = toy_pair(vocab_size=5)
     for method, old, new, value in (("mtjd", "k", "gamma", 2), ("mtjd", "num_beams", "width", 3),
                                     ("mtad", "num_beams", "draft_width", 2), ("specinfer", "num_sequences",
@@ -130,7 +130,7 @@ def test_every_policy_is_reachable_with_its_defaults(policy):
 def test_the_groups_compose_only_what_is_chosen():
     """method=sd composes SD's keys only; a policy and draft selection are their own groups, unset by default."""
     cfg = OmegaConf.to_container(_compose("method=sd"))
-    # the typed schema (harness/schema.py) declares both groups' slots: unchosen, they hold null and nothing else
+    # the typed schema (harness/config/schema.py) declares both groups' slots: unchosen, they hold null and nothing else
     assert cfg["method"] == {"name": "sd", "gamma": 4} and cfg["gamma_policy"] is None and cfg["draft_selection"] is None
     cfg = OmegaConf.to_container(_compose("method=sd", "gamma_policy=online", "gamma_policy.acc_history=9",
                                           "draft_selection=ols", "draft_selection.fit_prompts=3"))
@@ -173,7 +173,7 @@ def _cli(*args, monkeypatch):
     import io
     from types import SimpleNamespace
 
-    from harness import cli
+    from harness.cli import app as cli
 
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "argv", ["harness", *args])

@@ -12,11 +12,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cellproc import CELL, ROOT, env
-from harness import store
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
-from harness.runner import prepare_cell, run_cell, run_cells
-from harness.validation import validate_cell
+from harness.results import store
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
+from harness.run.runner import prepare_cell, run_cell, run_cells
+from harness.config.validation import validate_cell
 
 # as a dataset option (its keys are the untyped dataset node's): 10 keys of 10 references each, and YAML aliases
 BOMB_INTERPOLATIONS = "b0: [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
@@ -51,7 +51,7 @@ def test_a_foreign_callback_never_runs(tmp_path):
 
 @pytest.mark.parametrize("bomb", [BOMB_INTERPOLATIONS, BOMB_ALIASES], ids=["interpolations", "aliases"])
 def test_a_self_referencing_config_is_refused_before_it_expands(tmp_path, bomb):
-    from harness.preflight import argv_problems
+    from harness.config.preflight import argv_problems
 
     (tmp_path / "conf" / "dataset").mkdir(parents=True)
     (tmp_path / "conf" / "dataset" / "bomb.yaml").write_text(bomb)
@@ -61,8 +61,8 @@ def test_a_self_referencing_config_is_refused_before_it_expands(tmp_path, bomb):
 
 
 def test_a_bomb_chosen_by_one_cell_of_a_sweep_is_that_cells_problem(tmp_path):
-    from harness.preflight import ConfigTooLarge, config_problems, resolved_container
-    from harness.validation import job_container
+    from harness.config.preflight import ConfigTooLarge, config_problems, resolved_container
+    from harness.config.validation import job_container
 
     cfg = OmegaConf.create({"dataset": OmegaConf.create(BOMB_INTERPOLATIONS)})
     assert config_problems(cfg)
@@ -116,7 +116,7 @@ def test_sbatch_array_with_an_invalid_override_says_so_and_submits_nothing(tmp_p
 def test_a_full_disk_is_a_clear_problem_before_and_a_clear_failure_during_a_run(tmp_path, monkeypatch):
     import shutil as shutil_module
 
-    import harness.validation as validation
+    import harness.config.validation as validation
 
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr(validation.shutil, "disk_usage", lambda p: usage._replace(free=1024))

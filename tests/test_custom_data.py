@@ -9,9 +9,9 @@ import pytest
 
 from harness.analysis.latency import latency_table
 from harness.errors import ConfigError
-from harness.identity import cell_id
-from harness.provenance import checkpoint_revision, directory_hash, environment
-from harness.runner import run_cell
+from harness.config.identity import cell_id
+from harness.results.provenance import checkpoint_revision, directory_hash, environment
+from harness.run.runner import run_cell
 from harness.tasks import load_task
 
 ROWS = [{"q": "In the beginning God created the", "a": "heaven", "topic": "genesis", "key": "g1"},

@@ -13,7 +13,7 @@ from harness.methods import resolve_method
 from harness.decoders import registry
 from harness.errors import ConfigError, NotApplicable
 from harness.models import TINY_PAIR_DIR, PairSpec, load_pair, resolve_dtype
-from harness.runner import gpu_label, run_cell
+from harness.run.runner import gpu_label, run_cell
 from harness.tasks import load_task
 from harness.testing import toy_pair
 

@@ -15,14 +15,14 @@ from harness.energy.meter import EnergyMeter
 from harness.errors import ConfigError
 from test_layout import import_graph
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "harness", "conf")
+CONF = os.path.join(os.path.dirname(__file__), "..", "conf")
 
 
 def _composed(*override_sets: list[str]) -> list[dict]:
     """The composed config for each list of overrides (one Hydra initialisation for all)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.configs import register_configs
+    from harness.config.groups import register_configs
     from harness.resources import conf_dir
 
     register_configs()

@@ -17,12 +17,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
-from harness.runner import plan_cell
-from harness.sweeper import config_sweep_overrides, sweep_overrides
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
+from harness.run.runner import plan_cell
+from harness.run.sweeper import config_sweep_overrides, sweep_overrides
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout (CONF_DIR is harness/conf inside the package)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (CONF_DIR: conf/ at the top of a checkout, harness/conf in a wheel)
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 GROUPS = ("pair", "dataset", "method", "decoding", "gamma_policy", "draft_selection", "gpu", "energy")
 
@@ -266,7 +266,7 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
     code = ("import sys\n"
             "sys.meta_path = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
             "sys.path = [p for p in sys.path if '__editable__' not in p]\n"
-            "import harness.cli\n"
+            "import harness.cli.app\n"
             "try:\n    import hydra_plugins.harness_grids\nexcept ImportError:\n    pass\n"
             "else:\n    sys.exit('hydra_plugins.harness_grids should not be importable here')\n"
             "sys.argv = ['harness', '-m', '+experiment=mtad_tables_tiny', 'results_dir=" + str(tmp_path / "r") + "',"
@@ -275,7 +275,7 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
             " '~hydra.sweeper.grids.speculative', '~hydra.sweeper.grids.ablation_beams',"
             " '~hydra.sweeper.grids.ablation_tau', '~hydra.sweeper.grids.table12_k20_p08',"
             " '~hydra.sweeper.grids.table12_k10']\n"
-            "harness.cli.main()\n")
+            "harness.cli.app.main()\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "path"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -290,7 +290,7 @@ def test_plan_lists_every_cell_of_an_experiment(name):
     does (a plan built on the basic sweeper alone would see one cell)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.plan import compose_jobs
+    from harness.run.plan import compose_jobs
 
     jobs = compose_jobs([f"+experiment={name}"])
     GlobalHydra.instance().clear()

@@ -20,13 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from harness import context, validation
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
+from harness.run import context
+
+from harness.config import validation
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
 from harness.decoders import registry
 from harness.methods import ALIASES
 from harness.errors import NotApplicable
-from harness.runner import plan_cell
+from harness.run.runner import plan_cell
 from harness.tasks import load_task
 
 N_POSITIONS = 1024  # the tiny pair's trained context
@@ -160,7 +162,7 @@ def test_fuzz_invalid_combinations_fail_before_loading_and_valid_ones_pass(overr
        gamma=st.integers(1, 3))
 def test_fuzz_valid_combinations_run_and_pass_the_store_reader(tmp_path_factory, method, decoding, max_new, num, gamma):
     from harness.analysis.load import read_cell
-    from harness.runner import run_cell
+    from harness.run.runner import run_cell
 
     overrides = [f"method={method}", f"decoding={decoding}", f"max_new_tokens={max_new}", f"dataset.num_prompts={num}",
                  "gpu=cpu", "pair.device=cpu", "energy=off", "runner.progress=false", "runner.warmup_generations=0"]
@@ -211,7 +213,7 @@ def test_fuzz_dataset_file_either_loads_or_names_the_file(tmp_path_factory, data
 def test_fuzz_corrupted_result_files_never_stop_the_reader(tmp_path_factory, partial, records, summary):
     """A crash on a full disk leaves arbitrary bytes in records.partial.jsonl (and a hand edit or a torn copy in
     records.jsonl / summary.json): the reader never raises; each such cell is a named problem."""
-    from harness import store
+    from harness.results import store
     from harness.analysis.load import read_results
 
     root = tmp_path_factory.mktemp("results")

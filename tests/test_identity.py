@@ -9,11 +9,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness import identity, store
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
-from harness.identity import RESULT_NEUTRAL_KEYS, CellConflict, cell_id, flatten
-from harness.runner import run_cell
+from harness.config import identity
+
+from harness.results import store
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
+from harness.config.identity import RESULT_NEUTRAL_KEYS, CellConflict, cell_id, flatten
+from harness.run.runner import run_cell
 
 COMPOSED = [("method=ar", "decoding=greedy"), ("method=sd", "decoding=sampling"), ("method=specinfer",),
             ("method=dsbd", "dataset=squad"), ("method=mcsd", "dataset=humaneval", "energy=naive"),

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from cellproc import CELL, ROOT, env
-from harness import store
+from harness.results import store
 from harness.analysis.load import read_results
-from harness.runner import prepare_cell, run_cell, run_cells
-from harness.validation import validate_cell
+from harness.run.runner import prepare_cell, run_cell, run_cells
+from harness.config.validation import validate_cell
 
 SD = {**CELL, "method": {"name": "sd", "gamma": 3}, "max_new_tokens": 8,
       "decoding": {"name": "sampling", "temperature": 1.0, "top_k": 20, "top_p": 0.9},
@@ -74,7 +74,7 @@ def test_an_out_of_range_record_under_a_recomputed_checksum_is_never_done(tmp_pa
 
 
 def test_record_ranges():
-    from harness.record import record_problems
+    from harness.results.record import record_problems
 
     good = {"index": 0, "new_tokens": 8, "acceptance_rate": 0.5, "rounds": 2, "accept_lengths": [3, 5],
             "rejected_rounds": 1, "wall_time_s": 0.1, "output_ppl": 3.0, "energy.coverage": None}
@@ -114,7 +114,7 @@ def test_a_lock_file_without_an_owner_is_stale(tmp_path, content, mode):
 
 
 def test_force_is_scoped_to_corrupt_or_named_cells(tmp_path):
-    from harness.cell import forced
+    from harness.run.cell import forced
 
     good, conflicting = run_cell(CELL, tmp_path), run_cell(SD, tmp_path)
     summary_path = conflicting.cell_dir / store.SUMMARY
@@ -149,7 +149,7 @@ def test_a_merge_killed_midway_leaves_no_temporary_files_behind(tmp_path):
 
 def _fail_at_prompt(monkeypatch, index):
     """The cell fails at prompt ``index`` (a crash mid-cell: its earlier records stay, for a resume)."""
-    import harness.runner as runner
+    import harness.run.runner as runner
 
     real, calls = runner._one_prompt, []
 
@@ -164,7 +164,7 @@ def _fail_at_prompt(monkeypatch, index):
 
 def test_resume_refuses_changed_prompts_naming_the_file(tmp_path, monkeypatch):
     data = tmp_path / "prompts.jsonl"
-    src = (ROOT / "harness" / "data" / "kjv_heldout" / "heldout.jsonl").read_text().splitlines(True)[:3]
+    src = (ROOT / "tasks" / "kjv_heldout" / "heldout.jsonl").read_text().splitlines(True)[:3]
     data.write_text("".join(src))
     cfg = {**CELL, "dataset": {**CELL["dataset"], "path": str(data), "num_prompts": 3}}
     restore = _fail_at_prompt(monkeypatch, 2)

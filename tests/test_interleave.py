@@ -11,8 +11,8 @@ import time
 import pytest
 
 from cellproc import CELL, DETERMINISTIC_SUMMARY, ROOT, det, env, outcomes, partial_lines, start
-from harness import store
-from harness.runner import prepare_cell, run_cell, run_cells
+from harness.results import store
+from harness.run.runner import prepare_cell, run_cell, run_cells
 
 SAMPLING = {"name": "sampling", "temperature": 1.0, "top_k": 20, "top_p": 0.9}
 METHODS = [{"name": "ar_sampling"}, {"name": "sd", "gamma": 3}, {"name": "specinfer", "gamma": 2, "num_drafts": 2}]
@@ -62,7 +62,7 @@ def test_interleaved_equals_separate_cells(tmp_path):
 
 
 def test_interleaved_order_rotates_per_prompt(tmp_path, monkeypatch):
-    import harness.runner as runner
+    import harness.run.runner as runner
 
     order = []
     real = runner._one_prompt

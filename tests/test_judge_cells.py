@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import store
+from harness.results import store
 from harness.analysis import quality
 from harness.analysis.load import read_results
 from harness.methods import build_decoder
 from harness.errors import ConfigError
 from harness.judge.config import PRESETS
 from harness.judge.results import JUDGE_SUMMARY, JUDGMENTS, read_judgments
-from harness.runner import run_cell
+from harness.run.runner import run_cell
 from harness.tasks import load_task
 from judge_stub import StubServer, completion, rating
 
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 KEY = "sk-cells-SENTINEL-0a1b2c3d4e"
 
 

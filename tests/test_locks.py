@@ -10,8 +10,8 @@ import time
 import pytest
 
 from cellproc import CELL, outcomes, partial_lines, start
-from harness import store
-from harness.runner import prepare_cell, run_cell
+from harness.results import store
+from harness.run.runner import prepare_cell, run_cell
 
 
 def _cell_dir(tmp_path):

@@ -120,7 +120,7 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} blocked: not in the default install")
 sys.meta_path.insert(0, Block())
 sys.argv = ["harness", *sys.argv[1:]]
-from harness.cli import main
+from harness.cli.app import main
 main()
 '''
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from cellproc import CELL, DETERMINISTIC_SUMMARY, det, outcomes, partial_lines, start
-from harness import store
-from harness.runner import prepare_cell, run_cell
+from harness.results import store
+from harness.run.runner import prepare_cell, run_cell
 
 SD = {**CELL, "method": {"name": "sd", "gamma": 3}, "decoding": {"name": "sampling", "temperature": 1.0,
                                                                "top_k": 20, "top_p": 0.9}}

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import store
+from harness.results import store
 from harness.report import load_results
-from harness.runner import cell_id, run_cell
+from harness.run.runner import cell_id, run_cell
 
 CELL = {"method": {"name": "ar_greedy"}, "seed": 0, "max_new_tokens": 6,
         "pair": {"name": "tiny", "target": "tiny/target", "draft": "tiny/draft", "dtype": "float32", "device": "cpu"},
@@ -167,7 +167,7 @@ def test_decoder_warmup_generations_are_run_unrecorded_and_untimed(tmp_path, mon
     """Issue 22 item 4 (runner part): max(runner.warmup_generations, decoder.warmup_generations()) generations
     run before the first measured prompt (the Q-learning γ policy's 25 warm-up trials, adaptive App. C.1), none
     of them recorded or timed."""
-    import harness.runner as runner
+    import harness.run.runner as runner
     from harness.methods import MethodSpec
 
     calls = []

@@ -30,7 +30,7 @@ from test_sandbox import HAS_NAMESPACES, KERNEL_LAYERS, MODES, process_with_secr
 
 FAST = PythonLimits(timeout_s=5.0)
 SECRET = "harness-test-secret-93ab"
-CONF = Path(__file__).resolve().parents[1] / "harness" / "conf" / "dataset"
+CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 
 PRELUDE = '''
 import os, sys
@@ -344,8 +344,8 @@ def test_spider_records_its_isolation():
 @pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
 def test_records_carry_isolation_and_flags(tiny_pair, tmp_path, monkeypatch):
     """Through the runner: every HumanEval record says which isolation was in force, and flags."""
-    from harness.runner import run_cell
-    from harness.store import read_records
+    from harness.run.runner import run_cell
+    from harness.results.store import read_records
 
     monkeypatch.setenv(FORCE_ENV, "fallback")
     cfg = {"method": {"name": "ar_greedy"}, "pair": yaml.safe_load((CONF.parent / "pair" / "tiny.yaml").read_text()),

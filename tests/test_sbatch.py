@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cellproc import ROOT, env
-from harness import store
+from harness.results import store
 from harness.analysis.load import read_results
 
 FAKE_SBATCH = r'''#!/usr/bin/env bash
@@ -101,7 +101,7 @@ def test_sbatch_array_interleaved_units_and_local_results_merge(tmp_path):
 
 @pytest.mark.slow  # whole processes / CLI sweeps (issue 21.10: `make test` in minutes; CI runs -m slow too)
 def test_concurrent_merges_never_tear_or_duplicate(tmp_path):
-    from harness.runner import run_cell
+    from harness.run.runner import run_cell
     from cellproc import CELL
 
     srcs = []

@@ -8,10 +8,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from harness import schema
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
-from harness.identity import cell_id
+from harness.config import schema
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
+from harness.config.identity import cell_id
 
 
 def _compose(*overrides):

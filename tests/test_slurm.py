@@ -25,7 +25,7 @@ import pytest
 
 import slurmcluster
 from cellproc import ROOT, env
-from harness import store
+from harness.results import store
 from harness.analysis.load import read_results
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from harness.testing.heads import random_head_params
 from harness.methods import build_decoder
 from harness.adaptive.policies.fixed import FixedGamma
 from harness.primitives.round import Round
-from harness.record import summarize_cell
+from harness.results.record import summarize_cell
 from harness.stats import GenerationStats, ratios
 from harness.testing import toy_pair
 from harness.testing.policies import ScriptedPolicy

@@ -11,15 +11,15 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness import store
+from harness.results import store
 from harness.analysis.load import read_cell, read_results
-from harness.cli import CONF_DIR
-from harness.configs import register_configs
+from harness.cli.app import CONF_DIR
+from harness.config.groups import register_configs
 from harness.errors import ConfigError
 from harness.models import check_model_ref
-from harness.runner import run_cell
+from harness.run.runner import run_cell
 from harness.tasks import load_task
-from harness.validation import EXIT_CONFIG, Problem, validate_cell, validate_cells, writable_problem
+from harness.config.validation import EXIT_CONFIG, Problem, validate_cell, validate_cells, writable_problem
 
 
 def composed(*overrides) -> dict:
@@ -189,7 +189,7 @@ def test_long_prompt_is_truncated_by_the_rule_and_flagged(tmp_path):
     kept, the record says so, and the perplexity is computed inside the context."""
     from harness.analysis.load import read_cell as validate_store
 
-    words = (Path(__file__).parents[1] / "harness" / "data" / "kjv_heldout" / "heldout.jsonl").read_text().split()
+    words = (Path(__file__).parents[1] / "tasks" / "kjv_heldout" / "heldout.jsonl").read_text().split()
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"text": " ".join((words * 3)[:2400]), "citation": "long"}) + "\n")
     cfg = {**CELL, "method": {"name": "sd", "gamma": 3, "temperature": 0.0},
@@ -206,7 +206,7 @@ def test_long_prompt_is_truncated_by_the_rule_and_flagged(tmp_path):
 def test_corrupted_partial_file_is_replaced_on_rerun(tmp_path):
     """A crash on a full disk leaves a torn, binary records.partial.jsonl: the report calls it incomplete,
     and the rerun starts the cell afresh."""
-    from harness.runner import cell_id
+    from harness.run.runner import cell_id
 
     cell_dir = tmp_path / "cells" / cell_id(CELL)
     cell_dir.mkdir(parents=True)
@@ -266,7 +266,7 @@ def test_dataset_with_no_prompts(tmp_path, no_weights):
 
 def test_empty_prompt_after_tokenization_is_refused(monkeypatch, no_weights):
     """A tokenizer without BOS turns an empty prompt into no ids at all: refused before any model loads."""
-    import harness.validation as validation
+    import harness.config.validation as validation
 
     class NoBos:
         chat_template = None

@@ -107,7 +107,7 @@ def measurement_flags(cells: pd.DataFrame, records: pd.DataFrame, problems: pd.D
         cut = records[records["prompt_truncated"].fillna(False).astype(bool)]
         for cid, g in cut.groupby("cell_id"):
             add("warning", "prompts truncated to the context", cid,
-                f"{len(g)} prompt(s) longer than the model's context kept their last tokens (harness/context.py; "
+                f"{len(g)} prompt(s) longer than the model's context kept their last tokens (harness/run/context.py; "
                 "records: prompt_truncated, prompt_tokens_original)")
     if ratios is not None and not ratios.empty and "reason" in ratios:
         for _, r in ratios[(ratios["category"] == "overall") & ratios["speedup"].isna()].iterrows() \

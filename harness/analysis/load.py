@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import store
+from harness.results import store
 from harness.analysis.labels import short_labels
 from harness.analysis.tables import cell_params, cell_row, normalize_record, numeric
 from harness.judge.results import read_judgments

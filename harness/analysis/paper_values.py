@@ -1,7 +1,7 @@
 """The papers' printed figures, for printing beside ours where a row is comparable (same pair and dataset).
 
 Transcribed from the papers' tables (``../shared/seeds``; short names in :mod:`harness.references`). Keys use
-the papers' own names; :data:`PAIRS` maps the harness's pair configs (``harness/conf/pair``) to them and
+the papers' own names; :data:`PAIRS` maps the harness's pair configs (``conf/pair``) to them and
 :data:`DATASETS` the dataset configs. A value is the text the paper prints. Hardware per paper in
 :data:`GPU`.
 """

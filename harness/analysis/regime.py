@@ -3,7 +3,7 @@
 * The **regime** is the decoding with its warp: ``greedy``, or ``T 1 · top-k 20 · top-p 0.9``. Methods are
   compared, ranked and drawn only within one regime (a greedy method is never on a sampling front).
 * The **comparison key** of a cell is every setting of its stored config that defines the measurement
-  (:func:`harness.identity.identity_config`: result-neutral keys dropped) except the method's own node —
+  (:func:`harness.config.identity.identity_config`: result-neutral keys dropped) except the method's own node —
   pair, dataset and its prompt selection, ``max_new_tokens``, the decoding's warp, gpu, seed, the runner's
   and the energy protocol's settings — plus the regime. Two cells are comparable (a method and its
   baseline, the points of one front) only when their keys are equal; nothing falls back across settings.
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.identity import flatten, identity_config
+from harness.config.identity import flatten, identity_config
 
 GREEDY = "greedy"
 WARP = ("temperature", "top_k", "top_p")

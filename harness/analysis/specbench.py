@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import store
+from harness.results import store
 
 
 def _question_id(example_id, index):

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.regime import comparison_items, comparison_key, regime_label, warp_of
-from harness.legacy import current_names
+from harness.config.legacy import current_names
 
 GREEDY, SAMPLING = "greedy", "sampling"
 CELL_KEYS = ("pair", "dataset", "gpu", "seed")  # with the method: what identifies a cell

@@ -69,7 +69,7 @@ class DecoderParams(Params):
     @property
     def lookahead(self) -> int:
         """Positions a generation may touch beyond its accepted output (for fitting prompts into the
-        context, :mod:`harness.context`): the deepest draft of a round plus the bonus token; 1 without drafts."""
+        context, :mod:`harness.run.context`): the deepest draft of a round plus the bonus token; 1 without drafts."""
         return 1
 
     def describe_group(self) -> str:

@@ -38,7 +38,7 @@ from harness.adaptive.policies import PolicyParams
 from harness.adaptive.policies.fixed import FixedParams
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams
 from harness.errors import ConfigError
-from harness.legacy import flat_policy_params
+from harness.config.legacy import flat_policy_params
 from harness.models import ModelPair
 from harness.primitives.drafting import Proposal
 from harness.primitives.gamma_policy import GammaPolicy
@@ -142,7 +142,7 @@ class SpeculativeDecoder(Decoder[P]):
 
     def params_dict(self) -> dict[str, Any]:
         """The method's parameters and its γ policy's, the policy's under their 0.2 flat names
-        (:func:`harness.legacy.flat_policy_params`), so summaries of every version share their columns."""
+        (:func:`harness.config.legacy.flat_policy_params`), so summaries of every version share their columns."""
         policy = ({"name": self.policy_params.name, **self.policy_params.as_dict()} if self.policy_params is not None
                   else {"name": getattr(self.gamma_policy, "name", type(self.gamma_policy).__name__)})
         return {**self.params.as_dict(), **flat_policy_params(policy, None)}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness import store
+from harness.results import store
 
 CACHE_DIRNAME = "judge_cache"
 

@@ -17,7 +17,9 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import identity, store
+from harness.config import identity
+
+from harness.results import store
 from harness.judge import prompts as P
 from harness.judge.cache import CACHE_DIRNAME, JudgmentCache
 from harness.judge.config import JudgeConfig

@@ -3,9 +3,9 @@ default; ``openai``: any OpenAI-compatible HTTP endpoint; ``hf``: a local HF cau
 
 The API key is never a config value: ``api_key_env`` names the environment variable that holds it, read
 when the judge calls the endpoint and kept in memory only (never in results, records, caches or logs).
-:func:`judge_problems` checks a config before anything loads (``harness.validation``: exit 2, each problem
+:func:`judge_problems` checks a config before anything loads (``harness.config.validation``: exit 2, each problem
 with its key). The judge never changes what a cell generates or measures, so ``judge`` is not part of
-the cell's identity (``harness.identity``): the same cell can be graded by another judge without
+the cell's identity (``harness.config.identity``): the same cell can be graded by another judge without
 regenerating it.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ class JudgeConfig:
     use_cache: bool = _help(True, "false = ask the judge again (the answers are still written to the cache)")
     reference_answers: str = _help("mt_bench/reference_answer_gpt-4.jsonl",
                                    "reference answers for math, reasoning and coding (FastChat format; relative "
-                                   "to harness/data/ unless absolute)")
+                                   "to tasks/ unless absolute)")
     device: str = _help("auto", "hf: auto | cpu | cuda | cuda:N | mps")
     dtype: str = _help("auto", "hf: auto | float32 | float16 | bfloat16")
 

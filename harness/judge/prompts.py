@@ -1,6 +1,6 @@
 """MT-Bench judge prompts (Zheng et al. 2023), filled exactly as FastChat's ``llm_judge/common.py`` fills them.
 
-The prompt texts ship unchanged in ``harness/data/mt_bench/judge_prompts.jsonl`` (FastChat, Apache-2.0; see
+The prompt texts ship unchanged in ``tasks/mt_bench/judge_prompts.jsonl`` (FastChat, Apache-2.0; see
 its PROVENANCE.md). Which prompt grades what, as FastChat's ``gen_judgment.py``: turn 1 ``single-v1``,
 turn 2 ``single-v1-multi-turn`` (the whole conversation, graded on the second answer); for the categories
 FastChat grades against a reference answer (``NEED_REF_CATS``: math, reasoning, coding) ``single-math-v1``

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_summary(out: dict, results: Path, argv: list[str] | None) -> None:
-    from harness.provenance import write_results_json
+    from harness.results.provenance import write_results_json
 
     cells = out["cells"]
     write_parquet(cells, results / "cells.parquet")

@@ -1,7 +1,7 @@
 """Task interface. A task is a small definition — data source, prompt template, max new
 tokens, stop sequences, metric — selected by the ``dataset`` config group
 (``conf/dataset/<name>.yaml``: ``task:`` names a registered :class:`Task` class, the rest
-are its fields). Shipped data lives in ``harness/data/<name>/`` with its provenance and licence.
+are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and licence.
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class Task:
                               key="dataset.path") from e
         except FileNotFoundError as e:
             raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
-                              "(dataset.path is relative to the package's data folder, harness/data/, unless absolute)",
+                              "(dataset.path is relative to the shipped task data (tasks/ in a checkout, harness/data in an install) unless absolute)",
                               key="dataset.path") from e
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} has a row of the wrong shape for task "
@@ -197,7 +197,7 @@ class Task:
         return {}
 
     def resolve(self, path: str) -> Path:
-        """Paths in task configs are relative to ``harness/data/`` (the shipped task data) unless absolute."""
+        """Paths in task configs are relative to ``tasks/`` (the shipped task data) unless absolute."""
         p = Path(path)
         return p if p.is_absolute() else TASKS_DIR / p
 

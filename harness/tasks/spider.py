@@ -1,7 +1,7 @@
 """Spider text-to-SQL, dev split (Yu et al. 2018); the dsbd and mtad papers report execution accuracy.
 
 Data: ``path`` is a folder with ``dev.json``, ``tables.json`` and ``database/<db>/<db>.sqlite`` — the
-shipped copy (``harness/data/spider``: the 1,034 dev questions, 19 of the 20 dev databases) or a full
+shipped copy (``tasks/spider``: the 1,034 dev questions, 19 of the 20 dev databases) or a full
 Spider release folder. Questions whose database is missing (``wta_1`` in the shipped copy) stay in
 the prompt set but score NaN, with ``meta["unscorable"]`` saying why.
 

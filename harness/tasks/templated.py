@@ -1,6 +1,6 @@
 """Shared machinery for tasks built from data rows and prompt templates.
 
-Rows come from a file shipped under ``harness/data/`` (``path``: a ``.json`` list, ``.jsonl`` or ``.csv``)
+Rows come from a file shipped under ``tasks/`` (``path``: a ``.json`` list, ``.jsonl`` or ``.csv``)
 or, for full splits, from HF ``datasets`` (``hf_dataset``: a hub id or a local dataset folder,
 with ``hf_config`` and ``hf_split``); ``columns`` renames source columns to the names the task
 reads (``{task_name: source_name}``).

@@ -1,13 +1,13 @@
-"""Hydra sweeper plugin ``hydra/sweeper=grids`` (see :mod:`harness.sweeper`): Hydra's basic sweeper whose
+"""Hydra sweeper plugin ``hydra/sweeper=grids`` (see :mod:`harness.run.sweeper`): Hydra's basic sweeper whose
 cells are the union over ``hydra.sweeper.grids`` of ``params x grid``. Hydra instantiates sweepers only
-from the ``hydra_plugins`` namespace, hence this package; the logic is in :mod:`harness.sweeper`."""
+from the ``hydra_plugins`` namespace, hence this package; the logic is in :mod:`harness.run.sweeper`."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-from harness.sweeper import register_sweeper, sweep_overrides
+from harness.run.sweeper import register_sweeper, sweep_overrides
 
 
 class GridSweeper(BasicSweeper):

@@ -195,7 +195,7 @@ def test_policy_keys_reach_the_policy_and_gamma_is_its_start():
 
 
 def test_deprecated_flat_policy_keys_still_reach_the_policy():
-    """The 0.2 API (policy keys as method parameters) maps through harness.legacy with a deprecation message."""
+    """The 0.2 API (policy keys as method parameters) maps through harness.config.legacy with a deprecation message."""
     with pytest.warns(DeprecationWarning, match="gamma_policy.acc_history"):
         dec = build_decoder("sd", toy_pair(), gamma_policy="online", acc_history=9)
     assert dec.gamma_policy.params.acc_history == 9
@@ -220,7 +220,7 @@ def test_tree_depth_adapts_beyond_and_below_the_k_config():
 
 
 def test_hydra_schemas_have_the_policy_keys_and_the_method_only_its_own():
-    from harness.configs import method_schema, params_schema
+    from harness.config.groups import method_schema, params_schema
 
     names = {f.name for f in dataclasses.fields(method_schema(registry()["sd"]))}
     assert names == {"name", "gamma"}
@@ -283,7 +283,7 @@ def test_draft_selection_fits_then_chooses_and_records():
 def test_draft_selection_record_fields_reach_the_record():
     from types import SimpleNamespace
 
-    from harness.record import build_record
+    from harness.results.record import build_record
     from harness.stats import GenerationStats
 
     gen = SimpleNamespace(stats=GenerationStats(), stopped_by_eos=False,

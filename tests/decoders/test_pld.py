@@ -116,7 +116,7 @@ def test_pld_and_hf_prompt_lookup_need_no_draft_and_pld_has_no_gamma_policy():
 
 
 def test_hf_assisted_cells_keep_their_ids_with_prompt_lookup_off():
-    from harness.identity import identity_config
+    from harness.config.identity import identity_config
 
     old = {"method": {"name": "hf_assisted", "gamma": 4, "schedule": "constant", "confidence_threshold": 0.0}}
     new = {"method": {**old["method"], "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}}

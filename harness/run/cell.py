@@ -1,7 +1,7 @@
 """What a cell is — method × decoding × pair × dataset × gpu × seed — before anything runs.
 
 From a composed cell config this module gives the cell's plan (method and decoding resolved, parameters and
-pair config validated: :func:`plan_cell`), its gpu label (:func:`gpu_label`), its id (:mod:`harness.identity`)
+pair config validated: :func:`plan_cell`), its gpu label (:func:`gpu_label`), its id (:mod:`harness.config.identity`)
 and its folder (:func:`cell_folder`, always one folder directly under ``<results_dir>/cells``), whether a
 finished cell may be reused (:func:`verified_state`) and whether ``force`` reruns it (:func:`forced`).
 Nothing here loads weights or writes files; the runner, validation and planning all build on it.
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness import identity, store
+from harness.config import identity
+
+from harness.results import store
 from harness.decoders.base import Decoder
 from harness.decoding import Decoding, as_decoding
 from harness.errors import ConfigError
@@ -72,7 +74,7 @@ def gpu_label(gpu_cfg: Mapping[str, Any]) -> str:
 
 def cell_id(cfg: Mapping[str, Any]) -> str:
     """Readable and unique: method, decoding, pair, dataset, gpu, seed, then a hash of every setting that
-    can change what the cell measures (:func:`harness.identity.cell_id`; gpu label already resolved)."""
+    can change what the cell measures (:func:`harness.config.identity.cell_id`; gpu label already resolved)."""
     return identity.cell_id(cfg)
 
 
@@ -110,7 +112,7 @@ def prompt_seed(seed: int, index: int) -> int:
 
 def verified_state(cell_dir: Path, cfg: Mapping[str, Any]) -> tuple[str, str]:
     """("done" | "corrupt" | "conflict" | "none", detail) of a cell folder for the config ``cfg``: "done" is a
-    finished cell whose files verify (:func:`harness.store.finished_state`) and whose stored config has
+    finished cell whose files verify (:func:`harness.results.store.finished_state`) and whose stored config has
     ``cfg``'s identity; "conflict" a verified cell measured under another identity; "corrupt" a cell whose
     files fail verification (repaired on its own when it runs)."""
     state, detail = store.finished_state(cell_dir)

@@ -2,20 +2,20 @@
 ``harness-report`` (see :mod:`harness.report`).
 
 Config comes from ``conf/`` plus the decoders' Params registered in Hydra's ConfigStore
-(:mod:`harness.configs`), so Hydra validates every key and type itself, and its own flags work
+(:mod:`harness.config.groups`), so Hydra validates every key and type itself, and its own flags work
 (``--cfg job``, ``--config-dir``, ``hydra.searchpath``; ``--help`` lists the subcommands too). Before Hydra creates any folder or
 the first model loads, every cell of the run or sweep is composed and validated
-(:mod:`harness.validation`, a Hydra callback in ``conf/config.yaml``): on a problem the command prints
+(:mod:`harness.config.validation`, a Hydra callback in ``conf/config.yaml``): on a problem the command prints
 each one with its key and valid values and exits with status 2, having written nothing; so do the
 configuration errors Hydra itself detects (an unknown key or group option, a value of the wrong type, an
 override it cannot parse), which Hydra alone would end with status 1. Exit status 1: some cell failed at
 run time (its ``error.json`` says why).
 
 ``harness -m method=ar,sd,specinfer runner.interleave=true`` runs the sweep's cells that differ only
-in ``method`` as one interleaved comparison (:func:`harness.runner.run_cells`): Hydra's basic launcher
+in ``method`` as one interleaved comparison (:func:`harness.run.runner.run_cells`): Hydra's basic launcher
 composes every job first (each job only queues its config), then the groups run. Under another launcher
-(submitit), each job runs its own cell as usual. Subcommands (no Hydra app; :data:`SUBCOMMANDS`): ``plan``, ``task``, ``merge`` (:mod:`harness.plan`),
-``report`` (= ``harness-report``), ``ls`` (:mod:`harness.catalog`), ``gpu-check``, ``power-probe``;
+(submitit), each job runs its own cell as usual. Subcommands (no Hydra app; :data:`SUBCOMMANDS`): ``plan``, ``task``, ``merge`` (:mod:`harness.run.plan`),
+``report`` (= ``harness-report``), ``ls`` (:mod:`harness.cli.catalog`), ``gpu-check``, ``power-probe``;
 ``harness --version`` prints the harness's version.
 """
 from __future__ import annotations
@@ -30,11 +30,11 @@ CONF_DIR = conf_dir()
 EXIT_CONFIG = 2
 # name -> (module, function, one line for `harness --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "plan": ("harness.plan", "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
-    "task": ("harness.plan", "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
-    "merge": ("harness.plan", "merge_main", "copy the finished cells of results folders into one"),
+    "plan": ("harness.run.plan", "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
+    "task": ("harness.run.plan", "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
+    "merge": ("harness.run.plan", "merge_main", "copy the finished cells of results folders into one"),
     "report": ("harness.report", "main", "read results/, write the report (= harness-report)"),
-    "ls": ("harness.catalog", "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
+    "ls": ("harness.cli.catalog", "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
     "gpu-check": ("harness.tools.gpu_check", "main",
                   "validate a GPU machine (= harness-gpu-check)"),
     "power-probe": ("harness.tools.probe", "main",
@@ -55,12 +55,12 @@ def _hydra_app():
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
         from harness.errors import ConfigError
-        from harness.runner import run_cell
+        from harness.run.runner import run_cell
 
-        from harness.preflight import resolved_container
-        from harness.schema import runner_config
+        from harness.config.preflight import resolved_container
+        from harness.config.schema import runner_config
 
-        container = resolved_container(cfg)  # bounded before resolving (harness.preflight)
+        container = resolved_container(cfg)  # bounded before resolving (harness.config.preflight)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
         if multirun and not _SWEEP:
@@ -100,11 +100,11 @@ def _report(outcome, multirun: bool = True) -> None:
 
 
 def _write_results_json() -> None:
-    """One ``results.json`` per local sweep (:func:`harness.provenance.write_results_json`): in the sweep's
+    """One ``results.json`` per local sweep (:func:`harness.results.provenance.write_results_json`): in the sweep's
     Hydra folder (kept) and as ``<results_dir>/results.json`` (the latest sweep into that folder)."""
     import shutil
 
-    from harness.provenance import write_results_json
+    from harness.results.provenance import write_results_json
 
     by_dir: dict = {}
     for o in _CELLS:
@@ -118,10 +118,10 @@ def _write_results_json() -> None:
 
 
 def _run_queued() -> None:
-    """Run the queued jobs of an interleaved sweep, one comparison per group (see harness.plan.units)."""
+    """Run the queued jobs of an interleaved sweep, one comparison per group (see harness.run.plan.units)."""
     from harness.errors import ConfigError
-    from harness.plan import units
-    from harness.runner import run_cells
+    from harness.run.plan import units
+    from harness.run.runner import run_cells
 
     for unit in units(_QUEUED):
         ids = ", ".join(c["method"]["name"] for c in unit)
@@ -223,9 +223,9 @@ register_resolvers()
 
 
 def main() -> None:
-    from harness.configs import register_configs
-    from harness.legacy import upgrade_overrides
-    from harness.sweeper import load_sweeper_plugin
+    from harness.config.groups import register_configs
+    from harness.config.legacy import upgrade_overrides
+    from harness.run.sweeper import load_sweeper_plugin
 
     logging.getLogger("harness").setLevel(logging.INFO)
     sys.argv[1:] = upgrade_overrides(sys.argv[1:])  # deprecated keys and presets -> their names now (with a message)
@@ -239,7 +239,7 @@ def main() -> None:
         sys.exit(_subcommand(argv[0], argv[1:]))
     register_configs()
     load_sweeper_plugin()  # hydra/sweeper=grids (the experiments' sweeper), also from a checkout not reinstalled
-    from harness.preflight import check_argv
+    from harness.config.preflight import check_argv
 
     check_argv(argv, str(CONF_DIR))  # before Hydra instantiates callbacks or resolves anything (exit 2)
     try:

@@ -7,7 +7,7 @@ cannot decode the requested way is "n/a" (skipped, nothing written). Loading and
 generation happen before any measured window; every measured window is bracketed by the energy
 meter (which synchronises the device) and timed inside the decoder.
 
-Crash safety (see :mod:`harness.store`): a cell runs under a per-cell lock (a second process given the
+Crash safety (see :mod:`harness.results.store`): a cell runs under a per-cell lock (a second process given the
 same cell returns "busy" and writes nothing); each prompt's record is fsynced as it is written, so a
 killed cell resumes at its next prompt (:func:`run_cells`), and the summary stores a record count and
 checksum that a rerun verifies before skipping. Several methods on one pair × dataset × gpu can run as
@@ -27,18 +27,20 @@ from typing import Any
 
 import torch
 
-from harness import context, store
-from harness.cell import (CellPlan, cell_id, gpu_label, interleave_key, plan_cell,  # noqa: F401 (re-exported)
+from harness.run import context
+
+from harness.results import store
+from harness.run.cell import (CellPlan, cell_id, gpu_label, interleave_key, plan_cell,  # noqa: F401 (re-exported)
                           prepare_cell, prompt_seed)
-from harness.cellrun import CellOutcome, CellRun, now
+from harness.run.cellrun import CellOutcome, CellRun, now
 from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError
-from harness.fingerprint import cell_inputs
+from harness.run.fingerprint import cell_inputs
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, load_pair
-from harness.record import CellSummary, build_record, energy_breakdown
+from harness.results.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
-from harness.schema import RunnerConfig, runner_config
+from harness.config.schema import RunnerConfig, runner_config
 from harness.tasks import load_task
 
 log = logging.getLogger("harness")
@@ -59,8 +61,8 @@ def get_pair(pair_cfg: dict, progress: bool = True) -> ModelPair:
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
     """The summary's ``env``: versions, machine, CPU model, device, git sha and (with ``pair``) the checkpoint
-    revisions that were loaded (:mod:`harness.provenance`)."""
-    from harness import provenance
+    revisions that were loaded (:mod:`harness.results.provenance`)."""
+    from harness.results import provenance
 
     info = {**provenance.environment(), "torch": torch.__version__,
             "host": platform.node(), "platform": platform.platform(), "device_type": device.type,
@@ -92,13 +94,13 @@ def git_sha() -> str | None:
 
 def run_cell(cfg: dict, results_dir: str | Path = "results", force: Any = False) -> CellOutcome:
     """Run a cell unless it already finished (and was measured under the same identity:
-    :func:`harness.identity.check_reusable`); a killed or failed cell resumes at its next prompt, a cell whose
-    files fail verification is repaired (:mod:`harness.cellrun`). Runtime failures (OOM, a crashing model,
+    :func:`harness.config.identity.check_reusable`); a killed or failed cell resumes at its next prompt, a cell whose
+    files fail verification is repaired (:mod:`harness.run.cellrun`). Runtime failures (OOM, a crashing model,
     changed inputs on resume, ...) are recorded in ``error.json`` and returned, not raised, so a sweep goes on
     with its other cells. Configuration errors (:class:`~harness.errors.ConfigError`) are raised and leave
-    nothing behind; the CLI finds them for every cell before any model loads (:mod:`harness.validation`). A
+    nothing behind; the CLI finds them for every cell before any model loads (:mod:`harness.config.validation`). A
     method that cannot decode the requested way returns "n/a" and writes nothing; a cell another live process
-    is running returns "busy" and writes nothing. ``force``: see :func:`harness.cell.forced`."""
+    is running returns "busy" and writes nothing. ``force``: see :func:`harness.run.cell.forced`."""
     return run_cells([cfg], results_dir, force=force)[0]
 
 
@@ -187,7 +189,7 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
     if c.writer.next_index > len(sh.examples):
         raise ValueError(f"{c.cell_dir / store.PARTIAL} has {c.writer.next_index} records but the dataset "
                          f"has {len(sh.examples)} prompts")
-    # prompts longer than the trained context keep their last tokens, flagged (harness.context's rule;
+    # prompts longer than the trained context keep their last tokens, flagged (harness.run.context's rule;
     # the lookahead is the method's own, so each cell of a comparison fits its prompts itself)
     c.fitted = [context.fit_prompt(ids, sh.n_positions, sh.max_new, c.plan.method.lookahead)
                 for ids in sh.raw_ids]
@@ -343,7 +345,7 @@ def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict,
 
 
 def _perplexity(model, prompt_ids: list[int], output_ids: list[int], n_positions: int | None) -> float:
-    """Output perplexity conditioned on at most the trained context (:func:`harness.context.perplexity_window`)."""
+    """Output perplexity conditioned on at most the trained context (:func:`harness.run.context.perplexity_window`)."""
     window = context.perplexity_window(prompt_ids, output_ids, n_positions)
     if n_positions is not None and len(window) + len(output_ids) > n_positions:
         return math.nan  # the output alone outgrows the context: no in-context perplexity

@@ -9,7 +9,7 @@
 * ``draft_selection`` — ``ols`` (:mod:`harness.selection`), unset by default (none).
 
 Deprecated names of earlier releases are not in any schema: the command line maps them first
-(:func:`harness.legacy.upgrade_overrides`).
+(:func:`harness.config.legacy.upgrade_overrides`).
 """
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from harness import schema
+from harness.config import schema
 from harness.adaptive.policies import POLICIES
 from harness.decoders.base import Decoder, registry
 from harness.decoding import GROUP_PRESETS, WARP_KEYS, Decoding
 from harness.energy.config import register_energy_schema
 from harness.energy.hardware import register_gpu_schema
 from harness.selection import SELECTIONS
-from harness.sweeper import register_sweeper
+from harness.run.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
 DECODING_GROUP = "decoding"
@@ -69,7 +69,7 @@ def register_configs() -> None:
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
     for name, preset in GROUP_PRESETS.items():
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
-    schema.register(cs)  # the primary config's typed keys (harness/schema.py)
+    schema.register(cs)  # the primary config's typed keys (harness/config/schema.py)
     for name, cls in sorted(POLICIES.all().items()):
         cs.store(group=POLICY_GROUP, name=name,
                  node=params_schema(cls, name, f"{cls.__name__}Config", "the γ policy (adaptive §4)"))

@@ -8,7 +8,7 @@ with ``runner.interleave=true`` one interleaved comparison (the cells that diffe
 
 ``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan; ``harness plan --write PLAN.json`` stores the
 composed plan once and ``harness task --plan PLAN.json INDEX`` reads its unit from it without composing the sweep
-again (:mod:`harness.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
+again (:mod:`harness.run.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
 several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
 second merger never sees a torn or half-merged cell).
 """
@@ -21,11 +21,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness import store
-from harness.cell import interleave_key, plan_cell, prepare_cell
+from harness.results import store
+from harness.run.cell import interleave_key, plan_cell, prepare_cell
 from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
-from harness.schema import runner_config
+from harness.config.schema import runner_config
 
 CONF_DIR = conf_dir()
 
@@ -34,13 +34,13 @@ def compose_jobs(overrides: list[str], config_dir: str | None = None) -> list[di
     """The composed, resolved config of every job a ``harness -m OVERRIDES`` sweep would run, in
     Hydra's order: the basic sweeper's cartesian product, or — when the composed config selects the
     experiments' ``grids`` sweeper (``+experiment=...``) — the union of its grids
-    (:func:`harness.sweeper.config_sweep_overrides`, the same expansion validation uses)."""
+    (:func:`harness.run.sweeper.config_sweep_overrides`, the same expansion validation uses)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.configs import register_configs
-    from harness.preflight import ConfigTooLarge, resolved_container, yaml_problems
-    from harness.sweeper import config_sweep_overrides
+    from harness.config.groups import register_configs
+    from harness.config.preflight import ConfigTooLarge, resolved_container, yaml_problems
+    from harness.run.sweeper import config_sweep_overrides
 
     register_configs()
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
@@ -140,11 +140,11 @@ def plan_main(argv: list[str]) -> int:
     args = _args(argv, "harness plan", extra)
     jobs = _compose_or_exit(args, "harness plan")
     if args.todo:  # what an array will run: validated as `harness -m` would (a bad override exits 2, not "done")
-        from harness.validation import exit_on_problems, validate_cells
+        from harness.config.validation import exit_on_problems, validate_cells
 
         exit_on_problems(validate_cells([(" ".join(_label(c)), c) for c in jobs], single=False), len(jobs))
     if args.write:
-        from harness.planfile import write_plan
+        from harness.run.planfile import write_plan
 
         write_plan(args.write, units(jobs), args.overrides, args.config_dir)
     if args.count:
@@ -179,7 +179,7 @@ def task_main(argv: list[str]) -> int:
                        help="read the unit from this plan file (`harness plan --write`) instead of composing the sweep")
     args = _args(argv, "harness task", extra)
     if args.plan:
-        from harness.planfile import task_unit
+        from harness.run.planfile import task_unit
 
         unit = task_unit(args.plan, args.index, args.overrides)
     else:
@@ -190,8 +190,8 @@ def task_main(argv: list[str]) -> int:
             return 2
         unit = plan[args.index]
     from harness.errors import ConfigError
-    from harness.runner import run_cells
-    from harness.validation import exit_on_problems, validate_cells
+    from harness.run.runner import run_cells
+    from harness.config.validation import exit_on_problems, validate_cells
 
     exit_on_problems(validate_cells([(c["method"]["name"], c) for c in unit]), len(unit))  # exit 2 before loading
     try:

@@ -26,7 +26,7 @@ from typing import Any
 MAX_CONFIG_BYTES = 1 << 20  # a resolved config's JSON size; the harness's own are under 10 KB
 MAX_CONFIG_NODES = 10_000  # values and containers of a resolved config; the harness's own have under 300
 MAX_INTERPOLATION_DEPTH = 32  # references followed through references
-OWN_CALLBACKS = {"validate": "harness.validation.ValidateCells"}
+OWN_CALLBACKS = {"validate": "harness.config.validation.ValidateCells"}
 _REF = re.compile(r"\$\{([^${}]*)\}")
 
 
@@ -115,9 +115,9 @@ def config_problems(cfg) -> list[str]:
 
 
 def resolved_container(cfg) -> dict:
-    """The config as plain, resolved data (typed on the way: :func:`harness.schema.as_cell_dict`, the ``hydra``
+    """The config as plain, resolved data (typed on the way: :func:`harness.config.schema.as_cell_dict`, the ``hydra``
     node left out) once it is shown to be within the bounds."""
-    from harness.schema import as_cell_dict
+    from harness.config.schema import as_cell_dict
 
     problems = config_problems(cfg)
     if problems:
@@ -228,7 +228,7 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
     problems = [p for folder in _user_folders(args) for p in yaml_problems(folder)]
     if problems:
         return problems
-    from harness.configs import register_configs
+    from harness.config.groups import register_configs
 
     register_configs()
     try:

@@ -4,7 +4,7 @@ In memory a record is a :class:`Record` and a summary a :class:`CellSummary`, ea
 quality, energy, selection, ...); :meth:`Record.flat` / :meth:`CellSummary.flat` give the flat objects of
 ``records.jsonl`` and ``summary.json`` (and so of the parquet tables), the only place sections become dotted
 names (``metric.<name>``, ``energy.<field>``, ``selection.<field>``, ``stat.<extra>``). Field meanings are
-in :mod:`harness.stats` and the README's metrics table; renamed fields are mapped in :mod:`harness.legacy`.
+in :mod:`harness.stats` and the README's metrics table; renamed fields are mapped in :mod:`harness.config.legacy`.
 The summary's statistics are totals over the records and the ratios of :func:`harness.stats.ratios` applied
 to those totals (pooled), plus per-prompt means where named so (``mean_prompt_tokens_per_s``,
 ``output_ppl``, ``metric.*``, ``stat.*``).
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.legacy import energy_record, reading_fields
+from harness.config.legacy import energy_record, reading_fields
 from harness.stats import COUNT_FIELDS, pooled_totals, ratios
 
 
@@ -27,7 +27,7 @@ def _prefixed(prefix: str, fields: Mapping[str, Any]) -> dict[str, Any]:
 class Record:
     """One prompt's record: identity, the generation's statistics (``stat.*`` extras included), the draft
     selection, quality, energy and the texts. ``prompt_tokens_original`` is the prompt's length before it was
-    cut to the model's context (:mod:`harness.context`; then ``prompt_truncated``)."""
+    cut to the model's context (:mod:`harness.run.context`; then ``prompt_truncated``)."""
 
     cell_id: str
     index: int

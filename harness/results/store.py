@@ -3,7 +3,7 @@
 A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (the SHA-256 of each
 record's line, one per line) and ``summary.json``; the summary is written last and marks the cell finished,
 so a rerun skips it. The summary stores the record count and a SHA-256 of ``records.jsonl``; a rerun
-verifies them, and every record's fields against their ranges (:func:`harness.record.record_problems`),
+verifies them, and every record's fields against their ranges (:func:`harness.results.record.record_problems`),
 before skipping (:func:`finished_state`). A cell that fails is repaired, never skipped silently and never
 blessed: its files are kept aside as ``*.invalid*``, the leading records whose lines still match their own
 checksums (and ranges) are kept, and every other record is rerun — a checksum is never written over bytes
@@ -14,8 +14,8 @@ While a cell runs, each prompt's record is appended to ``records.partial.jsonl``
 is resumed at prompt granularity: :meth:`RecordWriter.resume` keeps every complete record whose checksum
 matches, drops a torn last line, and the runner continues with the next prompt. ``records.partial.jsonl``
 is never read as results. ``segments.json`` lists the cell's run segments (where each started, on which
-host, with which inputs: :mod:`harness.fingerprint`) until the summary takes them over. Two processes never
-run one cell: see :mod:`harness.lock` (re-exported here).
+host, with which inputs: :mod:`harness.run.fingerprint`) until the summary takes them over. Two processes never
+run one cell: see :mod:`harness.run.lock` (re-exported here).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from harness.legacy import current_names
-from harness.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
-from harness.record import record_problems
+from harness.config.legacy import current_names
+from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
+from harness.results.record import record_problems
 
 SUMMARY = "summary.json"
 RECORDS = "records.jsonl"
@@ -333,9 +333,9 @@ def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> N
 
 
 def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool = True) -> list[dict]:
-    """The records of a finished cell under the current field names (:mod:`harness.legacy`); ValueError naming
+    """The records of a finished cell under the current field names (:mod:`harness.config.legacy`); ValueError naming
     the line when one is not valid JSON or (``check``) has a field out of range
-    (:func:`harness.record.record_problems`)."""
+    (:func:`harness.results.record.record_problems`)."""
     path = cell_dir / RECORDS
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

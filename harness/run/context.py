@@ -11,7 +11,7 @@ The rule:
   ``budget`` tokens (the end of a prompt is what the model continues); its record says
   ``prompt_truncated: true`` and ``prompt_tokens_original`` (the length before), so nothing is silent;
 * a cell whose ``max_new_tokens + lookahead`` leaves no room for a prompt (``budget < 1``) is a config
-  error, found before any weights load (:mod:`harness.validation`);
+  error, found before any weights load (:mod:`harness.config.validation`);
 * output perplexity is computed on at most ``n_positions`` tokens (:func:`perplexity_window`), never
   past the trained context.
 """
@@ -26,7 +26,7 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"
 
 def resolve_max_new_tokens(cfg: Mapping[str, Any], dataset_default: int) -> int:
     """A cell's ``max_new_tokens``: the top-level value, or the dataset's when it is null (``conf/config.yaml``).
-    0 and negative values are config errors (:mod:`harness.validation`), never "the default"."""
+    0 and negative values are config errors (:mod:`harness.config.validation`), never "the default"."""
     value = cfg.get("max_new_tokens")
     value = dataset_default if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -4,7 +4,7 @@
 ``datasets``, ``pairs``, ``decodings``, ``gpus``, ``energy``, ``experiments``, or any group name) lists a
 group's options with a one-line description; ``harness ls method sd`` shows one option's keys with
 their defaults and help. The listing comes from Hydra's own config repository (the shipped
-``harness/conf`` plus the ConfigStore nodes, and ``--config-dir DIR`` for your own groups), so it shows
+``conf`` plus the ConfigStore nodes, and ``--config-dir DIR`` for your own groups), so it shows
 exactly what ``harness`` accepts. Help text is the ``help`` metadata of a structured config's fields
 (the decoders' ``Params``) or the trailing comment of a YAML key.
 """
@@ -34,7 +34,7 @@ class Catalog:
         from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from harness.configs import register_configs
+        from harness.config.groups import register_configs
         from harness.resources import conf_dir
 
         register_configs()

@@ -3,7 +3,7 @@
 Composing a sweep costs one Hydra composition per cell (the 886-cell ``dsbd_tables`` plan: minutes), so
 ``harness task INDEX OVERRIDES`` composing the whole plan again in each of N array tasks costs N times
 that. ``harness plan --write plan.json OVERRIDES`` writes the composed, resolved config of every cell,
-grouped into units (:func:`harness.plan.units`), with the harness version and the overrides;
+grouped into units (:func:`harness.run.plan.units`), with the harness version and the overrides;
 ``harness task --plan plan.json INDEX`` reads unit INDEX from it and composes nothing.
 
 The file is written atomically (a task never reads a half-written plan) and checked when read: its
@@ -68,13 +68,13 @@ def plan_unit(path: str | Path, index: int) -> list[dict]:
 
 def task_unit(path: str | Path, index: int, overrides: list[str]) -> list[dict]:
     """``harness task --plan PATH INDEX [key=value ...]``: the unit's cell configs. Overrides may set only
-    result-neutral keys (:data:`harness.identity.RESULT_NEUTRAL_KEYS`: ``results_dir=`` for node-local
+    result-neutral keys (:data:`harness.config.identity.RESULT_NEUTRAL_KEYS`: ``results_dir=`` for node-local
     scratch, ``force=``, ...); anything else would change the cells the plan names, so it is refused."""
     import copy
 
     import yaml
 
-    from harness.identity import RESULT_NEUTRAL_KEYS
+    from harness.config.identity import RESULT_NEUTRAL_KEYS
 
     unit = copy.deepcopy(plan_unit(path, index))
     for override in overrides:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.legacy import layout_0_2
+from harness.config.legacy import layout_0_2
 
 # dotted key -> why it cannot change a result (tested: tests/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
@@ -53,7 +53,7 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                                       "existed",
 }
 HASH_CHARS = 12
-SUMMARY = "summary.json"  # the same name as harness.store.SUMMARY (kept free of the store's imports)
+SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)
 
 
 class CellConflict(ConfigError):
@@ -73,7 +73,7 @@ def _drop(cfg: dict, dotted: str) -> None:
 
 def identity_config(cfg: Mapping[str, Any]) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.legacy.layout_0_2`:
+    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.config.legacy.layout_0_2`:
     the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
     out = layout_0_2(cfg)
     out.pop("hydra", None)

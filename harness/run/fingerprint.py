@@ -1,6 +1,6 @@
 """What a cell's records were computed from, beyond its config: the prompts and the pair's weights.
 
-A cell's id hashes its config (:mod:`harness.identity`), not the bytes of its data file or of the weights a
+A cell's id hashes its config (:mod:`harness.config.identity`), not the bytes of its data file or of the weights a
 model reference points to. Each run segment of a cell stores :func:`cell_inputs` (``segments`` in the
 summary); a resume compares it with the inputs now (:func:`changed_inputs`) and refuses, naming the file,
 rather than mixing records computed from two versions of a data file or of a model.

@@ -1,20 +1,20 @@
 """One cell's run: open it (skip, repair or force; lock; writer), check its inputs on resume, and end it
 (failed with ``error.json``, or discarded leaving nothing this run created).
 
-Opening a cell (:meth:`CellRun.open`), by its verified state (:func:`harness.cell.verified_state`):
+Opening a cell (:meth:`CellRun.open`), by its verified state (:func:`harness.run.cell.verified_state`):
 
 * done — skipped (``force`` that names it reruns it from scratch);
-* conflict — a finished cell measured under another identity: a :class:`~harness.identity.CellConflict`
+* conflict — a finished cell measured under another identity: a :class:`~harness.config.identity.CellConflict`
   (a config error) unless ``force`` names it (``force=<cell id>``, ``force=corrupt``); then its files are
   kept aside as ``*.invalid*`` and it reruns;
-* corrupt — files that fail verification: repaired on its own (:func:`harness.store.reopen_corrupt`: the
+* corrupt — files that fail verification: repaired on its own (:func:`harness.results.store.reopen_corrupt`: the
   records that still match their checksums are kept, the rest rerun), or with ``force=corrupt`` /
   ``force=<cell id>`` rerun from scratch, its files kept aside;
 * otherwise — run, resuming at the first prompt without a trusted record.
 
 Temporary files a killed writer or merge left are removed under the lock. A resumed cell's prompts and
-weights must be those its records came from (:mod:`harness.fingerprint`), else the cell fails with
-:class:`~harness.fingerprint.InputsChanged` naming the file, its records untouched.
+weights must be those its records came from (:mod:`harness.run.fingerprint`), else the cell fails with
+:class:`~harness.run.fingerprint.InputsChanged` naming the file, its records untouched.
 """
 from __future__ import annotations
 
@@ -27,12 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import context, store
-from harness.cell import CellPlan, forced, plan_cell, prepare_cell, verified_state
+from harness.run import context
+
+from harness.results import store
+from harness.run.cell import CellPlan, forced, plan_cell, prepare_cell, verified_state
 from harness.errors import ConfigError, NotApplicable
-from harness.fingerprint import InputsChanged, changed_inputs
-from harness.identity import CellConflict
-from harness.record import record_problems
+from harness.run.fingerprint import InputsChanged, changed_inputs
+from harness.config.identity import CellConflict
+from harness.results.record import record_problems
 
 log = logging.getLogger("harness")
 

@@ -14,13 +14,13 @@ its replacement; the project's own code, configs and tests use none of them:
 * the decoding preset ``sampling_seed000`` → ``sampling_dsbd`` (:data:`RENAMED_PRESETS`).
 
 On the command line the old keys are rewritten before Hydra composes (:func:`upgrade_overrides`); in the
-Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.identity`) hashes the
+Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.config.identity`) hashes the
 0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
 names the config used; summaries keep the 0.2 flat ``params`` (:func:`flat_policy_params`), so analyses
 of old and new results read the same columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
-(:func:`current_names`, applied by :func:`harness.store.read_records` and the analysis loader), so results
+(:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
 written before a rename still load and no other module knows an old name. Where two fields once shared a
 vocabulary but not a scope: ``new_tokens`` counts the tokens of one generation, while an energy reading may run
 the workload several times (``energy.repetitions``); the energy fields say which they mean —

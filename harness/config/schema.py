@@ -3,11 +3,11 @@ top-level, ``runner`` and ``report`` keys' types, defaults and help.
 
 ``conf/config.yaml`` only picks presets (``defaults:``) and Hydra's settings; the keys themselves are
 :class:`CellConfig`'s. The group nodes are typed by their own schemas: ``method`` and ``decoding`` by the
-decoders' Params and the decoding presets (:mod:`harness.configs`), ``pair`` by the pair presets (checked as
+decoders' Params and the decoding presets (:mod:`harness.config.groups`), ``pair`` by the pair presets (checked as
 :class:`harness.models.PairSpec`), ``dataset`` by its task's dataclass (:mod:`harness.tasks`), ``energy`` and
 ``gpu`` by the energy package's configs. Hydra checks every key and type when it composes (an unknown key or
 ``runner.threads=abc`` fails there); the ranges are checked here, each problem a
-:class:`~harness.errors.ConfigError` carrying its key (:func:`field_problems`). :mod:`harness.validation`
+:class:`~harness.errors.ConfigError` carrying its key (:func:`field_problems`). :mod:`harness.config.validation`
 adds the checks across fields (method × decoding × pair, context, data, results folder).
 
 The CLI turns the composed config into these dataclasses once (``OmegaConf.to_object``, :func:`as_cell_dict`);

@@ -3,17 +3,17 @@
 ``harness`` (single run or ``-m`` sweep) composes each cell's config exactly as Hydra's launcher will
 (:class:`ValidateCells`, a Hydra callback: ``on_run_start`` / ``on_multirun_start``, i.e. before Hydra
 creates any output folder) and checks it here without loading weights. Each value's own range is its
-schema's: the top-level and ``runner`` keys (:mod:`harness.schema`), the method's Params under the decoding
-(:func:`harness.cell.plan_cell`), the pair (:class:`harness.models.PairSpec`), the dataset's task, the energy
+schema's: the top-level and ``runner`` keys (:mod:`harness.config.schema`), the method's Params under the decoding
+(:func:`harness.run.cell.plan_cell`), the pair (:class:`harness.models.PairSpec`), the dataset's task, the energy
 config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
 * a method that needs a draft on a pair without one; a method that does not apply to the decoding;
 * the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
   at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
-  method's lookahead must leave room for a prompt (:mod:`harness.context`);
+  method's lookahead must leave room for a prompt (:mod:`harness.run.context`);
 * ``results_dir`` is writable with room to spare (nothing is created to find out);
-* a finished cell at the same id was measured under the same identity (:func:`harness.identity.check_reusable`)
+* a finished cell at the same id was measured under the same identity (:func:`harness.config.identity.check_reusable`)
   unless ``force`` names it; ``force=<id>`` names cells of this run.
 
 Every problem is printed with its key and the valid values, and the command exits with status 2 having
@@ -35,10 +35,10 @@ from typing import Any, Iterable, Mapping
 
 from hydra.experimental.callback import Callback
 
-from harness import identity
-from harness.context import pair_positions, prompt_budget, resolve_max_new_tokens
+from harness.config import identity
+from harness.run.context import pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
-from harness.schema import field_problems
+from harness.config.schema import field_problems
 
 log = logging.getLogger("harness")
 EXIT_CONFIG = 2
@@ -159,7 +159,7 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
                   single: bool = True) -> list[Problem]:
     """Every problem of one composed cell config (a plain dict, interpolations resolved). Loads no weights.
     ``single``: a method that does not apply to the decoding is a problem (a sweep skips such cells). Each
-    value's own range is its schema's (:func:`harness.schema.field_problems`, the task's and pair's checks);
+    value's own range is its schema's (:func:`harness.config.schema.field_problems`, the task's and pair's checks);
     what is checked here is how the values fit together."""
     cache = cache or _Cache()
     problems = [Problem(e.key or "config", str(e), label) for e in field_problems(cfg)]
@@ -196,7 +196,7 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
 
 def _plan(cfg: Mapping[str, Any], add, single: bool):
     """The cell's plan (method × decoding, the method's parameters, the pair), or None with its problem."""
-    from harness.cell import plan_cell
+    from harness.run.cell import plan_cell
 
     try:
         return plan_cell(dict(cfg))
@@ -258,7 +258,7 @@ def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add,
 def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
     """A finished cell at this id must have been measured under this identity, unless ``force`` names it; a
     cell whose files fail verification is repaired on its own when it runs (a warning, not a problem)."""
-    from harness.cell import forced, prepare_cell, verified_state
+    from harness.run.cell import forced, prepare_cell, verified_state
 
     try:
         labelled, cid, cell_dir = prepare_cell(cfg, results_dir)
@@ -297,7 +297,7 @@ def validate_cells(cells: Iterable[tuple[str, Mapping[str, Any]]], single: bool 
 
 def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Problem]:
     """``force=<cell id>`` (or a list of them) must name cells of this run."""
-    from harness.cell import FORCE_CORRUPT, unknown_forced_ids
+    from harness.run.cell import FORCE_CORRUPT, unknown_forced_ids
 
     unknown, ids = unknown_forced_ids([cfg for _, cfg in cells])
     if not unknown:
@@ -322,20 +322,20 @@ def exit_on_problems(problems: list[Problem], n_cells: int) -> None:
 
 def job_container(cfg) -> dict:
     """The job's config as the task function gets it: without the ``hydra`` node, interpolations resolved
-    (bounded first: :func:`harness.preflight.resolved_container`)."""
-    from harness.preflight import resolved_container
+    (bounded first: :func:`harness.config.preflight.resolved_container`)."""
+    from harness.config.preflight import resolved_container
 
     return resolved_container(cfg)
 
 
 def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
     """Every cell of the multirun whose primary config is ``config``: the sweep overrides expanded exactly as
-    the sweeper does (:func:`harness.sweeper.config_sweep_overrides`: params x each grid), each cell composed
+    the sweeper does (:func:`harness.run.sweeper.config_sweep_overrides`: params x each grid), each cell composed
     by the config loader as the launcher will; and a problem for each cell that does not compose (an unknown key or group option, a value of the wrong type)."""
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from harness.sweeper import config_sweep_overrides
+    from harness.run.sweeper import config_sweep_overrides
 
     loader = GlobalHydra.instance().config_loader()
     arguments = list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
@@ -369,7 +369,7 @@ class ValidateCells(Callback):
     any folder or the first cell loads a model; exit with status 2 on a problem."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        from harness.preflight import ConfigTooLarge
+        from harness.config.preflight import ConfigTooLarge
 
         try:
             cfg = job_container(config)

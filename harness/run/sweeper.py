@@ -87,7 +87,7 @@ def load_sweeper_plugin() -> None:
     try:
         module = importlib.import_module(PLUGIN_MODULE)
     except ImportError:
-        path = Path(__file__).resolve().parents[1] / "hydra_plugins" / "harness_grids" / "__init__.py"
+        path = Path(__file__).resolve().parents[2] / "hydra_plugins" / "harness_grids" / "__init__.py"
         spec = importlib.util.spec_from_file_location(PLUGIN_MODULE, path)
         if spec is None or spec.loader is None or not path.is_file():
             raise

@@ -1,0 +1,1 @@
+"""The command line: ``harness`` (the Hydra app with its subcommands) and ``harness ls``."""

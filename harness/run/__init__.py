@@ -1,0 +1,1 @@
+"""Running cells: plans and plan files, one cell's run (lock, resume, fingerprint), the runner, the sweeper."""
