@@ -87,6 +87,7 @@ class Scenario:
     error_rate: tuple[float, int] | None = None      # (fraction of calls, NVML error code)
     flag: str | None = None          # "throttle" | "foreign": state only during some prompts
     counter_event: str | None = None  # "wrap" | "reset": once mid-cell
+    second_gpu: dict | None = None   # a second GPU (its own sensor settings) running the same load (tensor parallel)
 
 
 E = NVML
@@ -139,6 +140,17 @@ SCENARIOS = [
              gpu=H200),
     Scenario("coarse counter 1 J, lag 100 ms", "30.2 coarse lag", (1, 4), ("counter",),
              gpu={"counter_resolution_j": 1.0, "counter_lag_s": 0.1}),
+    Scenario("2 GPUs, the second's counter 50 ms late", "30.4 per device", (1, 4), ("counter",),
+             second_gpu={"counter_lag_s": 0.05}),
+    Scenario("2 GPUs: 100 ms + 20 ms counter lagging 20 ms", "30.4 per device", (1, 4), ("counter",),
+             second_gpu={"counter_update_s": 0.02, "counter_lag_s": 0.02}),
+    Scenario("H200 instant, 10 Hz load", "30.3 informs", (3, 8), ("polled",), load="square:0.1:0.5", gpu=H200),
+    Scenario("jitter ±3 ms, 10 Hz, counter", "30.3 informs", (3, 8), ("counter", "polled"), load="square:0.1:0.5",
+             gpu={"power_jitter_s": 0.003, "counter_jitter_s": 0.003}),
+    Scenario("V100 50 ms sensor, 10 Hz load", "30.3 informs", (3, 8), ("polled",), load="square:0.1:0.5",
+             gpu={**VOLTA, "power_update_s": 0.05, "power_window_s": 0.025}),
+    Scenario("idle step at the prompt edge", "30.5 edges", (1, 4), ("counter",), gpu={"hysteresis_w": 30.0,
+                                                                                     "hysteresis_s": 0.3}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
 ]
 
@@ -182,7 +194,12 @@ class Cell:
         if scenario.counter_event == "wrap":
             kwargs.update(counter_bits=32, counter_start_mj=2**32 - int(1000 * self.rng.uniform(600, 2500)))
         self.gpu = sim.SimGPU(self.clock, **kwargs)
-        self.nvml = sim.SimulatedNVML([self.gpu], self.clock)
+        self.gpus = [self.gpu]
+        if scenario.second_gpu is not None:
+            self.gpus.append(sim.SimGPU(self.clock, uuid="GPU-00000000-sim1", **{
+                "power_phase_s": self.rng.uniform(0, 0.1), "counter_phase_s": self.rng.uniform(0, 0.1),
+                **scenario.gpu, **scenario.second_gpu}))
+        self.nvml = sim.SimulatedNVML(self.gpus, self.clock)
         self.failures: list[float] = []
         expected = prompts * (statistics.mean(scenario.lengths) + 0.5) + 5.0
         if scenario.glitches:
@@ -206,7 +223,8 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
     begin = clock.now()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        energy_meter = make_energy_meter(meter_config(scenario, meter), [0], nvml=cell.nvml, clock=clock)
+        energy_meter = make_energy_meter(meter_config(scenario, meter), list(range(len(cell.gpus))), nvml=cell.nvml,
+                                         clock=clock)
     if scenario.stall_hz:
         clock.stall(math.inf, 1 / scenario.stall_hz)
     off_time, rows = 0.0, []
@@ -228,7 +246,10 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
                 gpu.throttle_reasons_active = NVML.nvmlClocksThrottleReasonSwPowerCap
             if flagged and scenario.flag == "foreign":
                 gpu.add_process(4242 + i, 60.0, start, start + sum(s for s, _ in pieces))
+            for other in cell.gpus[1:]:
+                other.schedule([(s, w + drift) for s, w in pieces])
             energy = gpu.run([(s, w + drift) for s, w in pieces])
+            energy += sum(g.energy(clock.now()) - g.energy(start) for g in cell.gpus[1:])
             gpu.throttle_reasons_active = 0
             return energy, start, clock.now()
 
@@ -236,8 +257,10 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
             warnings.simplefilter("ignore")
             measured = energy_meter.measure("prompt", workload)
         results, reading = (measured.results, measured.reading) if hasattr(measured, "reading") else measured
-        rows.append(_row(gpu, results, reading, flagged, touched=cell.nvml.errors > errors_before))
+        rows.append(_row(cell.gpus, results, reading, flagged, touched=cell.nvml.errors > errors_before))
         off_time += results[0][2] - results[0][1]
+        for other in cell.gpus[1:]:
+            other.schedule([(0.1, 250.0)])
         gpu.run([(0.1, 250.0)])  # the runner's output-perplexity pass on the GPU
         clock.sleep(0.1)          # and its CPU work
         off_time += 0.2
@@ -245,9 +268,9 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
     return {"rows": rows, "ratio": (clock.now() - begin) / off_time}
 
 
-def _row(gpu, results, reading, flagged: bool, touched: bool) -> dict:
+def _row(gpus, results, reading, flagged: bool, touched: bool) -> dict:
     gross = sum(r[0] for r in results)
-    net = sum(gpu.net_energy(r[1], r[2]) for r in results)
+    net = sum(g.net_energy(r[1], r[2]) for r in results for g in gpus)
     est_net = reading.net_energy_j * reading.repetitions
     return {"gross": (reading.total_energy_j - gross) / gross,
             "net": (est_net - net) / net if math.isfinite(est_net) and net > 0 else math.nan,

@@ -62,23 +62,27 @@ def test_hopper_readings_have_their_own_semantics_with_provenance():
     assert 0.05 < unevenness(0.117, 0.1) < 0.15
 
 
-@pytest.mark.parametrize("source", ["power-usage", "power"])
-def test_polled_h200_readings_hold_their_bound(source):
+@pytest.mark.parametrize("source, load", [("power-usage", "llm"), ("power", "llm"), ("power", "10 Hz")])
+def test_polled_h200_readings_hold_their_bound(source, load):
     """power.draw on an H200 is a 1 s running average: taken as 25 ms of every 100 ms, the polled path
-    was −3.8 to −5.7 % off with its bound held on 0 of 52 prompts. The instant field (117 ms on 100 ms)
-    sees all of the run: no phase shifting, a bound that still holds."""
+    was −3.8 to −5.7 % off with its bound held on 0 of 52 prompts; it needs one trial. The instant
+    field (117 ms on 100 ms) sees all of the run but each update's last 17 ms twice: under a 10 Hz load
+    one trial was 6-9 % off; phase-shifted trials average that out."""
+    from harness.energy.simloads import square_wave
+
     errors, bounds = [], []
     for seed in range(3):
         clock, (gpu,), meter, rng = make(seed, {"source": source}, **H200)
         for _ in range(2):
-            m = meter.measure("p", lambda: gpu.run(llm_like_load(rng, rng.uniform(1, 3))))
+            pieces = llm_like_load(rng, rng.uniform(1, 3)) if load == "llm" else \
+                [(rng.uniform(0, 0.1), 110.0)] + square_wave(0.1, 0.5, 420.0, 100.0, 3.0)
+            m = meter.measure("p", lambda: gpu.run(pieces))
             errors.append(abs(rel(m.reading.total_energy_j, sum(m.results))))
             bounds.append(m.reading.error_bound)
             assert errors[-1] <= m.reading.error_bound, (errors[-1], m.reading.error_basis)
-            assert m.reading.trials == 1  # nothing part-time about it: one trial
+            assert m.reading.trials == (1 if source == "power-usage" else 8)
         meter.close()
-    assert statistics.mean(errors) < 0.005
-    assert statistics.median(bounds) <= 5 * max(statistics.median(errors), 1e-4) or statistics.median(bounds) < 0.01
+    assert statistics.mean(errors) < 0.005 and statistics.median(bounds) < 0.02
 
 
 def test_a_run_says_which_figures_are_assumed_and_from_where():
@@ -181,7 +185,7 @@ def test_a_cell_summary_carries_net_its_bound_and_the_idle_dominated_flag():
 
 
 def test_null_breakdown_fields_in_a_cell_summary_carry_a_reason():
-    from harness.record import summarize_cell
+    from harness.results.record import summarize_cell
 
     ar = {"energy.prefill_j": 1.0, "energy.decode_j": 2.0, "energy.draft_j": math.nan, "energy.verify_j": math.nan,
           "energy.rest_j": math.nan, "energy.breakdown_reason": None}
@@ -216,3 +220,29 @@ def test_the_report_puts_net_beside_gross_in_ratios_columns_and_fronts(tmp_path)
     assert list(summary.loc[["typical", "sd", "ar_sampling"], "idle_dominated"]) == [True, True, False]
     md = out["md"].read_text()
     assert "net J/token ratio" in md and "net J/token" in md and "idle-dominated" in md.lower()
+
+
+# ---- 4. per-device facts on multi-GPU cells ------------------------------------------------------------
+
+@pytest.mark.parametrize("second", [{"counter_lag_s": 0.05}, {"counter_update_s": 0.02, "counter_lag_s": 0.02}],
+                         ids=["second lags 50 ms", "second 20 ms update, 20 ms lag"])
+def test_every_device_has_its_own_lag_and_update_period(second):
+    """Lag was tested on GPU 0 only and one update period used for all: a second GPU lagging 50 ms held
+    its bound on 18 of 20; a 100 ms GPU + a 20 ms one lagging 20 ms on 6 of 20, net off 28-48 %."""
+    errors, net_errors, held = [], [], 0
+    for seed in range(3):
+        clock, devices, meter, rng = make(seed, {"source": "counter"}, gpus=[{}, second])
+        for _ in range(3):
+            pieces = llm_like_load(rng, rng.uniform(1, 4))
+            start = clock.now()
+            m = meter.measure("p", lambda: run_all(devices, pieces))
+            errors.append(rel(m.reading.total_energy_j, sum(m.results)))
+            exact_net = sum(g.net_energy(a, b) for a, b in m.windows for g in devices)
+            net_errors.append(rel(m.reading.net_energy_j * m.reading.repetitions, exact_net))
+            held += abs(errors[-1]) <= m.reading.error_bound
+            assert start <= m.windows[0][0]
+        if "counter_update_s" in second:
+            assert meter.state.update_period(meter.primary, 1) == pytest.approx(0.02, abs=0.002)
+        meter.close()
+    assert held == len(errors) and max(map(abs, errors)) < 0.005
+    assert max(map(abs, net_errors)) < 0.02

@@ -46,13 +46,18 @@ def _t975(dof: int) -> float:
     return float(t.ppf(0.975, dof))
 
 
+UNEVEN = 0.01  # readings weighing instants more unevenly than this are phase-shifted (aliasing a periodic load)
+
+
 def phase_shifting(state) -> bool:
-    """Phase shifting applies to a part-time power reading (window shorter than its period)."""
+    """Phase shifting applies to a part-time power reading (window shorter than its period) and to a
+    window that is not a whole number of updates (117 ms on 100 ms: each update's last 17 ms counted
+    twice — a load periodic near the refresh rate aliases; issue 30)."""
     power = state.primary
     if power.kind != "power" or state.cfg.phase_shifts == 1:
         return False
     window, update = state.power_window(power), state.update_period(power)
-    return window is not None and math.isfinite(update) and window < update
+    return window is not None and math.isfinite(update) and unevenness(window, update) > UNEVEN
 
 
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
@@ -251,7 +256,7 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
         k * mean_p)
     t_interval = _t975(k - 1) * statistics.stdev(powers) / math.sqrt(k) / mean_p if k > 1 else NAN
     out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
-    if math.isfinite(part) and part >= 1:  # every instant seen (by one or two overlapping windows)
+    if math.isfinite(part) and part >= 1 and unseen <= UNEVEN:  # every instant seen, evenly enough
         stat = max(t_interval if math.isfinite(t_interval) else 0.0, sampling)
         return {**out, "stat": stat, "basis": f"full coverage; t-interval over {k} trials / readings' noise "
                 f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
@@ -259,7 +264,7 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
     ref_period = fit_grid(refreshes, period, 1e-3).period
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
     out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
-                                                                 window, ref_period))
+                                                                 min(window, period), ref_period))
     if all(math.isfinite(p) for p, _ in phases):
         out["gap"] = largest_gap([p for p, _ in phases])
     if out["verified"]:

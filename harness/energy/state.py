@@ -74,6 +74,7 @@ class MeterState:
             if c.kind == "energy" and lag is not None:
                 sensor = self.sensors[c.name]
                 sensor.lag_lo, sensor.lag_hi, sensor.lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+        self._device_sensors: dict[str, dict[int, Sensor]] = {}
         self.idle = IdleTracker(self.devices)
         self.idle.settle_s = cfg.idle_settle_s
         self.idle_power_w, self.idle_reason = NAN, None
@@ -155,8 +156,27 @@ class MeterState:
         return sum(watts), None
 
     # ---- what the sensors mean --------------------------------------------------------------
-    def update_period(self, channel: Channel) -> float:
-        return self.sensors[channel.name].update_period()
+    def update_period(self, channel: Channel, device: int | None = None) -> float:
+        """Device 0's update period (the timing reference), ``device``'s, or (``device=-1``) the longest."""
+        sensor = self.sensors[channel.name]
+        if device is None or not sensor.device_update_s:
+            return sensor.update_period()
+        periods = [p if math.isfinite(p) else sensor.update_period() for p in sensor.device_update_s]
+        return max(periods) if device == -1 else periods[min(device, len(periods) - 1)]
+
+    def device_sensor(self, channel: Channel, device: int) -> Sensor:
+        """The sensor of ``channel`` on ``device`` (its own lag tests; device 0's is ``sensors[name]``)."""
+        if device == 0:
+            return self.sensors[channel.name]
+        per = self._device_sensors.setdefault(channel.name, {})
+        if device not in per:
+            base = self.sensors[channel.name]
+            per[device] = Sensor(channel.name, channel.kind, self.update_period(channel, device),
+                                 resolution_j=base.resolution_j, resolution_note=base.resolution_note)
+            lag = channel.per_device[device].lag_s if len(channel.per_device) > device else None
+            if lag is not None:
+                per[device].lag_lo, per[device].lag_hi, per[device].lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+        return per[device]
 
     @staticmethod
     def power_window(channel: Channel) -> float | None:
@@ -347,7 +367,9 @@ class MeterState:
         out = {"refresh_jitter_s": counter.jitter() if counter else NAN,
                "sensor_semantics": " | ".join(self.semantics_line(c) for c in self.channels)}
         if self.primary.kind == "energy":
-            out.update({"counter_resolution_j": counter.resolution_j, "counter_lag_s": counter.lag_reported()})
+            lags = [self.device_sensor(self.primary, d).lag_reported() for d in range(self.devices)]
+            out.update({"counter_resolution_j": counter.resolution_j,
+                        "counter_lag_s": max(lags) if all(math.isfinite(x) for x in lags) else NAN})
         return out
 
     def close(self) -> None:
