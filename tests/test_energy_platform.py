@@ -193,6 +193,10 @@ def test_gpu_check_on_a_cpu_runs_the_steps_on_tiny_shapes_and_says_what_it_could
     assert result["elapsed_s"] <= result["budget_s"]
     cell = sim["cell"]
     assert set(cell["cells"]) == {"counter", "polled", "naive"} and math.isfinite(cell["polled_vs_counter_same_windows"])
+    # issue 30: every meter on the same prompts, the cold first run left out
+    assert cell["same_prompts"] and cell["warm_up_excluded"]
+    # (a CPU decoder's run time, hence its simulated energy, varies with the machine's load: finite, not small)
+    assert math.isfinite(cell["vs_counter_per_prompt_median"]["polled"])
     assert not any(p["cross_check_flag"] for p in cell["cells"]["counter"]["prompts"])  # within the polled bound
     assert cell["external"]["measured"] is False
     assert set(result["cost_curves"]) == {"tiny (embedded)", "tiny synthetic (random weights)"}

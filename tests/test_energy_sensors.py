@@ -246,3 +246,27 @@ def test_every_device_has_its_own_lag_and_update_period(second):
         meter.close()
     assert held == len(errors) and max(map(abs, errors)) < 0.005
     assert max(map(abs, net_errors)) < 0.02
+
+
+# ---- 5. diagnostics that do not mislead ----------------------------------------------------------------
+
+def test_the_cross_check_names_a_longer_averaging_window_not_a_mis_scaled_source():
+    """An H100 whose instant field truly averages 1 s while 25 ms is assumed: the polled second opinion
+    disagrees with the counter, and so does the idle right after work — the cross-check blamed "a
+    mis-scaled source". The idle agrees once a 1 s window has emptied: the window is the cause."""
+    from harness.energy.crosscheck import verdict
+
+    clock, (gpu,), meter, rng = make(0, {"source": "counter", "idle_every_s": 0.0}, power_window_s=1.0)
+    m = meter.measure("p", lambda: gpu.run([(3.0, 400.0)]))
+    out = verdict(meter.state, m.reading.total_energy_j, 0.8 * m.reading.total_energy_j, 0.01)  # a flagged pair
+    meter.close()
+    assert out["cross_check_flag"] and out["cross_check_suspect"] == "window", out
+    assert "averaging window is likely longer" in out["cross_check_evidence"]
+    # a correctly described reading that disagrees at idle too is still "either" (mis-scaled)
+    clock, (gpu,), meter, rng = make(0, {"source": "counter", "idle_every_s": 0.0})
+    m = meter.measure("p", lambda: gpu.run([(3.0, 400.0)]))
+    meter.state.idle.post.watts[-1] = [w * 0.8 for w in meter.state.idle.post.watts[-1]]
+    meter.state.cross_idle_ratio = 1.25  # mis-scaled: the readings disagree at settled idle too
+    out = verdict(meter.state, m.reading.total_energy_j, 0.8 * m.reading.total_energy_j, 0.01)
+    meter.close()
+    assert out["cross_check_suspect"] == "either", out

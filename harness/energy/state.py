@@ -79,6 +79,7 @@ class MeterState:
         self.idle.settle_s = cfg.idle_settle_s
         self.idle_power_w, self.idle_reason = NAN, None
         self.mean_power_w = NAN  # of the last measured window (a first guess for the next)
+        self.cross_idle_ratio = NAN  # cross-check reading ÷ primary at the settled idle baseline
         self.cooldown: dict = {}
         self.state_start = None
         self.watch: StateWatch | None = None
@@ -149,6 +150,9 @@ class MeterState:
         failure = self.sampler.failure(channel.name, end)
         if failure is not None or not all(math.isfinite(w) for w in watts):
             return NAN, failure or f"{channel.name} gave too few readings in the idle baseline"
+        if self.cross is not None and channel is not self.cross:  # the second opinion at settled idle
+            cross = sum(self.device_powers(self.cross, begin + (self.power_window(self.cross) or 0.0), end))
+            self.cross_idle_ratio = cross / sum(watts) if sum(watts) > 0 and math.isfinite(cross) else NAN
         if cfg.idle_settle_s > 0:
             self.idle.add_settled((begin + end) / 2, watts)
         else:
