@@ -68,10 +68,21 @@ def _idle_ratio(state, delay_s: float = 0.0) -> float:
     return watts / counter_w if counter_w > 0 and math.isfinite(watts) else NAN
 
 
+def _decaying(state, tolerance: float, work_end: float) -> bool:
+    """Whether the power readings whose averaging window (as believed) lies after the work still fall
+    (the work leaving a longer window) rather than sit at a level (a scale disagreement)."""
+    if not math.isfinite(work_end):
+        return False
+    window = state.power_window(state.cross) or 0.0
+    snap = state.sampler.snapshot(state.cross.name)[0]
+    values = [v for ti, v in zip(snap.times, snap.values) if ti - window >= work_end]  # idle, were the window right
+    return len(values) >= 2 and values[0] > values[-1] * (1 + tolerance / 2)
+
+
 LONGEST_WINDOW_S = 1.0  # the longest averaging window a power reading is known to have (power.draw: 1 s)
 
 
-def verdict(state, counter_j: float, polled_j: float, polled_bound: float) -> dict:
+def verdict(state, counter_j: float, polled_j: float, polled_bound: float, work_end: float = NAN) -> dict:
     """``cross_check_*`` record fields: the difference, whether it is flagged, and which source the
     evidence points at (with the evidence in words)."""
     diff = (polled_j - counter_j) / counter_j if math.isfinite(polled_j) and math.isfinite(counter_j) and counter_j \
@@ -88,7 +99,8 @@ def verdict(state, counter_j: float, polled_j: float, polled_bound: float) -> di
            if sensor.lag_lo > 0 else "")
     late, sem = _idle_ratio(state, LONGEST_WINDOW_S), power.semantics
     late = late if math.isfinite(late) else getattr(state, "cross_idle_ratio", NAN)
-    if math.isfinite(ratio) and ratio - 1 > tolerance / 2 and abs(late - 1) <= tolerance / 2:
+    if math.isfinite(ratio) and ratio - 1 > tolerance / 2 and abs(late - 1) <= tolerance / 2 and \
+            _decaying(state, tolerance, work_end):
         # above the counter right after work, in agreement at settled idle: the window holds the work
         shown = f"{window * 1e3:.0f} ms" if window is not None else "an unknown window"
         seen = f"but agreed at settled idle ({late:.3f})"

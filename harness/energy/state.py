@@ -105,6 +105,7 @@ class MeterState:
                          sensors=self.sensors)
         for channel in self.channels:
             self.sampler.set_update_period(channel.name, self.update_period(channel))
+            self._share_grid(channel)
         self.idle_power_w, self.idle_reason = self._baseline(started)
 
     def _host_tick(self) -> None:
@@ -189,6 +190,14 @@ class MeterState:
 
     def note(self, channel: Channel, seen: list[list[Refresh]]) -> None:
         self.sensors[channel.name].note(seen[0] if seen else [])
+        self._share_grid(channel)
+
+    def _share_grid(self, channel: Channel) -> None:
+        """Give the sampler device 0's refresh grid once it is well fitted (regular refreshes)."""
+        grid = self.sensors[channel.name].grid()
+        if grid.points >= 8 and math.isfinite(grid.t_ref) and grid.jitter < self.cfg.interval_s / 8 and \
+                grid.ref_sigma < self.cfg.interval_s / 8:
+            self.sampler.set_grid(channel.name, grid.t_ref, grid.period)
 
     def spacing(self, channel: Channel, first: Refresh, second: Refresh) -> float:
         """Time between two refreshes: on the fitted grid where that agrees with the observed times
