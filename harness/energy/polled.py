@@ -287,7 +287,9 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
         # cancels (÷ K), and what is left is the tiling mismatch (× 2 for ≈ 95 %). Calibrated on the simulated
         # study (issue 30: the full noise term stated bounds 30-300× the errors; this one 3-40×, all holding)
         seen = sum(n for _, n in stats) / max(sum(seconds) / ref_period, 1.0)  # share of refreshes the sampler saw
-        sampling, tiling = (sampling / k if seen >= 0.9 else sampling), 2 * tiling  # a starved sampler: no tiling
+        # (a window longer than the update overlaps its neighbours unevenly: its noise cancels less, ÷ √K)
+        cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 else 1.0  # a starved sampler: no tiling
+        sampling, tiling = sampling / cancel, 2 * tiling
         return {**out, "stat": sampling + tiling, "basis": f"stratified over {k} phases verified to tile the update "
                 f"period: readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %"}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
