@@ -289,7 +289,9 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
         seen = sum(n for _, n in stats) / max(sum(seconds) / ref_period, 1.0)  # share of refreshes the sampler saw
         # (a window longer than the update overlaps its neighbours unevenly: its noise cancels less, ÷ √K)
         cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 else 1.0  # a starved sampler: no tiling
-        sampling, tiling = sampling / cancel, 2 * tiling
+        if varied:  # runs of varying length are not identical strata: the full noise, as before
+            cancel = 1.0
+        sampling, tiling = sampling / cancel, (2 if cancel > 1 else 1) * tiling
         return {**out, "stat": sampling + tiling, "basis": f"stratified over {k} phases verified to tile the update "
                 f"period: readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %"}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
