@@ -41,6 +41,7 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
              "records and summary are the same whatever the judge",
+    "tracker": "where finished cells are copied (wandb, mlflow: harness.results.trackers), after they are written",
 }
 # dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
 # null keeps every existing cell id; a value is in the identity like any other key)
@@ -49,11 +50,24 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
                                        "before HF's prompt lookup became an option",
+    "method.greedy_roots": "mcsd_target_init: null = the target's argmax as the one greedy root, what every cell "
+                           "measured before the paper's top-n_t option existed",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
+# dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
+# were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
+ABSENT_WHEN_DEFAULT: dict[str, tuple[Any, str]] = {
+    "pair.execution": ("eager", "eager = transformers' dynamic caches and one launch per op, what every cell measured "
+                                "before the graphs mode existed"),
+}
+#: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
+#: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
+#: group: they run interleaved (:func:`harness.run.cell.interleave_key`) and pair as method and baseline
+#: (:func:`harness.analysis.regime.comparison_items`) -- EAGLE-2 with a γ policy against AR, every policy against AR.
+METHOD_SIDE_KEYS: tuple[str, ...] = ("method", "gamma_policy", "draft_selection")
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)
 
@@ -86,15 +100,52 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
         node = out.get(parent) if parent else out
         if isinstance(node, dict) and last in node and node[last] is None:
             del node[last]
+    for key, (default, _) in ABSENT_WHEN_DEFAULT.items():
+        parent, _, last = key.rpartition(".")
+        node = out.get(parent) if parent else out
+        if isinstance(node, dict) and last in node and node[last] == default:
+            del node[last]
     return out
 
 
-def _canonical(cfg: Mapping[str, Any]) -> str:
-    return json.dumps(identity_config(cfg), sort_keys=True, default=str, separators=(",", ":"))
+def comparison_config(cfg: Mapping[str, Any]) -> dict:
+    """The identity config without the method's side (:data:`METHOD_SIDE_KEYS`): what a method and its baseline
+    share (pair, dataset and its prompts, decoding, gpu, seed, runner and energy settings)."""
+    out = identity_config(cfg)
+    for key in METHOD_SIDE_KEYS:
+        out.pop(key, None)
+    return out
 
 
-def config_hash(cfg: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(cfg).encode()).hexdigest()[:HASH_CHARS]
+def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``cfg`` with an alias method (``ar``, ``beam``: :mod:`harness.config.aliases`) replaced by the decoder it
+    resolves to under the cell's decoding, with that decoder's keys only (an alias composes its greedy target's
+    keys, which the sampling one may lack and does not apply): ``method=beam decoding=sampling`` is the cell
+    ``method=beam_sampling decoding=sampling``, one id. Other configs are returned as they are."""
+    from harness.config.aliases import ALIASES, decoding_kind
+
+    method = cfg.get("method")
+    name = method.get("name") if isinstance(method, Mapping) else None
+    if name not in ALIASES:
+        return cfg
+    target = ALIASES[name][decoding_kind(cfg.get("decoding"))]
+    keys = set(method)
+    if target != ALIASES[name]["greedy"]:  # the sampling target's own keys (loads the decoder registry)
+        import dataclasses
+
+        from harness.methods import decoder_class
+
+        keys = {f.name for f in dataclasses.fields(decoder_class(target).Params)}
+    return {**cfg, "method": {"name": target, **{k: v for k, v in method.items() if k != "name" and k in keys}}}
+
+
+def _canonical(cfg: Mapping[str, Any], aliases: bool = True) -> str:
+    ident = identity_config(resolve_alias(cfg) if aliases else cfg)
+    return json.dumps(ident, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def config_hash(cfg: Mapping[str, Any], aliases: bool = True) -> str:
+    return hashlib.sha256(_canonical(cfg, aliases).encode()).hexdigest()[:HASH_CHARS]
 
 
 def id_component(value: Any) -> str:
@@ -104,16 +155,18 @@ def id_component(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
 
 
-def cell_id(cfg: Mapping[str, Any]) -> str:
+def cell_id(cfg: Mapping[str, Any], aliases: bool = True) -> str:
     """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
     sanitised (:func:`id_component`); the hash covers :func:`identity_config` (the decoding label too is 0.2's:
-    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
-    labels = layout_0_2(cfg)
+    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids). An alias method is named and hashed as the
+    decoder it resolves to (:func:`resolve_alias`); ``aliases=False`` gives the id such a cell had before
+    (release 0.3.0.dev0), under which a finished one is still found (:func:`harness.run.cell.prepare_cell`)."""
+    labels = layout_0_2(resolve_alias(cfg) if aliases else cfg)
     parts = [labels["method"]["name"]]
     if labels.get("decoding"):
         parts.append(labels["decoding"].get("name", "custom"))
     parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
-    return "__".join([*(id_component(p) for p in parts), config_hash(cfg)])
+    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, aliases)])
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -132,8 +185,8 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
 
 def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
     """``key: stored X, requested Y`` for every identity key whose values differ."""
-    a = flatten(json.loads(json.dumps(identity_config(stored), default=str)))
-    b = flatten(json.loads(json.dumps(identity_config(requested), default=str)))
+    a = flatten(json.loads(json.dumps(identity_config(resolve_alias(stored)), default=str)))
+    b = flatten(json.loads(json.dumps(identity_config(resolve_alias(requested)), default=str)))
     missing = object()
     return [f"{k}: stored {a.get(k, '<absent>')!r}, requested {b.get(k, '<absent>')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]

@@ -97,12 +97,19 @@ def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") ->
     it lives, without running anything (shared by the runner, validation and ``harness plan``)."""
     cfg = labelled(cfg)
     cid = identity.cell_id(cfg)
-    return cfg, cid, cell_folder(results_dir, cid)
+    folder = cell_folder(results_dir, cid)
+    if not folder.exists():  # an alias cell measured before aliases were named by their decoder keeps its id
+        old = identity.cell_id(cfg, aliases=False)
+        if old != cid and cell_folder(results_dir, old).exists():
+            return cfg, old, cell_folder(results_dir, old)
+    return cfg, cid, folder
 
 
 def interleave_key(cfg: Mapping[str, Any]) -> str:
-    """Cells that can run as one interleaved comparison share everything but ``method``."""
-    return json.dumps({k: v for k, v in cfg.items() if k != "method"}, sort_keys=True, default=str)
+    """Cells that can run as one interleaved comparison share everything but the method's side
+    (:data:`harness.config.identity.METHOD_SIDE_KEYS`: method, γ policy, draft selection): their comparison group."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in identity.METHOD_SIDE_KEYS}, sort_keys=True,
+                      default=str)
 
 
 def prompt_seed(seed: int, index: int) -> int:

