@@ -81,7 +81,7 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
     for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
-                "mtad": ["mtad_fig3"], "adaptive": []}[name]:
+                "mtad": ["mtad_fig3"], "adaptive": ["adaptive_fig3"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
         assert any(p.startswith("dsbd_front_") for p in plots)
@@ -193,3 +193,24 @@ def test_adaptive_tables_10_and_11_sensitivity(adaptive):
     t2 = paper_adaptive.table2(s, res.records, **BOOT)  # Table 2's online cell: the default one, not competing
     assert default in _sources(t2, t2.text.index[0], ("cpu", "SPS"))
     _filled(t2)
+
+
+def test_adaptive_fig3_throughput_and_acceptance_against_gamma(adaptive):
+    """Fig. 3: fixed-γ SD per γ and each adaptive policy per γ_max (the online policy's history at its default:
+    Table 10's other history lengths stay out), one cell per point, drawn as lines."""
+    from harness.analysis import paper_figures
+
+    res, s = adaptive
+    c = res.cells
+    f3 = paper_adaptive.fig3(s)
+    points = {(r[1], r[2]) for r in f3.text.index}
+    assert {("SD (fixed γ)", g) for g in ("1", "2", "3", "4", "6", "8")} <= points
+    assert {("online", "4"), ("online", "6"), ("online", "8"), ("fsm", "4"), ("fsm", "8"), ("qlearning", "4")} <= points
+    assert list(f3.text.columns) == ["tokens/s", "acceptance rate"]
+    row = next(r for r in f3.text.index if r[1:] == ("online", "4"))
+    sd = c[(c["method_name"] == "sd") & (c["pair"] == "tiny")]
+    cid = sd[(sd["param.gamma_policy"] == "online") & (sd["param.gamma_max"] == 4) & (sd["param.acc_history"] == 6)]
+    assert _sources(f3, row, "tokens/s") == {cid["cell_id"].item()}  # not Table 10's history-3 cell
+    _filled(f3)
+    fig = paper_figures.lines(f3, 2, ["tokens/s", "acceptance rate"], "γ")
+    assert fig is not None and len(fig.axes) == 2 and len(fig.axes[0].lines) == 5  # fixed + four policies

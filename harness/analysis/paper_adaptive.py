@@ -60,10 +60,14 @@ def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
     return mask & ~swept(cells) if spec.method == "sd" and ("gamma_policy", "online") in spec.params else mask
 
 
+SWEPT_POLICIES = ("online", "fsm", "cache_fsm", "qlearning", "hf_heuristic")
+
+
 def swept(cells: pd.DataFrame) -> pd.Series:
-    """Tables 10-11's own cells: sd with the online policy whose App. C.5 parameter is off its default."""
+    """Tables 10-11's and Fig. 3's own cells: sd with an adaptive policy (not SpecDec++, whose bound is its own)
+    whose App. C.5 parameter (history length, γ_max, feature length) is off its default."""
     online = (cells.get("method_name", pd.Series("", index=cells.index)) == "sd") & \
-        (cells.get("param.gamma_policy", pd.Series("", index=cells.index)).astype(str) == "online")
+        cells.get("param.gamma_policy", pd.Series("", index=cells.index)).astype(str).isin(SWEPT_POLICIES)
     off = pd.Series(False, index=cells.index)
     for name, default in _defaults().items():
         col = pd.to_numeric(cells.get(f"param.{name}", pd.Series(None, index=cells.index)), errors="coerce")
@@ -342,3 +346,36 @@ def table11(summary: pd.DataFrame) -> PaperTable:
                        "Adaptive Table 11: feature vector length of draft selection (sensitivity)",
                        "The selection cell (online policy, draft_selection=ols) per draft_selection.features; its "
                        "fit-phase prompts excluded, as from every figure.")
+
+
+FIG3_POLICIES = ("online", "fsm", "cache_fsm", "qlearning")
+
+
+def fig3(summary: pd.DataFrame) -> PaperTable:
+    """Fig. 3 (§6, App. C.2): tokens/s and acceptance rate against γ — fixed-γ SD at each γ, every adaptive policy
+    at each γ_max (its cap; the online policy's history length at its default) — per block where some policy
+    has more than one γ_max (the paper: OPT 13B-125M on the A100)."""
+    entries = []
+    sd = summary[MethodSpec.parse("sd").mask(summary) & _no_selection(summary)]
+    hist = pd.to_numeric(sd.get("param.acc_history", pd.Series(None, index=sd.index)), errors="coerce")
+    sd = sd[hist.isna() | (hist == float(_defaults()["acc_history"]))]
+    found = [(k, g) for k, g in blocks(sd, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if "param.gamma_max" in g and g[g["param.gamma_policy"].isin(FIG3_POLICIES)]["param.gamma_max"].nunique() > 1]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for k, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            for policy in ("fixed", *FIG3_POLICIES):
+                gp = gg[gg["param.gamma_policy"] == policy]
+                x = "param.gamma" if policy == "fixed" else "param.gamma_max"
+                for v, gv in sorted(gp.groupby(x), key=lambda t: float(t[0])):
+                    rows, why = choose(gv, f"{policy} at {v:g}")
+                    for col, header in (("tokens_per_s", "tokens/s"), ("acceptance_rate", "acceptance rate")):
+                        value = float(rows[col].mean()) if not why else np.nan
+                        entries.append(Entry((f"{names[k]} · {gpu}", "SD (fixed γ)" if policy == "fixed" else policy,
+                                              f"{v:g}"), (header,), value,
+                                             f"{value:.3g}" if np.isfinite(value) else f"n/a: {why}",
+                                             tuple(rows["cell_id"]), "", True))
+    return assemble("adaptive.fig3", "Adaptive Fig. 3: throughput and acceptance rate against γ (fixed) / γ_max",
+                    f"x: γ for fixed-γ SD, γ_max (the cap) for each adaptive policy; tokens/s (ratio of totals) and "
+                    f"acceptance rate (accepted ÷ draft positions). The paper's 'upper bound' line (verification "
+                    f"skipped) is not a decoder here. {common}.", entries, ["block", "method", "γ or γ_max"], ["measure"])

@@ -136,6 +136,11 @@ def sec_adaptive(doc: Doc, a: Analysis) -> None:
     _show(doc, a, paper_adaptive.table9(s, a.records))
     _show(doc, a, paper_adaptive.table10(s))
     _show(doc, a, paper_adaptive.table11(s))
+    f3 = paper_adaptive.fig3(s)
+    _show(doc, a, f3)
+    if _has_cells(f3):
+        doc.fig("adaptive_fig3", paper_figures.lines(f3, 2, ["tokens/s", "acceptance rate"], "γ (fixed) / γ_max"),
+                f3.title)
     _show(doc, a, paper_adaptive.policy_table(s, a.records, **boot))
 
 
