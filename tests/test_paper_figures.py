@@ -81,7 +81,7 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
     for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
-                "mtad": ["mtad_fig3"], "adaptive": ["adaptive_fig3"]}[name]:
+                "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
         assert any(p.startswith("dsbd_front_") for p in plots)
@@ -214,3 +214,33 @@ def test_adaptive_fig3_throughput_and_acceptance_against_gamma(adaptive):
     _filled(f3)
     fig = paper_figures.lines(f3, 2, ["tokens/s", "acceptance rate"], "γ")
     assert fig is not None and len(fig.axes) == 2 and len(fig.axes[0].lines) == 5  # fixed + four policies
+
+
+def test_mtad_fig4_relative_perplexity_and_score(tmp_path):
+    """Fig. 4: each method's Table 4 entry over multinomial sampling's in its block (perplexity and the primary
+    metric); the Table 7 ablation never stands in for MTAD; n/a where a method has no score."""
+    from harness.analysis import paper_figures, paper_mtad_fig4
+    from synth_results import SAMPLING, write_cell
+
+    res = tmp_path / "results"
+    main = {**SAMPLING, "name": "sampling"}
+    score = {"primary_metric": "mt_bench_score", "primary_metric_higher_is_better": True}
+    write_cell(res, "ms", "ar_sampling", decoding=main, dataset="mt_bench", ppl=4.0,
+               metrics={"mt_bench_score": 5.0}, summary=score)
+    write_cell(res, "sd", "sd", {"gamma": 4, "gamma_policy": "fixed"}, decoding=main, dataset="mt_bench", ppl=4.0,
+               metrics={"mt_bench_score": 5.0}, summary=score)
+    write_cell(res, "mtad", "mtad", {"gamma": 4, "draft_width": 8, "tau": 0.1}, decoding=main, dataset="mt_bench",
+               ppl=3.0, metrics={"mt_bench_score": 6.0}, summary={**score, "lossless": False})
+    write_cell(res, "mtad2", "mtad", {"gamma": 4, "draft_width": 2, "tau": 0.1}, decoding=main, dataset="mt_bench",
+               ppl=9.0, metrics={"mt_bench_score": 1.0}, summary={**score, "lossless": False})  # Table 7's
+    write_cell(res, "bild", "bild", {"gamma": 10}, decoding=main, dataset="mt_bench", ppl=5.0, summary=score)
+    r = read_results(res)
+    f4 = paper_mtad_fig4.fig4_table(quality.cell_summary(r.records, r.cells, **BOOT), r.records)
+    assert list(f4.text.columns) == ["relative perplexity", "relative score"]
+    rows = {row[1]: row for row in f4.text.index}
+    assert f4.values.loc[rows["speculative"], "relative perplexity"] == pytest.approx(1.0)
+    assert f4.values.loc[rows["MTAD †"], "relative perplexity"] == pytest.approx(0.75)
+    assert f4.values.loc[rows["MTAD †"], "relative score"] == pytest.approx(1.2)
+    assert _sources(f4, rows["MTAD †"], "relative score") == {"mtad", "ms"}
+    assert f4.text.loc[rows["BiLD †"] if "BiLD †" in rows else rows["BiLD"], "relative score"].startswith("n/a")
+    assert paper_figures.scatter(f4, "relative perplexity", "relative score", 1) is not None
