@@ -16,11 +16,13 @@ nvidia-smi's Lack of Attention", arXiv 2312.02741; GUIDE §2): ``trials`` trials
   over-weighted trials of slower runs (+4 % with ±30 % run-time variation); how much the estimate
   would move between equal and time weights goes into the bound (``run_time_cv`` is recorded);
 * a trial in which a failed poll hid a sensor refresh is run again (``glitch_retries``).
+* trials whose phases do not verify to tile the period: the counter's figure for their windows
+  where the GPU has one, else the round is repeated at fresh phases (:mod:`.unverified`).
 
 Expected error (≈ 95 %), by case: part-time reading with phases verified to tile the update
 period — the readings' sampling noise within each trial plus the tiling mismatch; part-time, not
-verified — a t-interval over trials (or the readings' noise) plus the aliasing a part-time
-reading can suffer (the unseen fraction times the range from idle to the power limit); full
+verified (no counter, after the repeated rounds) — a t-interval over trials (or the readings' noise)
+plus the aliasing a part-time reading can suffer (the unseen fraction times the range from idle to the power limit); full
 coverage — a t-interval over trials; always the post-work idle's uncertainty over the extensions
 and the run-time weighting term.
 """
