@@ -80,7 +80,7 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     built = " ".join(reg.loc[reg["status"] == "built", "where / why"])
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
-    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
+    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5", "mcsd_fig6"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
                 "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
@@ -244,3 +244,21 @@ def test_mtad_fig4_relative_perplexity_and_score(tmp_path):
     assert _sources(f4, rows["MTAD †"], "relative score") == {"mtad", "ms"}
     assert f4.text.loc[rows["BiLD †"] if "BiLD †" in rows else rows["BiLD"], "relative score"].startswith("n/a")
     assert paper_figures.scatter(f4, "relative perplexity", "relative score", 1) is not None
+
+
+def test_mcsd_fig6_width_against_alpha_and_speed(mcsd):
+    """Fig. 6: the depth-5 target-initialised tree at T 1 per width W (4, 8 and Tables 3-4's 16), one cell each;
+    drawn as two panels (α, tokens/s)."""
+    from harness.analysis import paper_figures
+
+    res, s = mcsd
+    c = res.cells
+    f6 = paper_mcsd.fig6(s)
+    assert [r[1] for r in f6.text.index] == ["4", "8", "16"]
+    assert list(f6.text.columns) == ["α", "tokens/s"] and "†" in f6.title
+    for w, row in zip((4, 8, 16), f6.text.index):
+        cid = _find(c, "mcsd_target_init", T1, k_config=f"[{w}, 1, 1, 1, 1, 1]")
+        assert _sources(f6, row, "α") == _sources(f6, row, "tokens/s") == {cid}
+    _filled(f6)
+    fig = paper_figures.lines(f6, 1, ["α", "tokens/s"], "W")
+    assert fig is not None and len(fig.axes) == 2

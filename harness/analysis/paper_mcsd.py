@@ -259,3 +259,34 @@ def fig5(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
     """Fig. 5: speed-ups over AR at T 1 with the dynamic setting of Table 3 (D 5, W 16)."""
     return _speedups(summary, records, T3, 1.0, "mcsd.fig5", "MCSD Fig. 5: speed-ups over AR at temperature 1 "
                      "(dynamic setting, D = 5, W = 16)", **boot)
+
+
+def fig6(summary: pd.DataFrame) -> PaperTable:
+    """Fig. 6 (App. A.1.1): the target-initialised tree at T 1, depth 5 (k_config [W, 1, 1, 1, 1, 1]), per width W:
+    acceptance rate α and tokens/s, per block where more than one W was run."""
+    s = summary[(summary["regime"].map(_temperature) == 1.0) & MethodSpec.parse("mcsd_target_init").mask(summary)]
+    width = s.get("param.k_config", pd.Series(None, index=s.index)).map(_width)
+    s = s[width.notna()].assign(_w=width[width.notna()])
+    entries, any_lossy = [], False
+    found = [(k, g) for k, g in blocks(s.drop(columns="_w"), ["pair", "dataset", "gpu", "regime"])
+             if s.loc[g.index, "_w"].nunique() > 1]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "gpu", "regime"])
+    for key, g in found:
+        for w, gw in sorted(g.groupby(s.loc[g.index, "_w"]), key=lambda t: t[0]):
+            rows, why = choose(gw, f"W = {w}")
+            any_lossy |= lossy(rows)
+            for col, header in (("acceptance_rate", "α"), ("tokens_per_s", "tokens/s")):
+                entries.append(column_entry(rows, col, (names[key], f"{w}"), (header,), True, why=why))
+    return assemble("mcsd.fig6", "MCSD Fig. 6: width W against acceptance rate and speed (D = 5, T 1)" +
+                    (f" {LOSSY_MARK}" if any_lossy else ""), f"Our method with k_config [W, 1, 1, 1, 1, 1] (W "
+                    f"target-initialised roots, depth 5) at each W. {common}.", entries, ["block", "W"], ["measure"],
+                    notes=[ALPHA_NOTE] + [LOSSY_NOTE] * any_lossy)
+
+
+def _width(k) -> int | None:
+    """W of a depth-5 target-initialised configuration [W, 1, 1, 1, 1, 1]; None for any other shape."""
+    import json
+
+    ks = json.loads(k) if isinstance(k, str) else k
+    ok = isinstance(ks, (list, tuple)) and len(ks) == 6 and all(int(x) == 1 for x in ks[1:])
+    return int(ks[0]) if ok else None

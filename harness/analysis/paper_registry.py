@@ -54,7 +54,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("Fig. 3 (speed-ups over AR, T 0.7, static)", BUILT, "mcsd.fig3 and the figure mcsd_fig3"),
         ("Fig. 5 (speed-ups over AR, T 1, dynamic D 5 W 16)", BUILT, "mcsd.fig5 and the figure mcsd_fig5"),
         ("Fig. 4 (static k-config heat map)", TODO, "needs a grid of static k-configs in mcsd_tables"),
-        ("Fig. 6 (width against α and speed)", TODO, "needs a width sweep of the target-initialised tree"),
+        ("Fig. 6 (width against α and speed)", BUILT, "mcsd.fig6 and the figure mcsd_fig6 (grid fig6_width: "
+         "k_config [W, 1, 1, 1, 1, 1] at T 1; W 16 is Tables 3-4's cell)"),
         ("Figs. 7-8 (decision model predictions, on/off)", TODO,
          "the decision models are trained and tested in scripts/ and tests; no paper-layout figure yet"),
     ),

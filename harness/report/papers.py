@@ -116,7 +116,7 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3 and 5.")
+    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3, 5 and 6.")
     _show(doc, a, paper_mcsd.table1(s, a.records))
     t2 = paper_mcsd.table2(s)
     _show(doc, a, t2)
@@ -128,11 +128,15 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
         _show(doc, a, t)
         if _has_cells(t):
             doc.fig(t.key.replace(".", "_"), paper_figures.bars(t, "speed-up over AR", reference=1.0), t.title)
+    f6 = paper_mcsd.fig6(s)
+    _show(doc, a, f6)
+    if _has_cells(f6):
+        doc.fig("mcsd_fig6", paper_figures.lines(f6, 1, ["α", "tokens/s"], "width W"), f6.title)
 
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
     s, boot = a.summary, a.boot
-    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8-11, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
+    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8-11, Fig. 3, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
     _show(doc, a, paper_adaptive.table2(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table3(s, a.records, a.excluded, **boot))
     _show(doc, a, paper_adaptive.table4(s, a.records, **boot))
