@@ -348,6 +348,8 @@ def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
             try:
                 composed = loader.load_sweep_config(master_config=config, sweep_overrides=list(job_overrides))
                 cells.append((label, job_container(composed)))
+            except ConfigError as e:  # keys no schema knows (+method.gama=3): each with its key
+                failures += [Problem(err.key or "config", str(err), label) for err in getattr(e, "errors", [e])]
             except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type), size bounds
                 text = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
                 failures.append(Problem(_hydra_key(text), " ".join(text.split()), label))
@@ -375,6 +377,8 @@ class ValidateCells(Callback):
             cfg = job_container(config)
         except ConfigTooLarge as e:
             exit_on_problems([Problem("config", str(e))], 1)
+        except ConfigError as e:  # keys no schema knows (+method.gama=3): each with its key
+            exit_on_problems([Problem(err.key or "config", str(err)) for err in getattr(e, "errors", [e])], 1)
         exit_on_problems(validate_cells([("", cfg)], single=True), 1)
 
     def on_multirun_start(self, config, **kwargs) -> None:
