@@ -165,10 +165,6 @@ def choose(rows: pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
     return rows, ""
 
 
-def block_title(pair, dataset, gpu, regime) -> str:
-    return f"{pair} · {dataset} · {gpu} · {regime}"
-
-
 # ---- Markdown and LaTeX ------------------------------------------------------------------------------------
 
 def to_markdown(t: PaperTable) -> str:
