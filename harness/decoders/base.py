@@ -307,7 +307,8 @@ class Decoder(ABC, Generic[P]):
         return {}
 
 
-DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders")
+DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders", entry_points="harness.decoders",
+                                             base=Decoder)
 register = DECODERS.register
 
 
