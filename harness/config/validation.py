@@ -167,13 +167,13 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     def add(key: str, message: str) -> None:
         problems.append(Problem(key, message, label))
 
-    if cfg.get("energy") is not None:
-        try:
-            from harness.energy import EnergyConfig
+    from harness.energy import EnergyConfig
 
-            EnergyConfig.from_any(dict(cfg["energy"]))
-        except (ConfigError, TypeError, ValueError) as e:
-            add(getattr(e, "key", None) or "energy", str(e))
+    energy = None
+    try:
+        energy = EnergyConfig.from_any(dict(cfg["energy"]) if cfg.get("energy") is not None else None)
+    except (ConfigError, TypeError, ValueError) as e:
+        add(getattr(e, "key", None) or "energy", str(e))
     plan = _plan(cfg, add, single)
     task, examples = _dataset(cfg.get("dataset") or {}, cache, add)
     if plan is not None and task is not None and examples:
@@ -191,7 +191,20 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
         add("results_dir", cache.writable[results_dir])
     elif plan is not None:
         _check_cell_folder(cfg, results_dir, add)
+    if not problems and plan is not None and task is not None and energy is not None:
+        _remember(cfg, plan, task, energy)
     return problems
+
+
+def _remember(cfg: Mapping[str, Any], plan, task, energy) -> None:
+    """The typed cell from the nodes validated here, for the CLI to run as it is (:meth:`harness.run.cell.Cell.build`
+    of this config returns it: each node validated once)."""
+    from harness.run.cell import Cell
+
+    try:
+        Cell.assemble(cfg, plan, task, energy)
+    except ConfigError:  # a node validation does not build (gpu, judge, report): Cell.build reports it
+        pass
 
 
 def _plan(cfg: Mapping[str, Any], add, single: bool):

@@ -91,11 +91,13 @@ class Cell:
         """The typed cell of a composed config (plain data, interpolations resolved; its keys already checked
         against the schemas when it came from Hydra: :mod:`harness.config.keys`). Raises the first
         :class:`~harness.errors.ConfigError` of its nodes; loads nothing."""
-        from harness.config.schema import ReportConfig, field_problems, runner_config
+        from harness.config.schema import field_problems
         from harness.energy.config import EnergyConfig
-        from harness.energy.hardware import GpuProfile
         from harness.tasks import load_task
 
+        built = _VALIDATED.pop(_key(config), None)
+        if built is not None:  # validation built it in this process (harness.config.validation): not twice
+            return built
         config = dict(config)
         problems = field_problems(config)
         if problems:
@@ -104,12 +106,34 @@ class Cell:
             plan, not_applicable = plan_cell(config), None
         except NotApplicable as e:
             plan, not_applicable = None, str(e)
-        return cls(config=config, plan=plan, dataset=load_task(dict(config["dataset"])),
-                   gpu=_node(GpuProfile, "gpu", config.get("gpu")), energy=EnergyConfig.from_any(config.get("energy")),
-                   judge=_judge(config.get("judge")), runner=runner_config(config),
+        return cls.assemble(config, plan, load_task(dict(config["dataset"])), EnergyConfig.from_any(config.get("energy")),
+                            not_applicable, remember=False)
+
+    @classmethod
+    def assemble(cls, config: Mapping[str, Any], plan: CellPlan | None, dataset: Task, energy: EnergyConfig,
+                 not_applicable: str | None = None, remember: bool = True) -> Cell:
+        """The cell from its nodes already built (validation builds the plan, the task and the energy config
+        while it collects every problem); ``remember``: the next :meth:`build` of the same config in this process
+        (the CLI's, once validation passed) returns it instead of building it again."""
+        from harness.config.schema import ReportConfig, runner_config
+        from harness.energy.hardware import GpuProfile
+
+        config = dict(config)
+        cell = cls(config=config, plan=plan, dataset=dataset, gpu=_node(GpuProfile, "gpu", config.get("gpu")),
+                   energy=energy, judge=_judge(config.get("judge")), runner=runner_config(config),
                    report=_node(ReportConfig, "report", config.get("report")), seed=int(config.get("seed", 0)),
                    max_new_tokens=config.get("max_new_tokens"), results_dir=str(config.get("results_dir", "results")),
                    force=config.get("force", False), not_applicable=not_applicable)
+        if remember:
+            _VALIDATED[_key(config)] = cell
+        return cell
+
+
+_VALIDATED: dict[str, Cell] = {}  # cells validation built, by config, until the CLI takes each (once)
+
+
+def _key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
 
 
 def as_cell(cell: Cell | Mapping[str, Any]) -> Cell:
