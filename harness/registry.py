@@ -44,8 +44,8 @@ class Registry(Generic[T]):
         """Class decorator: register ``cls`` under ``getattr(cls, key)`` (a subclass of the registry's base)."""
         base = self.base
         if base is not None and not (inspect.isclass(cls) and issubclass(cls, base)):
-            raise TypeError(f"{getattr(cls, '__name__', cls)!r} is not a subclass of {base.__module__}.{base.__name__}: "
-                            f"it cannot be a {self.kind}")
+            raise TypeError(f"{getattr(cls, '__name__', cls)!r} is not a subclass of "
+                            f"{base.__module__}.{base.__name__}: it cannot be a {self.kind}")
         name = getattr(cls, self.key, "")
         if not name:
             raise TypeError(f"{cls.__name__} has no {self.key} name")
@@ -70,8 +70,9 @@ class Registry(Generic[T]):
 
     def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
         """An installed package's entry point: a module (its classes register themselves) or a class."""
+        dist = getattr(ep, "dist", None)
         where = f"entry point '{ep.name} = {ep.value}' of group {self.entry_points}" + \
-            (f" (package {ep.dist.name})" if getattr(ep, "dist", None) is not None else "")
+            (f" (package {dist.name})" if dist is not None else "")
         try:
             obj = ep.load()
         except Exception as e:  # noqa: BLE001 — a broken plugin: named, with its error, instead of a bare traceback

@@ -125,7 +125,7 @@ def _schema_named(type_name: str) -> type | None:
                 stack.append(entry)
                 continue
             cls = OmegaConf.get_type(entry.node)
-            if cls is not None and cls.__name__ == type_name and dataclasses.is_dataclass(cls):
+            if isinstance(cls, type) and cls.__name__ == type_name and dataclasses.is_dataclass(cls):
                 return cls
     return None
 

@@ -21,7 +21,8 @@ of old and new results read the same columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
 (:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
-written before a rename still load; the writers (the energy reading, the record) use the current names at the source. Where two fields once shared a
+written before a rename still load; the writers (the energy reading, the record) use the current names at the
+source. Where two fields once shared a
 vocabulary but not a scope: ``new_tokens`` counts the tokens of one generation, while an energy reading may run
 the workload several times (``energy.repetitions``); the energy fields say which they mean —
 ``energy.energy_per_run_j`` / ``energy.net_energy_per_run_j`` (one run), ``energy.energy_all_runs_j`` and

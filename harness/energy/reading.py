@@ -12,8 +12,8 @@ class EnergyReading:
     """Energy of one measured workload. NaN fields, with ``reason`` set, where not measurable.
 
     ``energy_per_run_j`` (``net_energy_per_run_j``) is per run of the workload (a repeated measurement runs it
-    ``repetitions`` times over ``trials`` trials and divides); ``energy_all_runs_j`` covers all measured runs. Gross energy
-    is what the GPUs drew; net subtracts idle power tracked through the cell (``idle_power_w`` is
+    ``repetitions`` times over ``trials`` trials and divides); ``energy_all_runs_j`` covers all measured runs.
+    Gross energy is what the GPUs drew; net subtracts idle power tracked through the cell (``idle_power_w`` is
     its mean over the measured time).
 
     How it was measured and how far off it may be: ``mode`` ("counter-aligned": one or more

@@ -4,7 +4,8 @@ In memory a record is a :class:`Record` and a summary a :class:`CellSummary`, ea
 quality, energy, selection, ...); :meth:`Record.flat` / :meth:`CellSummary.flat` give the flat objects of
 ``records.jsonl`` and ``summary.json`` (and so of the parquet tables), the only place sections become dotted
 names (``metric.<name>``, ``energy.<field>``, ``selection.<field>``, ``stat.<extra>``). Field meanings are
-in :mod:`harness.stats` and the README's metrics table; fields renamed since release 0.2 are mapped by the file readers (:mod:`harness.config.legacy`).
+in :mod:`harness.stats` and the README's metrics table; fields renamed since release 0.2 are mapped by the file
+readers (:mod:`harness.config.legacy`).
 The summary's statistics are totals over the records and the ratios of :func:`harness.stats.ratios` applied
 to those totals (pooled), plus per-prompt means where named so (``mean_prompt_tokens_per_s``,
 ``output_ppl``, ``metric.*``, ``stat.*``).

@@ -106,8 +106,8 @@ class Cell:
             plan, not_applicable = plan_cell(config), None
         except NotApplicable as e:
             plan, not_applicable = None, str(e)
-        return cls.assemble(config, plan, load_task(dict(config["dataset"])), EnergyConfig.from_any(config.get("energy")),
-                            not_applicable, remember=False)
+        return cls.assemble(config, plan, load_task(dict(config["dataset"])),
+                            EnergyConfig.from_any(config.get("energy")), not_applicable, remember=False)
 
     @classmethod
     def assemble(cls, config: Mapping[str, Any], plan: CellPlan | None, dataset: Task, energy: EnergyConfig,
