@@ -30,13 +30,13 @@ from typing import Any, Mapping
 from harness.errors import ConfigError
 from harness.config.legacy import layout_0_2
 
-# dotted key -> why it cannot change a result (tested: tests/test_identity.py)
+# dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "results_dir": "where the cell's files are written, not what it measures",
     "force": "whether a finished cell is rerun, not what it measures",
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
-                         "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+                         "outputs and counts are equal: tests/run/test_interleave.py); the summary records `interleaved`",
     "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "

@@ -1,17 +1,24 @@
 """Issue 33.2: a key no node's schema knows is refused, however it was added (``+key``, ``++key``, a config file,
 an experiment file), with the nearest valid key named; exit 2 from the CLI, nothing written."""
+import subprocess
+import sys
+
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cellproc import ROOT
+from cellproc import ROOT, env
 from harness.config.groups import register_configs
 from harness.config.keys import unknown_key_problems
 from harness.config.schema import as_cell_dict
 from harness.errors import ConfigError
 from harness.resources import conf_dir
-from test_cli import harness
 
 register_configs()
+
+
+def harness(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd or ROOT, env=env(),
+                          capture_output=True, text=True, timeout=600)
 
 
 def _problems(*overrides):
