@@ -58,7 +58,7 @@ def comparison_items(summary: dict, cfg: dict, row: dict) -> dict[str, Any]:
     """The flattened settings a comparable cell must share (module docstring)."""
     items: dict[str, Any] = {}
     if cfg:
-        ident = identity_config(cfg)
+        ident = identity_config(cfg, version=1)  # stored configs of any release, compared in one layout
         ident.pop("method", None)
         items = {k: v for k, v in flatten(ident).items()}
     for k in IDENTITY_COLUMNS:

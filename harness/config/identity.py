@@ -13,6 +13,12 @@ Not in the identity, by design: package versions and the git commit (recorded in
 orphan every finished cell), and the resolved ``gpu: auto`` (the runner replaces it by the machine's
 label before the id is taken, so the id names the hardware that measured it).
 
+Identity versions (``identity_version`` in each summary; absent = 1): version 1 hashed the config in release
+0.2's layout (the γ policy and draft selection inside ``method``: :func:`harness.config.legacy.layout_0_2`), version 2
+(:data:`IDENTITY_VERSION`, every cell measured since) hashes the config as composed. A cell measured under version 1
+keeps its id: :func:`harness.run.cell.prepare_cell` finds it under its old id, and :func:`check_reusable` compares
+under the stored version.
+
 Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
 requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
 hand-edited or foreign summary, a summary without its config) → :class:`CellConflict`, and the run
@@ -21,6 +27,7 @@ another ``results_dir``).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -28,7 +35,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.config.legacy import layout_0_2
+
+IDENTITY_VERSION = 2  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
+VERSION_KEY = "identity_version"  # in each summary.json (absent: 1)
 
 # dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
@@ -36,7 +45,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "force": "whether a finished cell is rerun, not what it measures",
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
-                         "outputs and counts are equal: tests/run/test_interleave.py); the summary records `interleaved`",
+                         "outputs and counts are equal: tests/run/test_interleave.py); the summary records "
+                         "`interleaved`",
     "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
@@ -71,11 +81,19 @@ def _drop(cfg: dict, dotted: str) -> None:
         node.pop(last, None)
 
 
-def identity_config(cfg: Mapping[str, Any]) -> dict:
+def _layout(cfg: Mapping[str, Any], version: int | None) -> dict:
+    if (version or IDENTITY_VERSION) == 1:
+        from harness.config.legacy import layout_0_2  # cells measured under identity version 1 only
+
+        return layout_0_2(cfg)
+    return copy.deepcopy(dict(cfg))
+
+
+def identity_config(cfg: Mapping[str, Any], version: int | None = None) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.config.legacy.layout_0_2`:
-    the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
-    out = layout_0_2(cfg)
+    (and Hydra's own ``hydra`` node, when present); under identity ``version`` 1 in release 0.2's layout
+    (:func:`harness.config.legacy.layout_0_2`), under 2 (the default, :data:`IDENTITY_VERSION`) as composed."""
+    out = _layout(cfg, version)
     out.pop("hydra", None)
     for key in RESULT_NEUTRAL_KEYS:
         _drop(out, key)
@@ -87,12 +105,12 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
     return out
 
 
-def _canonical(cfg: Mapping[str, Any]) -> str:
-    return json.dumps(identity_config(cfg), sort_keys=True, default=str, separators=(",", ":"))
+def _canonical(cfg: Mapping[str, Any], version: int | None = None) -> str:
+    return json.dumps(identity_config(cfg, version), sort_keys=True, default=str, separators=(",", ":"))
 
 
-def config_hash(cfg: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(cfg).encode()).hexdigest()[:HASH_CHARS]
+def config_hash(cfg: Mapping[str, Any], version: int | None = None) -> str:
+    return hashlib.sha256(_canonical(cfg, version).encode()).hexdigest()[:HASH_CHARS]
 
 
 def id_component(value: Any) -> str:
@@ -102,16 +120,21 @@ def id_component(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
 
 
-def cell_id(cfg: Mapping[str, Any]) -> str:
+def cell_id(cfg: Mapping[str, Any], version: int | None = None) -> str:
     """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
-    sanitised (:func:`id_component`); the hash covers :func:`identity_config` (the decoding label too is 0.2's:
-    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
-    labels = layout_0_2(cfg)
+    sanitised (:func:`id_component`); the hash covers :func:`identity_config` under identity ``version`` (under 1 the
+    decoding label too is 0.2's: such ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
+    labels = _layout(cfg, version)
     parts = [labels["method"]["name"]]
     if labels.get("decoding"):
         parts.append(labels["decoding"].get("name", "custom"))
     parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
-    return "__".join([*(id_component(p) for p in parts), config_hash(cfg)])
+    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, version)])
+
+
+def version_of(cid: str, cfg: Mapping[str, Any]) -> int:
+    """The identity version under which ``cid`` is ``cfg``'s id (the current one when both give it)."""
+    return IDENTITY_VERSION if cid == cell_id(cfg) else 1
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -128,10 +151,10 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: cfg}
 
 
-def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
-    """``key: stored X, requested Y`` for every identity key whose values differ."""
-    a = flatten(json.loads(json.dumps(identity_config(stored), default=str)))
-    b = flatten(json.loads(json.dumps(identity_config(requested), default=str)))
+def differences(stored: Mapping[str, Any], requested: Mapping[str, Any], version: int | None = None) -> list[str]:
+    """``key: stored X, requested Y`` for every identity key whose values differ (under identity ``version``)."""
+    a = flatten(json.loads(json.dumps(identity_config(stored, version), default=str)))
+    b = flatten(json.loads(json.dumps(identity_config(requested, version), default=str)))
     missing = object()
     return [f"{k}: stored {a.get(k, '<absent>')!r}, requested {b.get(k, '<absent>')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
@@ -150,7 +173,7 @@ def check_reusable(cell_dir: Path, cfg: Mapping[str, Any]) -> None:
     if not isinstance(stored, dict):
         raise CellConflict(f"cell {Path(cell_dir).name}: {path} holds no config, so it cannot be shown to match "
                            f"the requested one. Rerun it with force={Path(cell_dir).name}, or use another results_dir")
-    diff = differences(stored, cfg)
+    diff = differences(stored, cfg, summary.get(VERSION_KEY, 1) if isinstance(summary, dict) else 1)
     if diff:
         shown = "; ".join(diff[:8]) + (f"; ... ({len(diff)} keys)" if len(diff) > 8 else "")
         raise CellConflict(f"cell {Path(cell_dir).name} finished under a different configuration ({shown}). "

@@ -201,7 +201,12 @@ def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") ->
     it lives, without running anything (shared by the runner, validation and ``harness plan``)."""
     cfg = labelled(cfg)
     cid = identity.cell_id(cfg)
-    return cfg, cid, cell_folder(results_dir, cid)
+    folder = cell_folder(results_dir, cid)
+    if not folder.exists():  # a cell measured under identity version 1 keeps its id (harness.config.identity)
+        old = identity.cell_id(cfg, version=1)
+        if old != cid and cell_folder(results_dir, old).is_dir():
+            return cfg, old, cell_folder(results_dir, old)
+    return cfg, cid, folder
 
 
 def interleave_key(cfg: Mapping[str, Any]) -> str:
@@ -252,7 +257,7 @@ def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[s
     ids = []
     for cfg in cfgs:
         try:
-            ids.append(identity.cell_id(labelled(cfg)))
+            ids += [identity.cell_id(labelled(cfg)), identity.cell_id(labelled(cfg), version=1)]
         except (KeyError, TypeError):
             pass
     return sorted(named - set(ids)), ids

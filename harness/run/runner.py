@@ -42,6 +42,7 @@ from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
 from harness.results.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
+from harness.config import identity
 from harness.config.schema import RunnerConfig, runner_config  # noqa: F401 (re-exported)
 
 log = logging.getLogger("harness")
@@ -334,7 +335,8 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
     for its parameters and decoding (``Decoder.is_lossless``; ``Decoder.lossless``: for every setting) and the
     task's primary quality metric."""
     params, method_name = c.decoder.params_dict(), c.plan.decoder_cls.method
-    return {"cell_id": c.cid, "status": "done", "method_name": method_name, "decoding": c.decoder.decoding,
+    return {"cell_id": c.cid, identity.VERSION_KEY: identity.version_of(c.cid, c.cfg), "status": "done",
+            "method_name": method_name, "decoding": c.decoder.decoding,
             "decoder": type(c.decoder).__name__, "lossless": c.decoder.is_lossless(),
             "params": params, "facts": c.decoder.facts(),
             "max_new_tokens": sh.max_new, "config": c.cfg,

@@ -1,0 +1,56 @@
+"""Issue 29.3: each summary stores its identity version; new ids no longer go through release 0.2's layout, and a
+cell measured under version 1 (0.2's layout, no version in its summary) keeps its id and is reused."""
+import json
+
+import pytest
+
+from harness.config import identity, legacy
+from harness.results import store
+from harness.run.runner import run_cell
+
+CELL = {"method": {"name": "sd", "gamma": 2}, "decoding": {"name": "greedy", "temperature": 0.0, "top_k": 0,
+                                                          "top_p": 1.0},
+        "seed": 0, "max_new_tokens": 3,
+        "pair": {"name": "tiny", "target": "tiny/target", "draft": "tiny/draft", "dtype": "float32", "device": "cpu"},
+        "dataset": {"name": "kjv_heldout", "task": "text_continuation", "num_prompts": 1, "max_new_tokens": 48,
+                    "stop": [], "prompt_words": 12},
+        "gpu": {"name": "cpu"}, "energy": {"name": "off", "source": "none"},
+        "runner": {"warmup_generations": 0, "warmup_new_tokens": 2, "progress": False}}
+
+
+def test_new_ids_do_not_go_through_the_0_2_layout(monkeypatch):
+    old = identity.cell_id(CELL, version=1)
+
+    def refuse(cfg):
+        raise AssertionError("layout_0_2 called for a new id")
+
+    monkeypatch.setattr(legacy, "layout_0_2", refuse)
+    new = identity.cell_id(CELL)
+    assert new != old and new.startswith("sd__greedy__tiny__kjv_heldout__cpu__s0__")
+    assert identity.version_of(new, CELL) == identity.IDENTITY_VERSION == 2
+
+
+def test_a_cell_measured_under_version_1_keeps_its_id_and_is_reused(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:  # measured as release 0.2's harness did: the 0.2 layout's id, no version
+        m.setattr(identity, "IDENTITY_VERSION", 1)
+        old = run_cell(CELL, tmp_path)
+    assert old.status == "done" and old.cell_id == identity.cell_id(CELL, version=1) != identity.cell_id(CELL)
+    path = old.cell_dir / store.SUMMARY
+    summary = json.loads(path.read_text())
+    assert summary[identity.VERSION_KEY] == 1
+    del summary[identity.VERSION_KEY]
+    path.write_text(json.dumps(summary))
+    again = run_cell(CELL, tmp_path)
+    assert again.status == "skipped" and again.cell_id == old.cell_id
+    assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == [old.cell_id]
+
+
+def test_a_new_cell_stores_the_current_version(tmp_path):
+    out = run_cell(CELL, tmp_path)
+    assert out.status == "done" and out.cell_id == identity.cell_id(CELL)
+    assert json.loads((out.cell_dir / store.SUMMARY).read_text())[identity.VERSION_KEY] == 2
+    with pytest.raises(identity.CellConflict):  # compared under its stored version
+        bad = json.loads((out.cell_dir / store.SUMMARY).read_text())
+        bad["config"]["seed"] = 5
+        (out.cell_dir / store.SUMMARY).write_text(json.dumps(bad))
+        identity.check_reusable(out.cell_dir, CELL)
