@@ -55,6 +55,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
 # dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
 # null keeps every existing cell id; a value is in the identity like any other key)
 ABSENT_WHEN_NULL: dict[str, str] = {
+    "gamma_policy": "null = the method's fixed gamma, what every cell measured before the group existed",
+    "draft_selection": "null = the pair's draft, what every cell measured before the group existed",
     "pair.revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
