@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from harness.analysis.regime import seedless_key
+
 LOW_COVERAGE = 0.5  # fraction of the measured time the energy source actually saw
 HIGH_CV = 0.10  # coefficient of variation across seeds (tokens/s) or across energy trials
 NAN = math.nan
@@ -91,8 +93,8 @@ def measurement_flags(cells: pd.DataFrame, records: pd.DataFrame, problems: pd.D
         for cid, s in spread.items():
             if np.isfinite(s) and s > HIGH_CV:
                 add("warning", "high run-to-run variance", cid, f"energy trials disagree by {s:.0%} on average")
-    if len(cells) and "seed" in cells:
-        for _, g in cells.groupby(["pair", "dataset", "gpu", "method"], dropna=False):
+    if len(cells) and "seed" in cells:  # only cells that differ in nothing but the seed are seeds of one setting
+        for _, g in cells.groupby(seedless_key(cells), dropna=False):
             tps = pd.to_numeric(g["tokens_per_s"], errors="coerce").dropna() if "tokens_per_s" in g else g.iloc[0:0]
             if len(tps) >= 2 and tps.std() / tps.mean() > HIGH_CV:
                 for cid in g["cell_id"]:

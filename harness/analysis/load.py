@@ -91,6 +91,9 @@ def read_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     params = cell_params(summary)
     judged = read_judgments(cell_dir, summary.get("records_sha256"))  # LLM-judge grades (harness.judge), by index
     records = [normalize_record({**r, **judged.get(r.get("index"), {})}, row, params) for r in raw]
+    starts = sorted(int(s.get("from_index") or 0) for s in summary.get("segments") or [] if isinstance(s, dict))
+    for r in records:  # which run wrote it: a killed and resumed cell has several (harness.analysis.trust)
+        r["segment"] = max(sum(1 for s in starts if s <= int(r.get("index") or 0)) - 1, 0)
     if "prompts" in row and row["prompts"] is not None and int(row["prompts"]) != len(records):
         raise ValueError(f"summary says {row['prompts']} prompts but records.jsonl has {len(records)}")
     return row, records

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import stats
-from harness.analysis.regime import differing, key_column
+from harness.analysis.regime import differing, key_column, seedless_key
 from harness.analysis.specs import MethodSpec
 from harness.analysis.tables import GREEDY, SAMPLING, categories, prompt_key
 
@@ -148,12 +148,14 @@ def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[st
     ratio against the cell's baseline, with bootstrap CIs over prompts; NaN with a reason where no
     baseline or no common prompt exists."""
     matches = match_baselines(cells, baselines)
+    settings = dict(zip(cells["cell_id"], seedless_key(cells)))  # pooled across seeds only when all else is equal
     rows = []
     for _, m in matches.iterrows():
         cell = cells[cells["cell_id"] == m["cell_id"]].iloc[0]
         base = {k: cell.get(k) for k in ("cell_id", "method", "method_name", "label", "pair", "dataset", "gpu",
                                          "seed", "decoding", "regime", "lossless")}
-        base.update(baseline_cell_id=m["baseline_cell_id"], baseline_method=m["baseline_method"])
+        base.update(baseline_cell_id=m["baseline_cell_id"], baseline_method=m["baseline_method"],
+                    settings_key=settings[m["cell_id"]])
         if pd.isna(m["baseline_cell_id"]):
             rows.append({**base, "category": OVERALL, "n_prompts": 0, "reason": m["baseline_note"]})
             continue
@@ -172,8 +174,8 @@ def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[st
 
 def ratios_across_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Mean ± s.d. over seeds of each ratio, per pair × dataset × gpu × method × category."""
-    keys = [k for k in ("pair", "dataset", "gpu", "method", "method_name", "decoding", "regime", "category")
-            if k in per_seed.columns]
+    keys = [k for k in ("pair", "dataset", "gpu", "method", "method_name", "decoding", "regime", "category",
+                        "settings_key") if k in per_seed.columns]
     if per_seed.empty:
         return pd.DataFrame()
     out = None

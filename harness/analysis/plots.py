@@ -226,10 +226,14 @@ def width_scatter(points: pd.DataFrame) -> Figure | None:
     if points.empty:
         return None
     blocks = list(points.groupby("block", sort=False))
-    fig, axes = plt.subplots(len(blocks), 3, figsize=(11, 3.0 * len(blocks)), squeeze=False)
+    panels = [(col, name) for col, name in (("quality", None), ("tokens_per_s", "tokens/s"), ("j_per_token", "J/token"))
+              if col in points and np.isfinite(pd.to_numeric(points[col], errors="coerce")).any()]  # no empty panel
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(blocks), len(panels), figsize=(11 * len(panels) / 3, 3.0 * len(blocks)),
+                             squeeze=False)
     for row, (block, g) in zip(axes, blocks):
-        for ax, (col, name) in zip(row, (("quality", g["quality_name"].iloc[0]), ("tokens_per_s", "tokens/s"),
-                                         ("j_per_token", "J/token"))):
+        for ax, (col, name) in zip(row, [(c, n or g["quality_name"].iloc[0]) for c, n in panels]):
             ax.scatter(g["avg_width"], g[col], color=colour("dsbd"), s=25)
             ax.set_xlabel("W̄ (average accepted width)", fontsize=8)
             ax.set_ylabel(name, fontsize=8)

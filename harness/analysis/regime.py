@@ -81,6 +81,20 @@ def key_column(cells: pd.DataFrame) -> pd.Series:
                       for (_, r), g in zip(cells.iterrows(), regimes)], index=cells.index, dtype=object)
 
 
+def seedless_key(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's comparison key without its seed, with its method: cells sharing it differ *only* in seed, and
+    only they may be pooled "across seeds" (issue 33.3: two cells differing in prompts or max_new_tokens are not
+    two seeds)."""
+    method = cells["params_json"].astype(str) if "params_json" in cells else pd.Series("", index=cells.index)
+    names = cells["method_name"].astype(str) if "method_name" in cells else pd.Series("", index=cells.index)
+    out = []
+    for key, name, params in zip(key_column(cells), names, method):
+        items = json.loads(key)
+        items.pop("seed", None)
+        out.append(comparison_key({**items, "method": name, "params": params}))
+    return pd.Series(out, index=cells.index, dtype=object)
+
+
 def _plain(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 

@@ -63,6 +63,8 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                                        "before HF's prompt lookup became an option",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
+    "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
+    "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)

@@ -48,6 +48,24 @@ class RunnerConfig:
                             "(energy.prefill_j ...)", default=False)
 
 
+#: grams of CO₂-equivalent per kWh of electricity, CodeCarbon's convention and unit; the default region is the
+#: world average (475 gCO₂eq/kWh, IEA 2019: CodeCarbon's and carbontracker's fallback when the grid is unknown)
+GRID_REGION = "world"
+GRID_INTENSITY = {"world": 475.0}
+
+
+@dataclass
+class CarbonConfig:
+    """How ``harness-report`` turns measured energy into CO₂ (``report.carbon.*``): emissions = energy (kWh) ×
+    the grid's carbon intensity (gCO₂eq/kWh). Energy is always the harness's own measurement."""
+
+    region: str = _help("which entry of intensity_g_per_kwh applies to these cells (default: world)",
+                        default=GRID_REGION)
+    intensity_g_per_kwh: Dict[str, float] = _help(
+        "gCO₂eq per kWh by region (CodeCarbon's unit); add yours, e.g. report.carbon.region=FR "
+        "+report.carbon.intensity_g_per_kwh.FR=56", default_factory=lambda: dict(GRID_INTENSITY))
+
+
 @dataclass
 class ReportConfig:
     """What ``harness-report`` compares and draws (``report.*``; result-neutral: not in the cell id)."""
@@ -60,6 +78,8 @@ class ReportConfig:
                            "['dsbd[memory_constrained=false]:beam_sampling']", default_factory=list)
     tables: List[str] = _help("the papers' tables to produce (an experiment sets them): dsbd, mtad, mcsd, adaptive",
                               default_factory=list)
+    carbon: CarbonConfig = field(default_factory=CarbonConfig,
+                                 metadata={"help": "grid carbon intensity for the CO₂ figures beside J/token"})
 
 
 @dataclass
@@ -128,7 +148,20 @@ def field_problems(cfg: Mapping[str, Any]) -> list[ConfigError]:
     out = [_int_problem("seed", cfg.get("seed"), 0, MAX_SEED),
            _int_problem("max_new_tokens", cfg.get("max_new_tokens"), 1, null="the dataset's max_new_tokens"),
            _force_problem(cfg.get("force"))]
-    return [p for p in out if p is not None] + runner_problems(cfg.get("runner") or {})
+    return [p for p in out if p is not None] + runner_problems(cfg.get("runner") or {}) + \
+        carbon_problems((cfg.get("report") or {}).get("carbon") or {})
+
+
+def carbon_problems(carbon: Mapping[str, Any]) -> list[ConfigError]:
+    """``report.carbon``: every intensity a number >= 0 (gCO₂eq/kWh), and the region one of them."""
+    table = carbon.get("intensity_g_per_kwh", GRID_INTENSITY) or {}
+    out = [ConfigError(f"must be a number >= 0 (gCO₂eq/kWh), got {v!r}", key=f"report.carbon.intensity_g_per_kwh.{k}")
+           for k, v in table.items() if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0]
+    region = carbon.get("region", GRID_REGION)
+    if region not in table:
+        out.append(ConfigError(f"no intensity for region {region!r}: add it (+report.carbon.intensity_g_per_kwh."
+                               f"{region}=G) or pick one of {', '.join(sorted(table))}", key="report.carbon.region"))
+    return out
 
 
 def runner_config(cfg: Mapping[str, Any]) -> RunnerConfig:

@@ -74,7 +74,8 @@ class OpenAIJudge:
     """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, TGI, llama.cpp, LiteLLM, ...)."""
 
     def __init__(self, cfg: JudgeConfig, environ: Mapping[str, str] | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        """``sleep`` and ``clock``: the retry back-off's and the rate limiter's (injected by tests)."""
         import os
 
         self.cfg = cfg
@@ -84,7 +85,7 @@ class OpenAIJudge:
         if cfg.api_key_env and not self._key:
             raise JudgeFailure(f"environment variable {cfg.api_key_env} (judge.api_key_env) is not set")
         self.sleep = sleep
-        self.limiter = RateLimiter(cfg.requests_per_minute, sleep=sleep)
+        self.limiter = RateLimiter(cfg.requests_per_minute, clock=clock, sleep=sleep)
         # a judge on this machine is reached directly, never through an HTTP proxy from the environment
         direct = urlparse(self.url).hostname in LOOPBACK
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}) if direct else

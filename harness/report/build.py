@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import acceptance, checks, oracle, paired, quality, stats
+from harness.analysis import acceptance, checks, oracle, paired, quality, stats, trust
 from harness.analysis.load import Results, read_results
-from harness.report import diagnostics, papers, sections
+from harness.report import diagnostics, footprint, papers, sections
 from harness.report.context import Analysis, run_section
 from harness.report.doc import Doc
 
@@ -29,9 +29,12 @@ def _compute(a: Analysis) -> None:
     boot = a.boot
     a.ratios = paired.paired_ratios(a.records, a.cells, a.options.get("baselines"), **boot)
     a.summary = quality.cell_summary(a.records, a.cells, **boot)
+    a.trust = trust.assess(a.records, a.ratios, a.cells)
+    a.tables["host_conditions"] = a.trust.conditions
     a.tables.update(paired_ratios=a.ratios, cell_summary=a.summary,
                     acceptance=acceptance.per_request_vs_pooled(a.records, **boot))
     a.options["paper_tables"] = papers.wanted(a)
+    a.options["paper_docs"] = papers.render(a)  # only the papers (and tables) whose experiment's cells are here
     try:
         sweeps, comparisons = oracle.oracle_tables(a.cells, a.records, **boot)
     except Exception as e:  # noqa: BLE001 — reported like any failing section
@@ -43,6 +46,7 @@ def _compute(a: Analysis) -> None:
 
 
 SECTIONS = (("Speed-ups against the baseline (paired)", sections.sec_speed), ("Energy", sections.sec_energy),
+            ("CO₂ beside J/token", footprint.sec_carbon), ("Memory", footprint.sec_memory),
             ("Quality and Pareto fronts", sections.sec_quality), ("The papers' tables", papers.sec_papers),
             ("Iso-quality comparisons", diagnostics.sec_iso), ("Latency percentiles", diagnostics.sec_latency),
             ("Theory checks", diagnostics.sec_theory),
@@ -58,8 +62,12 @@ def document(a: Analysis, results_dir) -> tuple[Doc, pd.DataFrame]:
         doc.h(2, "Overview")
         run_section(doc, a, "overview", sections.sec_overview)
         for title, fn in SECTIONS:
+            part = Doc()
+            if run_section(part, a, title, fn) is False:  # nothing to show: no heading either (issue 33.3)
+                continue
             doc.h(2, title)
-            run_section(doc, a, title, fn)
+            doc.blocks += part.blocks
+            doc.images.update(part.images)
         if "oracle_sweeps" in a.tables:
             doc.h(2, "Fixed-γ oracle and adaptive γ (adaptive §3)")
             run_section(doc, a, "fixed-γ oracle", diagnostics.sec_oracle)
@@ -67,7 +75,8 @@ def document(a: Analysis, results_dir) -> tuple[Doc, pd.DataFrame]:
         doc.p(f"No finished cell under {results_dir}/cells.")
     flags = checks.measurement_flags(a.cells, a.records, a.problems, a.ratios) if not a.cells.empty else \
         checks.measurement_flags(pd.DataFrame(columns=["cell_id"]), pd.DataFrame(), a.problems)
-    flags = pd.concat([flags, pd.DataFrame(a.section_errors, columns=flags.columns)], ignore_index=True)
+    extra = [a.trust.flags] if a.trust is not None and not a.trust.flags.empty else []
+    flags = pd.concat([flags, *extra, pd.DataFrame(a.section_errors, columns=flags.columns)], ignore_index=True)
     doc.h(2, "Measurement quality")
     diagnostics.sec_measurement(doc, a, flags)
     if not a.cells.empty:
@@ -79,17 +88,20 @@ def document(a: Analysis, results_dir) -> tuple[Doc, pd.DataFrame]:
 
 def build_report(results_dir: str | Path, out_dir: str | Path, plots_dir: str | Path | None = None,
                  baselines: dict | None = None, iso_pairs=None, n_resamples: int = stats.N_RESAMPLES,
-                 tables: list[str] | None = None, results: Results | None = None) -> dict:
+                 tables: list[str] | None = None, results: Results | None = None,
+                 grid: tuple[str, float] | None = None) -> dict:
     """Compute everything and write the report; returns {"html", "md", "tables", "plots", "cells", ...}.
     ``baselines``: {decoding kind: method spec}; ``iso_pairs``: "A:B" texts; ``tables``: papers (dsbd, mtad,
-    mcsd, adaptive) — each default: the cells' configs' ``report`` node."""
+    mcsd, adaptive) — each default: the cells' configs' ``report`` node; ``grid``: (region, gCO₂eq/kWh) for every
+    cell's CO₂ figures instead of its ``report.carbon``."""
     res = results if results is not None else read_results(results_dir)
     out_dir = Path(out_dir)
     plots_dir = Path(plots_dir) if plots_dir else out_dir / "plots"
     a = Analysis(res.cells, res.records, res.problems, res.excluded,
                  options={"baselines": baselines, "iso": [":".join(map(str, p)) if isinstance(p, tuple) else p
                                                            for p in iso_pairs or []],
-                          "tables": tables, "n_resamples": n_resamples, "excluded_counts": res.excluded_counts()})
+                          "tables": tables, "n_resamples": n_resamples, "grid": grid,
+                          "excluded_counts": res.excluded_counts()})
     doc, flags = document(a, results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots_dir.mkdir(parents=True, exist_ok=True)

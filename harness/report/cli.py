@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--tables", action="append", choices=PAPERS,
                     help="a paper's tables to produce (default: the cells' report.tables, else every paper whose "
                          "methods are in the results)")
+    ap.add_argument("--grid-intensity", metavar="REGION=G",
+                    help="the grid's carbon intensity for every cell's CO₂ figures, gCO₂eq/kWh, e.g. FR=56 (default: "
+                         "the cells' report.carbon, else world=475)")
     ap.add_argument("--bootstrap", type=int, default=stats.N_RESAMPLES, help="bootstrap resamples (default: 2000)")
     ap.add_argument("--force", action="store_true", help="overwrite a report folder built from another results folder")
     ap.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
@@ -107,6 +110,20 @@ def _options(ap, args) -> tuple[dict, list]:
     return {k: str(v) for k, v in baselines.items()}, [f"{a}:{b}" for a, b in iso]
 
 
+def _grid(ap, text: str | None) -> tuple[str, float] | None:
+    """``REGION=G`` → (region, gCO₂eq/kWh); a malformed one is a usage error (exit 2)."""
+    if text is None:
+        return None
+    region, _, value = text.partition("=")
+    try:
+        g = float(value)
+    except ValueError:
+        g = -1.0
+    if not region or not g >= 0 or g == float("inf"):
+        ap.error(f"--grid-intensity must be REGION=G with G a number >= 0 (gCO₂eq/kWh), e.g. FR=56; got {text!r}")
+    return region, g
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
@@ -119,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bootstrap < 100:
         ap.error(f"--bootstrap must be >= 100, got {args.bootstrap}")
     baselines, iso = _options(ap, args)
+    grid = _grid(ap, args.grid_intensity)
     results = Path(args.results)
     cell_dirs = [p for p in (results / "cells").glob("*") if p.is_dir()]
     if not cell_dirs:
@@ -135,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness-report: no finished cells under {results}/cells — run `harness` first (no report written):")
         print(res.problems[["cell_id", "problem", "kind", "error"]].to_string(index=False))
         return 1
-    out = build_report(results, out_dir, args.plots, baselines, iso, args.bootstrap, args.tables, results=res)
+    out = build_report(results, out_dir, args.plots, baselines, iso, args.bootstrap, args.tables, results=res,
+                       grid=grid)
     _print_summary(out, results, argv)
     return 0
 
@@ -154,6 +173,11 @@ def _print_summary(out: dict, results: Path, argv: list[str] | None) -> None:
         print(f"{int(out['excluded']['records'].sum())} fit-phase record(s) of draft selection excluded from every "
               f"figure ({len(out['excluded'])} cell(s))")
     print(f"report -> {out['html']} and {out['md']} ({len(out['plots'])} figures, {len(out['tables'])} tables)")
+    trust = out["analysis"].trust
+    if trust is not None and trust.notes:
+        print(f"⚠ {len(trust.notes)} comparison(s) to distrust (different load, a resume, totals vs geometric mean): "
+              + "; ".join(f"{cid}: {trust.note(cid)}" for cid in list(trust.notes)[:3])
+              + (" …" if len(trust.notes) > 3 else "") + " — see 'Measurement quality'")
     if not out["problems"].empty:
         print(f"\n{len(out['problems'])} cell(s) not used (rerun `harness` to retry failed/incomplete ones):")
         print(out["problems"][["cell_id", "problem", "kind", "error"]].to_string(index=False))

@@ -21,6 +21,7 @@ class Analysis:
     summary: pd.DataFrame | None = None
     tables: dict = field(default_factory=dict)
     section_errors: list = field(default_factory=list)
+    trust: object = None  # harness.analysis.trust.Trust: what not to believe (computed with the ratios)
     options: dict = field(default_factory=dict)  # baselines, iso pairs, paper tables, bootstrap resamples
 
     @property
@@ -37,6 +38,10 @@ class Analysis:
                 continue
         return out
 
+    def distrust(self, cell_id) -> str:
+        """The reasons to distrust a cell's paired comparison ('' when none)."""
+        return self.trust.note(cell_id) if self.trust is not None else ""
+
     def small_sample(self) -> int | None:
         """The smallest number of measured prompts of a cell, when below :data:`SMALL_N`."""
         if self.records.empty:
@@ -45,10 +50,11 @@ class Analysis:
         return n if n < SMALL_N else None
 
 
-def run_section(doc, a: Analysis, title: str, fn) -> None:
-    """Run one section; an exception becomes a line in the report and in measurement quality."""
+def run_section(doc, a: Analysis, title: str, fn):
+    """Run one section (returning what it returns: False = nothing to show); an exception becomes a line in the
+    report and in measurement quality."""
     try:
-        fn(doc, a)
+        return fn(doc, a)
     except Exception as e:  # noqa: BLE001 — one failing analysis must not cost the rest of the report
         doc.p(f"This section could not be computed: {type(e).__name__}: {e}")
         a.section_errors.append({"severity": "error", "kind": "analysis failed", "cell_id": "",

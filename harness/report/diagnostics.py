@@ -7,8 +7,10 @@ import pandas as pd
 
 from harness.analysis import acceptance, checks, oracle, pareto, plots, theory
 from harness.analysis.specs import parse_pair
+from harness.analysis.quality import PPL
 from harness.report.context import Analysis, compact
-from harness.report.doc import Doc, ci, pct
+from harness.report.doc import Doc, ci, duration, pct
+from harness.report.sections import sampling_regimes
 
 
 def iso_pairs(a: Analysis) -> list | None:
@@ -19,7 +21,19 @@ def iso_pairs(a: Analysis) -> list | None:
 
 def sec_iso(doc: Doc, a: Analysis) -> None:
     iso = pareto.iso_quality(a.records, a.cells, iso_pairs(a))
-    a.tables["iso_quality"] = iso
+    a.tables["iso_quality"] = iso  # the whole analysis (every pair, with why none); the report shows what exists
+    if not iso.empty:  # perplexity is no quality under sampling (issue 33.3): no iso-"quality" on it there
+        iso = iso[~((iso["quality"] == PPL) & iso["decoding"].isin(sampling_regimes(a)))].reset_index(drop=True)
+    computed = pd.to_numeric(iso.get("ratio_geo", pd.Series(dtype=float)), errors="coerce").notna()
+    if not iso.empty and not computed.all():  # rows without a ratio (a family absent): named once, not listed n/a
+        gone = iso[~computed].drop_duplicates(["family_a", "family_b", "note"])
+        missing = "; ".join(f"{x['family_a']} vs {x['family_b']}: {x['note']}" for _, x in gone.iterrows())
+        iso = iso[computed].reset_index(drop=True)
+        if iso.empty:
+            doc.p(f"No iso-quality comparison can be computed from these cells ({missing}). Add pairs with "
+                  "--iso A:B, each a method spec such as 'dsbd[memory_constrained=false]'.")
+            return
+        doc.note(f"Pairs without a comparison here: {missing}.")
     if iso.empty:
         doc.p("No family pair to compare (iso-quality needs one of the headline families — DSBD (unconstrained) vs "
               "beam sampling, MTAD vs SD — or two methods each swept over a parameter; add pairs with --iso A:B, each a "
@@ -47,13 +61,23 @@ def sec_latency(doc: Doc, a: Analysis) -> None:
 
     lat = latency_table(a.records)
     a.tables["latency"] = lat
-    doc.p("Per cell over its prompts, in ms: TTFT = the prompt-encoding (prefill) calls, TPOT = decode time ÷ "
-          "(new tokens − 1), end-to-end = the generation's wall time (harness/analysis/latency.py).")
-    cells = a.summary.set_index("cell_id") if "cell_id" in a.summary else pd.DataFrame()
-    shown = lat.assign(method=lat["cell_id"].map(cells.get("label", pd.Series(dtype=str))).fillna(lat["cell_id"]),
-                       decoding=lat["cell_id"].map(cells.get("regime", pd.Series(dtype=str))))
-    cols = ["method", "decoding", "n_prompts", *[c for c in lat.columns if c.endswith(("_p50", "_p90", "_p99"))]]
-    doc.table(*compact(shown[cols].round(2), keep=("method", "decoding")))
+    doc.p("Per cell over its prompts: TTFT = the prompt-encoding (prefill) calls, TPOT = decode time ÷ "
+          "(new tokens − 1), end-to-end = the generation's wall time (harness/analysis/latency.py); p50 / p90 / p99.")
+    cells = a.cells.set_index("cell_id")
+    ids = lat["cell_id"]
+
+    def cell(col, default=None):
+        return ids.map(cells[col]) if col in cells else pd.Series(default, index=lat.index)
+    new = a.records.groupby("cell_id")["new_tokens"].mean() if "new_tokens" in a.records else pd.Series(dtype=float)
+    shown = pd.DataFrame({"method": cell("label").fillna(ids), "decoding": cell("regime"), "pair": cell("pair"),
+                          "dataset": cell("dataset"), "gpu": cell("gpu"), "seed": cell("seed"),
+                          "prompts": lat["n_prompts"], "max new tokens": cell("max_new_tokens"),
+                          "mean new tokens": ids.map(new).map(lambda v: f"{v:.1f}" if pd.notna(v) else "n/a")})
+    for metric, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "end-to-end")):
+        for q in (50, 90, 99):
+            shown[f"{name} p{q}"] = [duration(v / 1e3) for v in lat[f"{metric}_p{q}"]]
+    table, said = compact(shown, keep=("method", "decoding"))
+    doc.table(table, "Latency percentiles" + (f" — {said}" if said else ""))
 
 
 def sec_theory(doc: Doc, a: Analysis) -> None:

@@ -6,12 +6,24 @@ import base64
 import html
 import io
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis import paper
+
+
+def num(v: float, digits: int = 3) -> str:
+    """A finite number with ``digits`` significant digits and never an exponent between 1e-4 and 1e9
+    (``1040``, not ``1.04e+03``: issue 33.3)."""
+    if v != 0 and 1e-4 <= abs(v) < 1e9 and abs(v) >= 10 ** (digits - 1):
+        return f"{v:.0f}"
+    text = f"{v:.{digits}g}"
+    if "e" in text and v != 0 and 1e-4 <= abs(v) < 1e9:
+        return f"{v:.{digits - 1 - math.floor(math.log10(abs(v)))}f}"
+    return text
 
 
 def g(v, digits=3) -> str:
@@ -23,8 +35,21 @@ def g(v, digits=3) -> str:
     if isinstance(v, (int, np.integer)):
         return str(v)
     if isinstance(v, (float, np.floating)):
-        return f"{v:.{digits}g}"
+        return num(float(v), digits)
     return str(v)
+
+
+def duration(seconds: float) -> str:
+    """A time in readable units: ``420 µs``, ``12.3 ms``, ``1.04 s``, ``2 min 5 s`` (n/a for missing)."""
+    if seconds is None or not np.isfinite(seconds):
+        return "n/a"
+    if abs(seconds) < 1e-3:
+        return f"{num(seconds * 1e6)} µs"
+    if abs(seconds) < 1:
+        return f"{num(seconds * 1e3)} ms"
+    if abs(seconds) < 120:
+        return f"{num(seconds)} s"
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def ci(row, col: str, digits: int = 3, unit: str = "") -> str:
@@ -34,8 +59,8 @@ def ci(row, col: str, digits: int = 3, unit: str = "") -> str:
         return "n/a"
     lo, hi = row.get(col + "_lo", math.nan), row.get(col + "_hi", math.nan)
     if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-        return f"{v:.{digits}g}{unit} [{lo:.{digits}g}, {hi:.{digits}g}]"
-    return f"{v:.{digits}g}{unit}"
+        return f"{num(v, digits)}{unit} [{num(lo, digits)}, {num(hi, digits)}]"
+    return f"{num(v, digits)}{unit}"
 
 
 def pct(v) -> str:
@@ -142,7 +167,8 @@ color:#222;line-height:1.4}
 h1{border-bottom:2px solid #333;font-size:1.5em}h2{border-bottom:1px solid #bbb;margin-top:1.8em}
 table{border-collapse:collapse;margin:0.4em 0 1em;font-size:0.8em;max-width:100%}
 caption{caption-side:top;text-align:left;font-size:0.95em;color:#444;padding:0.2em 0}
-th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word}
+.n{white-space:nowrap}
 th{background:#f0f0f0;overflow-wrap:normal}
 tr:nth-child(even){background:#fafafa}
 .paperv{display:block;color:#777;font-size:0.85em}
@@ -167,10 +193,21 @@ def md_table(df: pd.DataFrame) -> str:
     return _flat_columns(df).map(g).to_markdown(index=not isinstance(df.index, pd.RangeIndex))
 
 
+NUMBER = re.compile(r"[-+−]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?(?:×|%| ?(?:µs|ms|s|min|J|kWh|g|kg|MiB|GiB|KiB|B))?")
+
+
+def _cell_html(v) -> str:
+    """One table cell: escaped, each number (with its unit) kept on one line (a column never splits a number
+    mid-digit: issue 33.3)."""
+    text = html.escape(g(v))
+    return NUMBER.sub(lambda m: f'<span class="n">{m.group(0)}</span>' if any(c.isdigit() for c in m.group(0))
+                      else m.group(0), text)
+
+
 def html_table(df: pd.DataFrame, caption: str = "") -> str:
     if df.empty:
         return "<p>(none)</p>"
-    text = df.map(lambda v: html.escape(g(v)))
+    text = df.map(_cell_html)
     out = text.to_html(escape=False, index=not isinstance(df.index, pd.RangeIndex), border=0)
     return out.replace(">", f"><caption>{html.escape(caption)}</caption>", 1) if caption else out
 

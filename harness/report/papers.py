@@ -1,7 +1,9 @@
 """The papers' tables, one report section per table, as the papers print them (rows, columns, bold), with
 the paper's own figure beside ours where the row is comparable. Which papers: ``report.tables`` of the
 cells' configs (each experiment names its own) or ``--tables``; without either, every paper whose methods
-are in the results."""
+are in the results. A table is shown only when its experiment's cells are present: the others are named once
+at the end (with the experiment that produces them), and a paper none of whose tables has cells is left out
+of the report altogether (issue 33.3: no "no cells" stubs)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -17,18 +19,29 @@ DETECT = {"dsbd": "dsbd", "mtad": "mtad", "mcsd": "mcsd_target_init", "adaptive"
 
 
 def wanted(a: Analysis) -> list[str]:
+    """The papers whose tables to build: ``--tables``, else the cells' ``report.tables`` (an experiment's cells
+    name their paper). A paper whose methods merely appear (the default sweep runs dsbd and mtad) is not built
+    from cells its experiment did not make: it is named once (``papers_detected``), never stubbed (issue 33.3)."""
     asked = a.options.get("tables") or a.configured("tables")
     if asked:
         return [p for p in PAPERS if p in asked]
-    return [p for p in PAPERS if MethodSpec.parse(DETECT[p]).mask(a.cells).any()]
+    a.options["papers_detected"] = [p for p in PAPERS if MethodSpec.parse(DETECT[p]).mask(a.cells).any()]
+    return []
+
+
+def _has_cells(t: paper.PaperTable) -> bool:
+    """Whether any entry of the table was measured here (a table of n/a entries has no cells)."""
+    text = t.text.astype(str)
+    return not t.empty and bool((~(text.isin(["", "—", "nan"]) | text.apply(lambda c: c.str.startswith(paper.NA))))
+                                .to_numpy().any())
 
 
 def _show(doc: Doc, a: Analysis, t: paper.PaperTable) -> None:
+    if not _has_cells(t):
+        a.options.setdefault("paper_tables_absent", []).append(t.title)
+        return
     a.tables[f"paper_{t.key.replace('.', '_')}"] = _long(t)
     doc.h(3, t.title)
-    if t.empty:
-        doc.p("No cells for this table in these results (the experiment that produces it names them).")
-        return
     doc.paper(t)
     doc.pre(paper.to_latex(t))
 
@@ -110,15 +123,57 @@ SECTIONS = {"dsbd": ("DSBD (dsbd)", sec_dsbd), "mtad": ("MTAD (mtad)", sec_mtad)
             "mcsd": ("Improved MCSD (mcsd)", sec_mcsd), "adaptive": ("Adaptive speculation (adaptive)", sec_adaptive)}
 
 
+EXPERIMENTS = {"dsbd": "dsbd_tables", "mtad": "mtad_tables", "mcsd": "mcsd_tables", "adaptive": "adaptive_tables"}
+
+
+def render(a: Analysis) -> dict:
+    """{paper: its section (a Doc)} for every wanted paper with at least one table that has cells; the titles
+    of the tables without cells go to ``a.options["paper_tables_absent"]``."""
+    out = {}
+    for name in a.options.get("paper_tables") or []:
+        title, fn = SECTIONS[name]
+        before = len(a.options.get("paper_tables_absent", []))
+        part = Doc()
+        run_section(part, a, title, fn)
+        if any(b[0] == "paper" for b in part.blocks) or any(b[0] == "p" and b[1].startswith("This section could not")
+                                                            for b in part.blocks):
+            out[name] = part
+        else:  # not one table with cells: the paper's section is left out (named once, with its experiment)
+            del a.options["paper_tables_absent"][before:]
+            a.options.setdefault("papers_absent", []).append(name)
+    return out
+
+
+def absent_text(a: Analysis) -> str:
+    """One sentence naming the papers and tables whose experiment's cells are not in these results ('' if none)."""
+    detected = a.options.get("papers_detected") or []
+    papers, tables = a.options.get("papers_absent") or [], a.options.get("paper_tables_absent") or []
+    parts = []
+    if detected:
+        parts.append("the methods of " + ", ".join(detected) + " are here, but not their experiments' cells, so their "
+                     "tables are not built (" + "; ".join(f"harness -m +experiment={EXPERIMENTS[p]}_tiny (or "
+                                                          f"{EXPERIMENTS[p]})" for p in detected)
+                     + "; or harness-report --tables NAME to build them from these cells)")
+    if papers:
+        parts.append("the papers " + ", ".join(f"{p} (harness -m +experiment={EXPERIMENTS[p]})" for p in papers)
+                     + " have none of their experiment's cells here")
+    if tables:
+        parts.append("these tables have no cells here: " + "; ".join(tables))
+    return ("Not shown: " + "; ".join(parts) + ".") if parts else ""
+
+
 def sec_papers(doc: Doc, a: Analysis) -> None:
-    names = a.options.get("paper_tables") or []
-    if not names:
-        doc.p("No paper's methods in these results (an experiment's report.tables, or --tables, names them).")
+    shown = a.options.get("paper_docs") or {}
+    absent = absent_text(a)
+    if not shown:
+        doc.p(absent or "No paper's methods in these results (an experiment's report.tables, or --tables, names them).")
         return
     doc.p("Values: estimate [95 % CI over prompts] for one seed, mean ± s.d. across seeds (or datasets where the paper "
           "averages them); bold: best as the paper marks it; 'paper:' the paper's own figure and hardware, where the "
           "pair and dataset are the paper's. A LaTeX version follows each table.")
-    for name in names:
-        title, fn = SECTIONS[name]
-        doc.h(3, title)
-        run_section(doc, a, title, fn)
+    for name, part in shown.items():
+        doc.h(3, SECTIONS[name][0])
+        doc.blocks += part.blocks
+        doc.images.update(part.images)
+    if absent:
+        doc.note(absent)

@@ -30,6 +30,11 @@ def banners(doc: Doc, a: Analysis) -> None:
     if n is not None:
         doc.banner(f"Small samples: a cell has only {n} measured prompt(s) (< {plots.SMALL_N}). Confidence intervals "
                    "are unreliable (greyed in the figures); read the numbers as a smoke test, not a result.")
+    distrusted = {cid: note for cid, note in (a.trust.notes if a.trust is not None else {}).items()}
+    if distrusted:
+        doc.banner(f"Timings to distrust: {len(distrusted)} paired comparison(s) were measured under conditions that "
+                   "differ from their baseline's (load, CPU frequency, a shared GPU, a kill and resume) or whose two "
+                   "speed-up estimates disagree — marked ⚠ below; see 'Measurement quality'.")
     ex = a.options.get("excluded_counts")
     if ex is not None and len(ex):
         doc.note(f"{int(ex['records'].sum())} record(s) of {len(ex)} cell(s) are excluded from every figure and table: "
@@ -46,8 +51,8 @@ def _headline_rows(a: Analysis) -> list[dict]:
         ll = g[g["lossless"].map(lossless_text) == "yes"].sort_values("speedup", ascending=False)
         lossy = g[g["lossless"].map(lossless_text) == "no"].sort_values("speedup", ascending=False)
         unknown = g[g["lossless"].map(lossless_text) == "?"].sort_values("speedup", ascending=False)
-        best = _fastest(ll) if len(ll) else "none known (no cell here records `lossless: true`)" + (
-            f"; fastest of unknown losslessness: {_fastest(unknown)}" if len(unknown) else "")
+        best = _fastest(ll, a) if len(ll) else "none known (no cell here records `lossless: true`)" + (
+            f"; fastest of unknown losslessness: {_fastest(unknown, a)}" if len(unknown) else "")
         rows.append({"decoding": regime, "fastest lossless method": best,
                      "lossy methods (speed-up; quality, see below)": ", ".join(
                          f"{r['label']} {r['speedup']:.2f}×" for _, r in lossy.head(4).iterrows()) or "—",
@@ -55,9 +60,17 @@ def _headline_rows(a: Analysis) -> list[dict]:
     return rows
 
 
-def _fastest(rows: pd.DataFrame) -> str:
+def _fastest(rows: pd.DataFrame, a: Analysis) -> str:
+    """The fastest of ``rows`` (sorted by speed-up) — never called fastest when it is not faster than its
+    baseline; with the reasons to distrust its timing."""
     r = rows.iloc[0]
-    return f"{r['label']} ({r['pair']}, {r['dataset']}): {ci(r, 'speedup')}× {r['baseline_method']}"
+    text = f"{r['label']} ({r['pair']}, {r['dataset']}): {ci(r, 'speedup')}× {r['baseline_method']}"
+    if not r["speedup"] > 1:
+        text = f"none faster than the baseline (the best: {text})"
+    elif r.get("speedup_lo") is not None and np.isfinite(r.get("speedup_lo")) and r["speedup_lo"] <= 1:
+        text += " (not clearly faster: the CI includes 1×)"
+    note = a.distrust(r["cell_id"])
+    return text + (f" ⚠ {note}" if note else "")
 
 
 def sec_overview(doc: Doc, a: Analysis) -> None:
@@ -74,7 +87,7 @@ def sec_overview(doc: Doc, a: Analysis) -> None:
     if rows:
         doc.table(pd.DataFrame(rows), "Headline per decoding regime: the fastest lossless method, and, separately, the "
                   "lossy ones (compare their quality in 'Quality and Pareto fronts')")
-    tables = a.options.get("paper_tables") or []
+    tables = list(a.options.get("paper_docs") or {})
     if tables:
         doc.p("The papers' tables in this report: " + ", ".join(tables) + " (section 'The papers' tables').")
 
@@ -95,8 +108,10 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
         "prompts": o["n_prompts"], "speed-up (ratio of totals)": [ci(x, "speedup") for _, x in o.iterrows()],
         "speed-up (geo. mean)": [ci(x, "speedup_geo") for _, x in o.iterrows()],
         "J/token ratio": [ci(x, "energy_ratio") for _, x in o.iterrows()],
-        "note": [x.get("reason") or "" for _, x in o.iterrows()]})
-    table, said = compact(show.reset_index(drop=True), keep=("method", "decoding"))
+        "note": [x.get("reason") or "" for _, x in o.iterrows()],
+        "trust": [("⚠ " + a.distrust(x["cell_id"])) if a.distrust(x["cell_id"]) else "no flag"
+                  for _, x in o.iterrows()]})
+    table, said = compact(show.reset_index(drop=True), keep=("method", "decoding", "trust"))
     doc.table(table, "Paired speed-up over the baseline" + (f" — {said}" if said else ""))
     doc.fig("speedup", plots.forest(o, "speedup", "speed-up over the baseline in tokens/s (log scale; whiskers: 95 % CI)",
                                     reference=1.0, ratio=True),
@@ -157,16 +172,35 @@ def sec_energy(doc: Doc, a: Analysis) -> None:
             "J/token per cell")
 
 
+PPL_DIAGNOSTIC = ("Under sampling, the output's perplexity under the target is a distance-from-the-target "
+                  "diagnostic, not quality: a lossless sampler matches the target's own PPL in expectation, and a "
+                  "lossy one can score lower by drifting toward the target's mode. Sampling cells are therefore on no "
+                  "PPL front and have no PPL-based primary quality; judge them by the task metric or the LLM judge "
+                  "(judge=openai | hf).")
+
+
+def sampling_regimes(a: Analysis) -> set:
+    """The regime labels of sampling cells (where perplexity is a diagnostic, not quality)."""
+    c = a.cells
+    return set(c.loc[c["decoding"].astype(str) == "sampling", "regime"]) if "decoding" in c else set()
+
+
 def _quality_table(a: Analysis) -> tuple[pd.DataFrame, str]:
     s = a.summary
+    max_new = a.cells.set_index("cell_id")["max_new_tokens"] if "max_new_tokens" in a.cells else pd.Series(dtype=float)
     show = pd.DataFrame({"method": s["label"], "decoding": s["regime"], "pair": s["pair"], "dataset": s["dataset"],
-                         "seed": s["seed"], "prompts": s["n_prompts"], "lossless": s["lossless"].map(lossless_text)})
+                         "gpu": s["gpu"], "seed": s["seed"], "prompts": s["n_prompts"],
+                         "max new tokens": s["cell_id"].map(max_new), "lossless": s["lossless"].map(lossless_text)})
+    sampling = s["regime"].isin(sampling_regimes(a))
     for dataset, g in s.groupby("dataset", sort=False):
         prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        show.loc[g.index, "primary quality"] = [f"{prim.name}: {ci(x, prim.column)}" for _, x in g.iterrows()]
+        show.loc[g.index, "primary quality"] = [
+            "none (PPL is a diagnostic under sampling)" if prim.column == quality.PPL and sampling[i]
+            else f"{prim.name}: {ci(x, prim.column)}" for i, x in g.iterrows()]
     for q in [q for q in quality.quality_columns(a.records) if q != quality.PPL]:
         show[q.removeprefix("metric.")] = [ci(x, q) for _, x in s.iterrows()]
-    show["PPL"] = [ci(x, quality.PPL) for _, x in s.iterrows()]
+    show["PPL under the target"] = [ci(x, quality.PPL) + (" (diagnostic)" if sampling[i] else "")
+                                    for i, x in s.iterrows()]
     flags = [c for c in s.columns if c.startswith("metric.") and quality.is_flag(c)]
     if flags:
         show["flagged outputs"] = [", ".join(f"{c[7:]} {x[c]:.0%}" for c in flags if x.get(c, 0) > 0) or "none"
@@ -202,11 +236,19 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
     doc.fig("tokens_per_s", plots.forest(a.summary, "tokens_per_s", "tokens/s (total new tokens ÷ total wall time; "
                                                                     "whiskers: 95 % CI over prompts)"),
             "Throughput per cell, one panel per decoding regime (not paired: compare with the speed-ups above)")
-    for dataset, s in a.summary.groupby("dataset", sort=False):
+    sampling = sampling_regimes(a)
+    if sampling:
+        doc.note(PPL_DIAGNOSTIC)
+    for dataset, s_all in a.summary.groupby("dataset", sort=False):
         prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        if prim.note:
+        if prim.note and prim.column == quality.PPL and s_all["regime"].isin(sampling).all():
+            doc.note(f"{dataset}: no quality axis under sampling ({prim.note}; PPL is a diagnostic there).")
+        elif prim.note:
             doc.note(f"{dataset}: quality axis = {prim.name} ({prim.note}).")
         for q in dict.fromkeys([prim.column, quality.PPL]):
+            s = s_all[~s_all["regime"].isin(sampling)] if q == quality.PPL else s_all  # PPL: no sampling fronts
+            if s.empty:
+                continue
             hib = prim.higher_is_better if q == prim.column else False
             for cost, label in (("tokens_per_s", "tokens/s (higher is better)"),
                                 ("j_per_token", "J/token (lower is better)")):

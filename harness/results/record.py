@@ -39,6 +39,7 @@ class Record:
     selection: dict = field(default_factory=dict)  # draft selection (adaptive §5): phase, chosen draft, ...
     quality: dict = field(default_factory=dict)  # output_ppl and the task's metrics
     energy: dict = field(default_factory=dict)  # ``energy.*`` fields of the energy reading and its breakdown
+    host: dict = field(default_factory=dict)  # ``host.*``: the host's load over the prompt (harness.run.contention)
     peak_gpu_mem_bytes: float = math.nan
     output_text: str = ""
     prompt: str = ""
@@ -55,20 +56,23 @@ class Record:
                 "prompt_tokens_original": self.prompt_tokens_original, **_prefixed("meta.", self.meta),
                 **self.stats, **_prefixed("selection.", self.selection),
                 "output_ppl": quality.pop("output_ppl", math.nan), **_prefixed("metric.", quality),
-                **self.energy, "peak_gpu_mem_bytes": self.peak_gpu_mem_bytes,
+                **self.energy, **_prefixed("host.", self.host),
+                "peak_gpu_mem_bytes": self.peak_gpu_mem_bytes,
                 "output_text": self.output_text, "prompt": self.prompt}
 
 
 def build_record(*, cell_id: str, index: int, example, prompt_ids: list[int], generation, output_text: str,
                  prompt_text: str, output_ppl: float, metrics: Mapping[str, Any], energy: Mapping[str, Any],
-                 peak_gpu_mem_bytes: float = math.nan, prompt_tokens_original: int | None = None) -> Record:
-    """One prompt's :class:`Record` from its generation, scores and energy reading (``energy.*`` fields)."""
+                 peak_gpu_mem_bytes: float = math.nan, prompt_tokens_original: int | None = None,
+                 host: Mapping[str, Any] | None = None) -> Record:
+    """One prompt's :class:`Record` from its generation, scores, energy reading (``energy.*`` fields) and the
+    host's contention over it (``host.*``, :mod:`harness.run.contention`)."""
     stats = {**generation.stats.as_record(), "stopped_by_eos": generation.stopped_by_eos,
              "stopped_by_stop": getattr(generation, "stopped_by_stop", False)}
     return Record(cell_id=cell_id, index=index, example_id=example.id, prompt_tokens=len(prompt_ids),
                   prompt_tokens_original=len(prompt_ids) if prompt_tokens_original is None else prompt_tokens_original,
                   meta=dict(example.meta), stats=stats, selection=dict(getattr(generation, "selection", None) or {}),
-                  quality={"output_ppl": output_ppl, **metrics}, energy=dict(energy),
+                  quality={"output_ppl": output_ppl, **metrics}, energy=dict(energy), host=dict(host or {}),
                   peak_gpu_mem_bytes=peak_gpu_mem_bytes, output_text=output_text, prompt=prompt_text)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from harness.run import context
+from harness.run import contention, context
 
 from harness.results import store
 from harness.run.cell import (Cell, CellPlan, as_cell, cell_id, gpu_label, interleave_key,  # noqa: F401 (re-exported)
@@ -286,8 +286,11 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
                                            c.plan.method.lookahead)
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
+    host = contention.reader()  # the host's load around the prompt (issue 33.1), sampled outside its window
+    before = host.sample()
     measured = meter.measure(f"prompt {i}", lambda: c.decoder.generate(ids, sh.max_new, seed=prompt_seed(sh.seed, i),
                                                                         stop=task.stop))
+    load = host.between(before, host.sample())
     gen = measured.result
     text = tok.decode(gen.output_ids, skip_special_tokens=True)
     record = build_record(
@@ -297,7 +300,7 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
         prompt_tokens_original=original,
         metrics=task.score(ex, task.truncate(text)),
         energy={**measured.as_record(lambda g: g.stats.new_tokens),
-                **energy_breakdown(meter.attribute, gen.stats, sh.runner.breakdown)},
+                **energy_breakdown(meter.attribute, gen.stats, sh.runner.breakdown)}, host=load,
         peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                             else math.nan))
     c.writer.write(record.flat())

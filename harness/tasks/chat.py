@@ -113,11 +113,47 @@ class MTBench(TemplateTask):
 @register_task
 @dataclass
 class SpecBench(MTBench):
+    """Spec-Bench's prompt sets by category (issue 33.7): ``categories`` keeps only the named ones (null = all 13),
+    ``per_category`` the first N of each (null = all): ``dataset.per_category=2`` is a 26-prompt run that still
+    fills every row of the report's per-category table. ``num_prompts`` / ``sample_seed`` then apply as usual."""
+
     kind = "spec_bench"
     primary_metric: ClassVar[str | None] = None  # a speed set: quality is target perplexity
     judged: ClassVar[bool] = False
     path: str = "spec_bench/question.jsonl"
     turns: int = 1
+    categories: list[str] | None = None
+    per_category: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.per_category is not None and not (isinstance(self.per_category, int)
+                                                  and not isinstance(self.per_category, bool) and self.per_category >= 1):
+            raise ConfigError(f"dataset.per_category must be an integer >= 1, or null (every prompt of each category), "
+                              f"got {self.per_category!r}", key="dataset.per_category")
+        if self.categories is not None and (not isinstance(self.categories, (list, tuple)) or not self.categories
+                                            or not all(isinstance(c, str) for c in self.categories)):
+            raise ConfigError(f"dataset.categories must be a non-empty list of category names, or null (all), got "
+                              f"{self.categories!r}", key="dataset.categories")
+
+    def load(self) -> list[Example]:
+        items = super().load()
+        have = list(dict.fromkeys(e.meta.get("category", "") for e in items))
+        if self.categories is not None:
+            unknown = [c for c in self.categories if c not in have]
+            if unknown:
+                raise ConfigError(f"dataset.categories: unknown {', '.join(map(repr, unknown))}; this set has "
+                                  f"{', '.join(have)}", key="dataset.categories")
+            items = [e for e in items if e.meta.get("category") in self.categories]
+        if self.per_category is not None:
+            seen: dict[str, int] = {}
+            keep = []
+            for e in items:
+                seen[e.meta.get("category", "")] = n = seen.get(e.meta.get("category", ""), 0) + 1
+                if n <= self.per_category:
+                    keep.append(e)
+            items = keep
+        return items
 
 
 @register_task
