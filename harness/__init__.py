@@ -8,6 +8,14 @@ Python API (no Hydra needed), on par with the CLI — the same method names and 
     ids = encode_prompt(pair.tokenizer, "In the beginning")   # a string, or chat messages
     gen = build_decoder("sd", pair, gamma=4, decoding="greedy").generate(ids, max_new_tokens=32, seed=0)
 
+Cells and sweeps with DataFrames back (:mod:`harness.api`: the same composition, validation and runner as the
+CLI)::
+
+    import harness
+    df = harness.run(method="sd", decoding="greedy", dataset={"num_prompts": 2}, max_new_tokens=16)
+    df.attrs["summary"]                      # one row per cell
+    both = harness.sweep([{"method": "ar"}, {"method": "sd", "gamma": 3}], decoding="greedy")
+
 The names below are imported on first use, so that torch-free parts (the analysis package and
 ``harness-report``) can be imported without loading torch and the decoders.
 """
@@ -23,13 +31,17 @@ _EXPORTS = {"Generation": ("harness.decoders", "Generation"),
             "Decoding": ("harness.decoding", "Decoding"),
             "ModelPair": ("harness.models", "ModelPair"),
             "load_pair": ("harness.models", "load_pair"),
-            "encode_prompt": ("harness.tasks.base", "encode_prompt")}
+            "encode_prompt": ("harness.tasks.base", "encode_prompt"),
+            "run": ("harness", "run"),  # the room harness.run, callable: harness.api.run
+            "sweep": ("harness.api", "sweep")}
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.3.0.dev0"  # the one source of the version (pyproject reads it; CITATION.cff and CHANGELOG.md follow)
 
 
 def __getattr__(name):
+    if name == "run":  # the subpackage (a callable module): harness.run(...) runs a cell (harness.api.run)
+        return importlib.import_module("harness.run")
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         return getattr(importlib.import_module(module), attr)

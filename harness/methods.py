@@ -29,9 +29,7 @@ from harness.models import ModelPair
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.selection import SELECTIONS, DraftSelection, SelectionParams
 
-#: Method aliases that follow the decoding: alias -> {decoding kind: decoder}.
-ALIASES: dict[str, dict[str, str]] = {"ar": {"greedy": "ar_greedy", "sampling": "ar_sampling"},
-                                      "beam": {"greedy": "beam_search", "sampling": "beam_sampling"}}
+from harness.config.aliases import ALIASES  # alias -> {decoding kind: decoder}; torch-free (the cell identity)
 
 
 def method_names() -> list[str]:

@@ -224,6 +224,62 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+HUB_PROBE_TIMEOUT_S = 3.0  # one probe of the hub per process, before any model loads (never the hub client's retries)
+_HUB_REACHABLE: dict[str, str | None] = {}
+
+
+def is_hub_ref(ref: str) -> bool:
+    """Whether a model reference goes to the hub: neither an embedded model nor an existing local directory."""
+    return not ref.startswith("tiny/") and not Path(ref).expanduser().is_dir()
+
+
+def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached (None when it answers): ``HF_HUB_OFFLINE`` set, or one HEAD request to its
+    endpoint failing within ``timeout_s``. Asked once per process (cached)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    endpoint = constants.ENDPOINT
+    if endpoint not in _HUB_REACHABLE:
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s).close()
+            _HUB_REACHABLE[endpoint] = None
+        except urllib.error.HTTPError:  # it answered (any status): reachable
+            _HUB_REACHABLE[endpoint] = None
+        except (OSError, ValueError) as e:  # no route, DNS, refused, timed out, a malformed endpoint
+            _HUB_REACHABLE[endpoint] = f"{endpoint} did not answer within {timeout_s:g} s ({type(e).__name__}: {e})"
+    return _HUB_REACHABLE[endpoint]
+
+
+def is_cached(ref: str, revision: str | None = None) -> bool:
+    """Whether a hub model's config is in the local hub cache (``HF_HOME``/``HF_HUB_CACHE``), at ``revision``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(ref, "config.json", revision=revision), str)
+    except Exception:  # noqa: BLE001 — a malformed id or revision: checked by PairSpec; not cached either way
+        return False
+
+
+def hub_problems(spec: PairSpec) -> list[tuple[str, str]]:
+    """``(key, message)`` for every hub model of a pair that can be neither found in the local cache nor
+    downloaded (the hub offline or unreachable), checked before anything loads: fails in seconds, where the
+    hub client would retry for minutes."""
+    refs = [("pair.target", spec.target, spec.revision)]
+    refs += [("pair.draft" if d == spec.draft else "pair.drafts", d, spec.draft_revision) for d in spec.draft_ids]
+    missing = [(key, ref) for key, ref, rev in refs if is_hub_ref(ref) and not is_cached(ref, rev)]
+    why = hub_unreachable() if missing else None
+    if not why:
+        return []
+    return [(key, f"{key}: '{ref}' is not in the local hub cache and the hub cannot be reached ({why}). Download it "
+                  f"where there is network (`hf download {ref}`, same HF_HOME), or set {key} to a local directory")
+            for key, ref in missing]
+
+
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", device_map=None,
                attn_implementation: str | None = None, revision: str | None = None):
     from transformers import AutoModelForCausalLM

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from harness.models import load_pair  # noqa: E402
 from harness.decoders.decision_model import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, DecisionModel, roc_auc,  # noqa: E402
                                                stop_depth, topk_entropy_features)
+from harness.primitives.forward import with_cache  # noqa: E402
 from harness.primitives.kv_cache import new_cache  # noqa: E402
 from harness.primitives.sampling import make_generator, sample  # noqa: E402
 from harness.primitives.warping import Warp  # noqa: E402
@@ -91,7 +92,7 @@ def collect(pair, contexts: list[list[int]], width: int, depth: int, warp: Warp,
     for ids in contexts:
         ctx = torch.tensor([ids])
         cache = new_cache(draft)
-        h = draft.model(input_ids=ctx, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        h = draft.model(input_ids=ctx, **with_cache(draft.model, cache)).last_hidden_state[:, -1]
         cache.batch_repeat_interleave(width)
         h = h.expand(width, -1)
         hid, feats, qx, qtop, toks = [], [], [], [], []
@@ -108,13 +109,13 @@ def collect(pair, contexts: list[list[int]], width: int, depth: int, warp: Warp,
             qtop.append(q.max(-1).values)
             toks.append(x)
             # T1: the hidden state at x's own position (the last one costs a forward a decoder never needs)
-            h = draft.model(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+            h = draft.model(input_ids=x, **with_cache(draft.model, cache)).last_hidden_state[:, -1]
             hid.append(h.half())
         xs = torch.cat(toks, dim=1)  # (W, D)
         tcache = new_cache(target)
-        p_first = target(input_ids=ctx, past_key_values=tcache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        p_first = target(input_ids=ctx, **with_cache(target, tcache), logits_to_keep=1).logits[:, -1]
         tcache.batch_repeat_interleave(width)
-        p_rest = target(input_ids=xs[:, :-1], past_key_values=tcache, use_cache=True).logits
+        p_rest = target(input_ids=xs[:, :-1], **with_cache(target, tcache)).logits
         p = warp.probs(torch.cat([p_first.expand(width, 1, -1), p_rest], dim=1)[..., :vocab].float())
         px = p.gather(2, xs[..., None])[..., 0]
         q_x = torch.stack(qx, 1)

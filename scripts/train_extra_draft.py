@@ -81,14 +81,19 @@ def interleaved_cost_ratios(target, drafts: dict, context=128, reps=300, seed=0)
     models = {"target": target, **drafts}
     names = list(models)
     ids = torch.randint(0, target.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(seed))
-    caches = {n: models[n](ids, use_cache=True).past_key_values for n in names}
+    from harness.primitives.forward import with_cache
+    from harness.primitives.kv_cache import new_cache
+
+    caches = {n: new_cache(models[n]) for n in names}
+    for n in names:
+        models[n](ids, **with_cache(models[n], caches[n]))
     tok = ids[:, -1:]
     times = {n: [] for n in names}
     for r in range(reps):
         k = r % len(names)
         for n in names[k:] + names[:k]:
             t = time.perf_counter()
-            models[n](tok, past_key_values=caches[n], use_cache=True)
+            models[n](tok, **with_cache(models[n], caches[n]))
             times[n].append(time.perf_counter() - t)
             caches[n].crop(context - caches[n].get_seq_length())  # negative: tokens to remove
     arr = {n: np.array(v) for n, v in times.items()}

@@ -155,14 +155,18 @@ def evaluate(target, draft, stream, seq_len=256, max_windows=64):
 @torch.no_grad()
 def forward_time_ratio(target, draft, context=128, reps=200):
     """Per-forward wall time of one cached decoding step (batch 1), draft / target."""
+    from harness.primitives.forward import with_cache
+    from harness.primitives.kv_cache import new_cache
+
     def one(m):
         ids = torch.randint(0, m.config.vocab_size, (1, context))
-        pkv = m(ids, use_cache=True).past_key_values
+        pkv = new_cache(m)
+        m(ids, **with_cache(m, pkv))
         tok = ids[:, -1:]
         times = []
         for _ in range(reps):
             t = time.perf_counter()
-            m(tok, past_key_values=pkv, use_cache=True)
+            m(tok, **with_cache(m, pkv))
             times.append(time.perf_counter() - t)
             pkv.crop(context - pkv.get_seq_length())  # negative = tokens to remove (transformers 5.x)
         times.sort()

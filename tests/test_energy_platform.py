@@ -40,7 +40,8 @@ def test_cli_on_a_simulated_gpu_writes_j_per_token_matching_the_exact_integral(t
     summary = json.loads((cell / "summary.json").read_text())
     assert len(records) == 2
     for rec in records:
-        assert rec["energy.source"] == "nvml-counter" and rec["energy.reason"] is None
+        # issue 33.5: a simulated cell's provenance names the simulator, never a GPU's counter
+        assert rec["energy.source"] == "simulated:nvml-counter" and rec["energy.reason"] is None
         exact = rec["energy.simulated_exact_energy_j"] * rec["energy.repetitions"] / rec["energy.tokens_all_runs"]
         assert rec["energy.j_per_token"] == pytest.approx(exact, rel=max(rec["energy.error_bound"], 1e-4))
         assert abs(rec["energy.j_per_token"] / exact - 1) < 0.01
@@ -64,6 +65,9 @@ def test_simulated_source_draws_power_while_the_workload_runs():
     assert m.reading.simulated_exact_energy_j == pytest.approx(600.0, rel=1e-9)
     assert m.reading.energy_per_run_j == pytest.approx(600.0, rel=1e-3)
     assert m.reading.net_energy_per_run_j == pytest.approx(480.0, rel=2e-3)
+    # issue 33.5: provenance (records' energy.source, the summary's energy_source) names the simulator
+    assert m.reading.source == "simulated:nvml-counter"
+    assert meter.describe()["energy_source"] == "simulated:nvml-counter"
     meter.close()
 
 

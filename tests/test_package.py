@@ -87,6 +87,26 @@ def test_installed_transformers_takes_cache_and_we_pass_it(tiny_pair):
         CountedModel(tiny_pair.target, 10)(torch.tensor([[1, 2, 3]]), DynamicCache(config=tiny_pair.target.config))
 
 
+def test_no_project_code_passes_past_key_values_and_the_scripts_call_through_the_helper(tiny_pair):
+    """Issue 33.5: the training scripts (and the package) hand the KV cache over through
+    :func:`harness.primitives.forward.with_cache`, never ``past_key_values=`` (deprecated in 5.24, gone in 5.40)."""
+    import re
+
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for folder in ("scripts", "harness") for p in (ROOT / folder).rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"past_key_values\s*=", line.split("#")[0])]
+    assert offenders == [], offenders
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train_tiny_pair
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no FutureWarning/DeprecationWarning from the scripts' cached forwards
+        ratio = train_tiny_pair.forward_time_ratio(tiny_pair.target, tiny_pair.draft, context=8, reps=2)
+    assert ratio["draft_over_target"] > 0
+
+
 LIBRARY = '''
 import warnings
 class Model:

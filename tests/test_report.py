@@ -101,9 +101,14 @@ def test_ratios_and_theory_on_the_fixture(report):
 
 def test_cli_writes_parquet_and_exports_specbench(report, tmp_path):
     _, results, _ = report
+    before = sorted((p.relative_to(results), p.stat().st_mtime_ns) for p in results.rglob("*"))
     assert main(["--results", str(results), "--out", str(tmp_path / "rep"), "--bootstrap", "100"]) == 0
-    cells = pd.read_parquet(results / "cells.parquet")
+    # issue 33.5: the exports go to the report folder; the results folder is left as it was
+    assert sorted((p.relative_to(results), p.stat().st_mtime_ns) for p in results.rglob("*")) == before
+    cells = pd.read_parquet(tmp_path / "rep" / "cells.parquet")
     assert len(cells) == 5 and (tmp_path / "rep" / "index.html").is_file()
+    assert len(pd.read_csv(tmp_path / "rep" / "cells.csv")) == 5 and (tmp_path / "rep" / "records.parquet").is_file()
+    assert json.loads((tmp_path / "rep" / "results.json").read_text())["sweep"]["argv"][0] == "harness-report"
     assert main(["--results", str(results), "--export", "specbench", str(tmp_path / "sb")]) == 0
     files = sorted((tmp_path / "sb").glob("*.jsonl"))
     assert len(files) == 5

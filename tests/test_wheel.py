@@ -50,6 +50,7 @@ def installed(tmp_path_factory):
     r = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", dist, src],
              cwd=tmp)
     assert r.returncode == 0, r.stderr
+    assert not (src / "build").exists()  # issue 33.5: the build leaves no build/ in the checkout
     wheel = next(dist.glob("decoding_harness-*.whl"))
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -97,8 +98,10 @@ def test_installed_harness_runs_a_cell_plan_and_report_elsewhere(installed):
     assert r.returncode == 0 and "done" in r.stdout and "pending" in r.stdout, r.stderr
     r = _run([b / "harness-report", "--results", "res", "--out", "rep"], cwd=work)
     assert r.returncode == 0, r.stderr
-    assert (work / "rep" / "index.html").is_file() and (work / "res" / "cells.csv").is_file()
-    assert (work / "res" / "results.json").is_file()
+    assert (work / "rep" / "index.html").is_file() and (work / "rep" / "cells.csv").is_file()
+    assert (work / "rep" / "results.json").is_file()
+    # issue 33.5: the report writes into its own folder only (a single run writes no results.json either)
+    assert not (work / "res" / "cells.csv").exists() and not (work / "res" / "results.json").exists()
 
 
 def test_installed_harness_finds_the_sweeper_and_a_user_config_dir(installed):

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("harness.run.plan", "plan_main", "the cells of a sweep, their status; --write PLAN.json for array tasks"),
     "task": ("harness.run.plan", "task_main", "run one unit of a sweep: harness task [--plan PLAN.json] INDEX"),
     "merge": ("harness.run.plan", "merge_main", "copy the finished cells of results folders into one"),
+    "push": ("harness.results.push", "push_main", "publish finished cells: --to DIR, or --hub OWNER/NAME (a dataset)"),
     "report": ("harness.report", "main", "read results/, write the report (= harness-report)"),
     "ls": ("harness.cli.catalog", "ls_main", "list methods, policies, datasets, pairs, ... with each key's help"),
     "gpu-check": ("harness.tools.gpu_check", "main",
@@ -93,7 +94,7 @@ def _config_error(e) -> None:
 
 
 def _report(outcome, multirun: bool = True) -> None:
-    print(f"[{outcome.status}] {outcome.cell_id}" + (f": {outcome.error}" if outcome.error else ""), flush=True)
+    print(outcome.line(), flush=True)
     _CELLS.append(outcome)
     if outcome.status == "failed":
         _FAILED.append(outcome.cell_id)
@@ -226,25 +227,43 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
-def main() -> None:
-    from harness.config.groups import register_configs
-    from harness.config.legacy import upgrade_overrides
-    from harness.run.sweeper import load_sweeper_plugin
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+INTERRUPTED = "interrupted: rerun the same command to resume"
 
-    logging.getLogger("harness").setLevel(logging.INFO)
-    sys.argv[1:] = upgrade_overrides(sys.argv[1:])  # deprecated keys and presets -> their names now (with a message)
-    argv = sys.argv[1:]
-    if "--version" in argv or argv[:1] == ["-V"]:
+
+def main() -> None:
+    """``harness``: Ctrl-C ends it with one line (:data:`INTERRUPTED`) and status 130, not a traceback: every
+    finished prompt's record is on disk, and the same command resumes each cell at its next prompt."""
+    try:
+        _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _main(argv: list[str]) -> None:
+    if "--version" in argv or argv[:1] == ["-V"]:  # before anything heavy: no torch, no Hydra (tests/test_cli.py)
         print(_version())
         return
+    from harness.config.legacy import upgrade_overrides
+
+    logging.getLogger("harness").setLevel(logging.INFO)
+    sys.argv[1:] = argv = upgrade_overrides(argv)  # deprecated keys and presets -> their names now (with a message)
     if "--help" in argv or "-h" in argv:
         print(usage())  # then Hydra's help: the config groups and the composed config
     if argv and argv[0] in SUBCOMMANDS:
         sys.exit(_subcommand(argv[0], argv[1:]))
+    _run_hydra(argv)
+
+
+def _run_hydra(argv: list[str]) -> None:
+    """The Hydra app (one cell, or a sweep with ``-m``), then the queued comparisons, results.json and the exit status."""
+    from harness.config.groups import register_configs
+    from harness.config.preflight import check_argv
+    from harness.run.sweeper import load_sweeper_plugin
+
     register_configs()
     load_sweeper_plugin()  # hydra/sweeper=grids (the experiments' sweeper), also from a checkout not reinstalled
-    from harness.config.preflight import check_argv
-
     check_argv(argv, str(CONF_DIR))  # before Hydra instantiates callbacks or resolves anything (exit 2)
     try:
         _hydra_app()()

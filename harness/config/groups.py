@@ -77,9 +77,12 @@ def register_configs() -> None:
         cs.store(group=SELECTION_GROUP, name=name,
                  node=params_schema(cls, name, f"Selection_{name}", "the draft selection (adaptive §5)"))
     register_energy_schema(cs)  # energy/protocol: EnergyConfig, the defaults (naive extends them)
-    register_gpu_schema(cs)  # schema/gpu: GpuProfile, the schema every conf/gpu preset conforms to
+    register_gpu_schema(cs)  # gpu_schema: GpuProfile, the schema every conf/gpu preset conforms to
     from harness.judge.config import register_judge_configs
 
     register_judge_configs(cs)  # judge=none | openai | hf (harness.judge)
+    from harness.results.trackers import register_tracker_configs
+
+    register_tracker_configs(cs)  # tracker=none | wandb | mlflow (harness.results.trackers)
     register_sweeper()  # hydra/sweeper=grids, the experiments' sweeper (conf/experiment/*.yaml)
     _REGISTERED = True

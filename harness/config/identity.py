@@ -51,6 +51,7 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
              "records and summary are the same whatever the judge",
+    "tracker": "where finished cells are copied (wandb, mlflow: harness.results.trackers), after they are written",
 }
 # dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
 # null keeps every existing cell id; a value is in the identity like any other key)
@@ -109,12 +110,35 @@ def identity_config(cfg: Mapping[str, Any], version: int | None = None) -> dict:
     return out
 
 
-def _canonical(cfg: Mapping[str, Any], version: int | None = None) -> str:
-    return json.dumps(identity_config(cfg, version), sort_keys=True, default=str, separators=(",", ":"))
+def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``cfg`` with an alias method (``ar``, ``beam``: :mod:`harness.config.aliases`) replaced by the decoder it
+    resolves to under the cell's decoding, with that decoder's keys only (an alias composes its greedy target's
+    keys, which the sampling one may lack and does not apply): ``method=beam decoding=sampling`` is the cell
+    ``method=beam_sampling decoding=sampling``, one id. Other configs are returned as they are."""
+    from harness.config.aliases import ALIASES, decoding_kind
+
+    method = cfg.get("method")
+    name = method.get("name") if isinstance(method, Mapping) else None
+    if name not in ALIASES:
+        return cfg
+    target = ALIASES[name][decoding_kind(cfg.get("decoding"))]
+    keys = set(method)
+    if target != ALIASES[name]["greedy"]:  # the sampling target's own keys (loads the decoder registry)
+        import dataclasses
+
+        from harness.methods import decoder_class
+
+        keys = {f.name for f in dataclasses.fields(decoder_class(target).Params)}
+    return {**cfg, "method": {"name": target, **{k: v for k, v in method.items() if k != "name" and k in keys}}}
 
 
-def config_hash(cfg: Mapping[str, Any], version: int | None = None) -> str:
-    return hashlib.sha256(_canonical(cfg, version).encode()).hexdigest()[:HASH_CHARS]
+def _canonical(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
+    ident = identity_config(resolve_alias(cfg) if aliases else cfg, version)
+    return json.dumps(ident, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def config_hash(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
+    return hashlib.sha256(_canonical(cfg, version, aliases).encode()).hexdigest()[:HASH_CHARS]
 
 
 def id_component(value: Any) -> str:
@@ -124,16 +148,19 @@ def id_component(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
 
 
-def cell_id(cfg: Mapping[str, Any], version: int | None = None) -> str:
+def cell_id(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
     """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
     sanitised (:func:`id_component`); the hash covers :func:`identity_config` under identity ``version`` (under 1 the
-    decoding label too is 0.2's: such ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids)."""
-    labels = _layout(cfg, version)
+    decoding label too is 0.2's: such ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids). An alias method
+    is named and hashed as the decoder it resolves to (:func:`resolve_alias`); ``aliases=False`` gives the id such a
+    cell had before (release 0.3.0.dev0), under which a finished one is still found
+    (:func:`harness.run.cell.prepare_cell`)."""
+    labels = _layout(resolve_alias(cfg) if aliases else cfg, version)
     parts = [labels["method"]["name"]]
     if labels.get("decoding"):
         parts.append(labels["decoding"].get("name", "custom"))
     parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
-    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, version)])
+    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, version, aliases)])
 
 
 def version_of(cid: str, cfg: Mapping[str, Any]) -> int:
@@ -157,8 +184,8 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
 
 def differences(stored: Mapping[str, Any], requested: Mapping[str, Any], version: int | None = None) -> list[str]:
     """``key: stored X, requested Y`` for every identity key whose values differ (under identity ``version``)."""
-    a = flatten(json.loads(json.dumps(identity_config(stored, version), default=str)))
-    b = flatten(json.loads(json.dumps(identity_config(requested, version), default=str)))
+    a = flatten(json.loads(json.dumps(identity_config(resolve_alias(stored), version), default=str)))
+    b = flatten(json.loads(json.dumps(identity_config(resolve_alias(requested), version), default=str)))
     missing = object()
     return [f"{k}: stored {a.get(k, '<absent>')!r}, requested {b.get(k, '<absent>')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]

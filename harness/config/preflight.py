@@ -225,7 +225,7 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
         return []  # Hydra's own parser reports it
     if args.help or args.hydra_help or args.info or args.shell_completion:
         return []
-    problems = [p for folder in _user_folders(args) for p in yaml_problems(folder)]
+    problems = launcher_problems(args.overrides) + [p for folder in _user_folders(args) for p in yaml_problems(folder)]
     if problems:
         return problems
     from harness.config.groups import register_configs
@@ -239,6 +239,20 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
         known = composition_key_error(f"{e} {e.__cause__ or ''}")
         return [str(known)] if known is not None else []
     return (callback_problems(cfg) if args.cfg is None else []) + config_problems(cfg)
+
+
+def launcher_problems(overrides: list[str]) -> list[str]:
+    """A ``hydra/launcher`` whose plugin is an extra that is not installed (:data:`harness.config.extras.LAUNCHERS`): the
+    install line, where Hydra would only say it cannot find the launcher's config."""
+    from harness.config import extras
+
+    out = []
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key == "hydra/launcher" and value in extras.LAUNCHERS:
+            out += [f"hydra/launcher={value}: {m}" for m in extras.missing([extras.LAUNCHERS[value]],
+                                                                            f"launcher '{value}'")]
+    return out
 
 
 def check_argv(argv: list[str], conf_dir: str) -> None:

@@ -98,6 +98,8 @@ class CellConfig:
     gpu: Any = _help("the GPU profile (auto = this machine)", default=None)
     energy: Any = _help("the energy measurement protocol (protocol | naive | off)", default=None)
     judge: Any = _help("the LLM judge for MT-Bench (none | openai | hf; not in the cell id)", default=None)
+    tracker: Any = _help("experiment tracker for finished cells (none | wandb | mlflow; offline by default; not in "
+                         "the cell id)", default=None)
     seed: int = _help(f"RNG seed, 0..{MAX_SEED}; each prompt is seeded on its own (seed * 1000003 + index)",
                       default=0)
     max_new_tokens: Optional[int] = _help("null = the dataset's max_new_tokens; else an integer >= 1", default=None)

@@ -8,6 +8,8 @@ schema's: the top-level and ``runner`` keys (:mod:`harness.config.schema`), the 
 config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Here, how they fit together:
 
 * a method that needs a draft on a pair without one; a method that does not apply to the decoding;
+* the optional packages of the task and the tracker (:mod:`harness.config.extras`: the install line); a hub model
+  neither cached nor downloadable (:func:`harness.models.hub_problems`: one short probe, never minutes of retries);
 * the dataset's data file read as the cell will read it (missing, not UTF-8, malformed: the file is named),
   at least one prompt, no prompt that tokenizes to nothing (tokenizers load, weights do not);
 * the trained context (from the models' configs, when available locally): ``max_new_tokens`` plus the
@@ -16,10 +18,9 @@ config; each raises a :class:`~harness.errors.ConfigError` carrying its key. Her
 * a finished cell at the same id was measured under the same identity (:func:`harness.config.identity.check_reusable`)
   unless ``force`` names it; ``force=<id>`` names cells of this run.
 
-Every problem is printed with its key and the valid values, and the command exits with status 2 having
-written nothing. A method that does not apply to the decoding (``NotApplicable``) is skipped in a sweep
-and an error (status 2) in a single run. Runtime failures (out of memory, a crashing model) are still
-recorded per cell in ``error.json``; configuration errors never are.
+Every problem is printed with its key and valid values; the command exits 2 having written nothing. A method that
+does not apply to the decoding (``NotApplicable``) is skipped in a sweep and an error (status 2) in a single run.
+Runtime failures (out of memory, a crashing model) are recorded per cell in ``error.json``; config errors never.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from typing import Any, Iterable, Mapping
 
 from hydra.experimental.callback import Callback
 
+from harness.config import extras
 from harness.config import identity
 from harness.run.context import pair_positions, prompt_budget, resolve_max_new_tokens
 from harness.errors import ConfigError, NotApplicable
@@ -96,6 +98,9 @@ def dataset_examples(dataset_cfg: Mapping[str, Any], cache: _Cache | None = None
     if cache is not None and key in cache.examples:
         return cache.examples[key]
     task = load_task(dict(dataset_cfg))
+    needs = extras.missing(task.required_modules(), f"dataset '{dataset_cfg.get('name')}' (task '{task.kind}')")
+    if needs:  # before reading the data or loading a model: the install line, not a failure after generating
+        raise ConfigError("; ".join(needs), key="dataset")
     examples = task.examples()
     if cache is not None:
         cache.examples[key] = (task, examples)
@@ -179,11 +184,12 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     if plan is not None and task is not None and examples:
         max_new_ok = not any(p.key in ("max_new_tokens", "dataset.max_new_tokens") for p in problems)
         _fit(cfg, plan, task, examples, cache, add, max_new_ok)
-    if cfg.get("judge") is not None:  # the LLM judge (harness.judge): endpoint, key variable, model, options
-        from harness.judge import judge_problems
+    from harness.judge import judge_problems
+    from harness.results.trackers import tracker_problems
 
-        for key, message in judge_problems(cfg["judge"], task, single=single):
-            add(key, message)
+    judged = judge_problems(cfg["judge"], task, single=single) if cfg.get("judge") is not None else []
+    for key, message in [*judged, *tracker_problems(cfg.get("tracker"))]:  # the judge's endpoint, key, model; the
+        add(key, message)  # tracker's name and package
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
@@ -240,11 +246,16 @@ def _dataset(dataset: Mapping[str, Any], cache: _Cache, add) -> tuple[Any, list]
 
 
 def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add, max_new_ok: bool) -> None:
-    """The method fits the pair (a draft where it needs one) and the context (room for a prompt); no prompt
-    tokenizes to nothing."""
+    """The method fits the pair (a draft where it needs one; its hub models reachable) and the context (room for
+    a prompt); no prompt tokenizes to nothing."""
+    from harness.models import hub_problems
+
     if plan.method.needs_draft and not plan.pair.draft:
         add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
                           "none (set pair.draft)")
+    hub = [add(key, message) for key, message in hub_problems(plan.pair)]  # the hub probed once per process
+    if hub:
+        return  # its tokenizer and config cannot be read either
     max_new = resolve_max_new_tokens(cfg, task.max_new_tokens) if max_new_ok else None
     n_positions = _positions([plan.pair.target, *plan.pair.draft_ids], cache)
     extra = plan.method.lookahead

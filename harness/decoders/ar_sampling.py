@@ -6,8 +6,6 @@ warpers; checked statistically against the exact warped distribution on a toy mo
 """
 from __future__ import annotations
 
-import torch
-
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, register
 from harness.primitives.kv_cache import new_cache
 from harness.primitives.sampling import sample
@@ -26,10 +24,11 @@ class ArSampling(Decoder[SamplingParams]):
         logits = self.target(request.prompt_ids, cache, all_logits=False)
         out: list[int] = []
         while len(out) < request.max_new_tokens:
-            token = int(sample(warp.probs(logits[0, -1]), request.generator)[0])
+            next_ids = sample(warp.probs(logits[0, -1:]), request.generator)  # (1, 1), on the device
+            token = int(next_ids)  # the token's one read (as ar_greedy)
             end = request.stop.cut(out, [token])  # EOS or a stop string
             out.append(token)
             if end is not None or len(out) == request.max_new_tokens:
                 break
-            logits = self.target(torch.tensor([[token]], device=self.device), cache)
+            logits = self.target(next_ids, cache)
         return Decoded(out)

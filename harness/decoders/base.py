@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, Sequence, TypeVar, get_args, get_origin
 
 import torch
@@ -47,7 +47,7 @@ from harness.params import Params, param
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
-from harness.primitives.sampling import make_generator
+from harness.primitives.device import make_generator
 from harness.primitives.stopping import StopCondition
 from harness.primitives.warping import Warp
 from harness.registry import Registry
@@ -113,10 +113,12 @@ class DecodeRequest:
     generator: torch.Generator | None  # the generation's random stream (None: torch's global one)
     stop: StopCondition  # EOS and stop strings, checked after every committed block
     gamma_policy: GammaPolicy | None = None  # the draft-length policy (decoders that run speculative rounds)
+    prompt_tokens: tuple[int, ...] | None = None  # the prompt on the host, where the caller gave it so
 
     @property
     def prompt(self) -> list[int]:
-        return self.prompt_ids[0].tolist()
+        """The prompt's ids on the host (read from the device only if the caller gave a tensor)."""
+        return list(self.prompt_tokens) if self.prompt_tokens is not None else self.prompt_ids[0].tolist()
 
 
 @dataclass
@@ -270,7 +272,9 @@ class Decoder(ABC, Generic[P]):
         :mod:`harness.primitives.stopping`), so no token past the one completing a stop string is
         generated, timed or counted; the output is cut there once more as a safeguard."""
         ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device).reshape(1, -1)
-        request = self.request(ids, max_new_tokens, make_generator(seed, self.device), stop)
+        host = _host_ids(prompt_ids)
+        request = replace(self.request(ids, max_new_tokens, make_generator(seed, self.device), stop),
+                          prompt_tokens=host)
         stats = GenerationStats()
         models = self.counted()
         t_calls, d_calls = self.target.calls, (models["draft"].calls if "draft" in models else 0)
@@ -295,7 +299,7 @@ class Decoder(ABC, Generic[P]):
                             f"not its declared {self.Extras.__name__}")
         stats.extras = extras
         eos = self.eos_token_id is not None and len(out) > 0 and out[-1] == self.eos_token_id
-        return Generation(prompt_ids=ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
+        return Generation(prompt_ids=list(host) if host is not None else ids[0].tolist(), output_ids=out, stats=stats, stopped_by_eos=eos,
                           beams=decoded.beams, stopped_by_stop=by_stop)
 
     def params_dict(self) -> dict[str, Any]:
@@ -305,6 +309,16 @@ class Decoder(ABC, Generic[P]):
     def facts(self) -> dict[str, Any]:
         """What else identifies the run besides the parameters (e.g. a library version): ``summary.json["facts"]``."""
         return {}
+
+
+def _host_ids(prompt_ids) -> tuple[int, ...] | None:
+    """A prompt given as host ints (a flat list, or a batch of one), as a tuple; None for a tensor."""
+    if isinstance(prompt_ids, torch.Tensor):
+        return None
+    rows = list(prompt_ids)
+    if len(rows) == 1 and isinstance(rows[0], (list, tuple)):
+        rows = list(rows[0])
+    return tuple(int(t) for t in rows)
 
 
 DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders", entry_points="harness.decoders",

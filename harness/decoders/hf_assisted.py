@@ -27,6 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, param, register
 from harness.errors import ConfigError
+from harness.primitives.device import seed_from
 from harness.primitives.round import Round
 from harness.primitives.stopping import StopCondition
 
@@ -116,6 +117,13 @@ class _StopAfterRound(StoppingCriteria):
         return torch.full((input_ids.size(0),), self.recorder.done, dtype=torch.bool, device=input_ids.device)
 
 
+def _hf_internal_deprecation(record) -> bool:
+    """Drop HF's "Passing `generation_config` together with generation-related arguments is deprecated": we pass a
+    config alone; HF's own assistant (``AssistedCandidateGenerator``) calls ``generate`` with its config and
+    ``min_new_tokens``/``max_new_tokens`` on every round, which no caller can change. Other records pass."""
+    return "together with generation-related" not in record.getMessage()
+
+
 @register
 class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
@@ -126,23 +134,26 @@ class HFAssisted(Decoder[HFAssistedParams]):
     def needs_draft(cls, params: HFAssistedParams) -> bool:
         return params.prompt_lookup_num_tokens is None
 
-    def _generate_kwargs(self, max_new_tokens: int) -> dict:
+    def _generation_config(self, max_new_tokens: int) -> tuple[GenerationConfig, dict]:
+        """One :class:`GenerationConfig` holding every generation parameter (passed alone: HF deprecates a config
+        together with generation arguments), and the model inputs that are no generation parameter."""
         p = self.params
         # The tokenizer's EOS, as for our decoders; without one, HF would fall back to the model
         # config's and stop early, so pass an id no token has (its warning is silenced in _decode).
         pad = self.pair.tokenizer.pad_token_id
-        kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_sentinel,
+        values = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_sentinel,
                   "pad_token_id": pad if pad is not None else 0}
         if p.warp.is_greedy:
-            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+            values.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         else:
-            kwargs.update(do_sample=True, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+            values.update(do_sample=True, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+        inputs = {}
         if p.prompt_lookup_num_tokens is not None:
-            kwargs.update(prompt_lookup_num_tokens=p.prompt_lookup_num_tokens,
+            values.update(prompt_lookup_num_tokens=p.prompt_lookup_num_tokens,
                           max_matching_ngram_size=p.max_matching_ngram_size or 2)
         else:
-            kwargs["assistant_model"] = self.draft.model
-        return kwargs
+            inputs["assistant_model"] = self.draft.model
+        return GenerationConfig(**values), inputs
 
     def _counting_hooks(self, prompt_len: int) -> tuple[list, dict[str, list[int]]]:
         """Forward hooks counting target and draft calls, and (prompt lookup) the candidates each target
@@ -179,17 +190,21 @@ class HFAssisted(Decoder[HFAssistedParams]):
         recorder = _RoundRecorder(counts["proposed" if lookup else "draft"], request.stop)
         saved = self._set_schedule()
         if generator is not None:  # HF samples from the global RNG: seed it from ours
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+            torch.manual_seed(seed_from(generator))
         verbosity = hf_logging.get_verbosity()
         if self.eos_token_id is None:
             hf_logging.set_verbosity_error()
+        config, inputs = self._generation_config(request.max_new_tokens)
+        generation_log = hf_logging.get_logger("transformers.generation.utils")
+        generation_log.addFilter(_hf_internal_deprecation)
         try:
             with torch.inference_mode():
                 out = self.target.model.generate(
                     prompt_ids, attention_mask=torch.ones_like(prompt_ids), streamer=recorder,
                     stopping_criteria=StoppingCriteriaList([_StopAfterRound(recorder)]),
-                    **self._generate_kwargs(request.max_new_tokens))
+                    generation_config=config, **inputs)
         finally:
+            generation_log.removeFilter(_hf_internal_deprecation)
             hf_logging.set_verbosity(verbosity)
             for h in hooks:
                 h.remove()

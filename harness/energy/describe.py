@@ -4,12 +4,14 @@ from __future__ import annotations
 
 
 def describe_meter(state) -> dict:
+    from harness.energy.readout import source_name
+
     cfg, sources = state.cfg, state.sources
     sem = sources.power.semantics if sources.power is not None else None
     counter = state.primary.kind == "energy"
     info = {
         "energy_config": cfg.name,
-        "energy_source": state.primary.name,
+        "energy_source": source_name(state),
         "energy_estimator": "counter" if counter else ("sum" if cfg.integration == "sum" else "trapezoid"),
         "energy_mode": ("counter: one run per prompt with edges on counter refreshes while its expected bound is "
                         f"≤ {cfg.target_bound:g}, else repeated" if counter else

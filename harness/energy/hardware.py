@@ -8,7 +8,7 @@ cannot be, so it comes from :data:`ARCHITECTURE_FACTS`, from a ``gpu`` profile's
 from ``harness-gpu-check`` (which measures it). ``None`` means not known: nothing is made up.
 
 :class:`GpuProfile` is the ``gpu`` config group's schema (a Hydra structured config, stored as
-``schema/gpu``; every preset conforms: tests/test_energy_config.py); ``conf/gpu/*.yaml``
+``gpu_schema``; every preset conforms: tests/test_energy_config.py); ``conf/gpu/*.yaml``
 are presets naming GPUs (``match``, ``architecture``) and, for simulated GPUs, the simulator's
 settings. A preset repeats no figure of this module: ``power_update_s`` / ``power_window_s`` there
 override the architecture's facts (null: use them). The presets are not composed onto the schema,
@@ -97,6 +97,7 @@ class GpuProfile:
 
 
 def register_gpu_schema(cs) -> None:
-    """``schema/gpu`` in Hydra's ConfigStore: the schema of every ``conf/gpu`` preset (for a typed cell
-    config to compose)."""
-    cs.store(group="schema", name="gpu", node=GpuProfile)
+    """``gpu_schema`` in Hydra's ConfigStore: the schema of every ``conf/gpu`` preset (for a typed cell
+    config to compose: ``defaults: [/gpu_schema@_here_]``). A top-level config, like ``cell``, so that it is no
+    group option in ``harness --help``."""
+    cs.store(name="gpu_schema", node=GpuProfile)

@@ -47,6 +47,14 @@ def _polls(state, trials) -> tuple[float, float, float]:
     return polls, seen, missed
 
 
+def source_name(state) -> str:
+    """The energy source a reading names (``energy.source`` in records, ``energy_source`` in the summary): the
+    channel read (``nvml-counter``, ...), prefixed ``simulated:`` under ``energy.source=simulated`` (a simulated
+    GPU's stand-in NVML), so that provenance never reports a simulated cell as read from a GPU's counter."""
+    name = state.primary.name
+    return f"simulated:{name}" if getattr(state.cfg, "source", None) == "simulated" else name
+
+
 def build_reading(state, label: str, mode: str, trials, energies: list[float], reason: str | None, bound: float,
                   basis: str, *, total: float | None = None, polled: tuple[float, float] = (NAN, NAN),
                   failed_polls: int = 0, **extra) -> EnergyReading:
@@ -77,7 +85,7 @@ def build_reading(state, label: str, mode: str, trials, energies: list[float], r
     if math.isfinite(total) and measured > 0:
         state.mean_power_w = total / measured
     return EnergyReading(
-        source=state.primary.name, energy_per_run_j=total / total_runs, net_energy_per_run_j=net / total_runs,
+        source=source_name(state), energy_per_run_j=total / total_runs, net_energy_per_run_j=net / total_runs,
         energy_all_runs_j=total, mean_power_w=total / measured if measured > 0 else NAN,
         idle_power_w=idle / measured if measured > 0 else NAN, duration_s=measured / total_runs,
         measured_s=measured, samples=round(seen) if math.isfinite(seen) else 0,

@@ -6,6 +6,9 @@ Two families, each with ONE signature:
 * chain rules — :data:`ChainRule` ``(logits (n+1, V), drafts (n,), dtree, warp, generator) -> (kept,
   distribution of the next token)``: how many drafts of a chain to keep and what the token after them
   is drawn from (its argmax when greedy; the round draws it, :func:`~harness.primitives.spec_loop.draw`).
+  ``kept`` is an int, or a 0-d long tensor on the device: the lossless rules keep the count and the next
+  distribution there (no host read; :class:`~harness.primitives.spec_loop.ChainAcceptance` reads the round's
+  outcome once, issue 28 item 2).
   ``logits`` are the target's raw logits after 0..n drafts, ``dtree`` the
   :class:`~harness.primitives.spec_state.DraftTree` (its draft distributions). Lossless:
   :func:`speculative_sampling` (Leviathan et al. 2023 Alg. 1, dsbd §2.2) and :func:`greedy_chain`;
@@ -50,9 +53,15 @@ def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generat
     idx = torch.arange(gamma, device=p.device)
     u = torch.rand(gamma, generator=generator, device=p.device)
     ok = u * q[idx, tokens] < p[idx, tokens]  # u < p/q without dividing (q(x_t) > 0)
-    n = int(ok.long().cumprod(0).sum())
-    dist = residual(p[n], q[n]) if n < gamma else p[gamma]
+    n = ok.long().cumprod(0).sum()  # 0-d, on the device: nothing read here
+    q_n = _row(torch.cat([q, torch.zeros_like(q[:1])]), n)  # a zero row after the last draft
+    dist = torch.where(n < gamma, residual(_row(p, n), q_n), p[gamma])
     return n, dist
+
+
+def _row(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``x[n]`` for a 0-d device index, without reading it on the host (``index_select``)."""
+    return x.index_select(0, n.reshape(1))[0]
 
 
 def speculative_sampling(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator) -> tuple[int, torch.Tensor]:
@@ -70,8 +79,8 @@ def greedy_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=No
     the argmax after them: its logits are returned)."""
     best = logits.argmax(-1)
     gamma = tokens.numel()
-    n = int((best[:gamma] == tokens).long().cumprod(0).sum())
-    return n, logits[n]
+    n = (best[:gamma] == tokens).long().cumprod(0).sum()  # 0-d, on the device
+    return n, _row(logits, n)
 
 
 def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> int:
@@ -128,7 +137,12 @@ def typical_mask(logits: torch.Tensor, tokens: torch.Tensor, temperature: float,
 def typical_prefix_length(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
                           delta: float) -> int:
     """Number of leading drafts of a chain that pass :func:`typical_mask` (``logits`` at the n draft positions)."""
-    return int(typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum())
+    return int(_typical_count(logits, tokens, temperature, epsilon, delta))
+
+
+def _typical_count(logits, tokens, temperature, epsilon, delta) -> torch.Tensor:
+    """:func:`typical_prefix_length` as a 0-d device tensor (no host read)."""
+    return typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum()
 
 
 def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int], temperature: float,
@@ -155,8 +169,8 @@ def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents
 def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,
                  delta: float) -> tuple[int, torch.Tensor]:
     """Typical acceptance (Medusa, Cai et al. 2024): the longest all-typical prefix, then a token from T∘p."""
-    kept = typical_prefix_length(logits[:-1], tokens, warp.temperature, epsilon, delta)
-    return kept, warp.probs(logits[kept])
+    kept = _typical_count(logits[:-1], tokens, warp.temperature, epsilon, delta)  # on the device
+    return kept, warp.probs(_row(logits, kept))
 
 
 def parameterised(rule: ChainRule, **params) -> ChainRule:
@@ -261,14 +275,20 @@ def without(dist: torch.Tensor, token: int) -> torch.Tensor | None:
 def point_mass_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=None,
                      generator=None) -> tuple[int, torch.Tensor]:
     """A chain of deterministic drafts (a lookup) as a chain rule: :func:`point_mass_select` at each position,
-    one candidate each (draft x_t accepted with probability p̃(x_t); the first rejected one is replaced by a
+    one candidate each, all positions at once on the device (draft x_t accepted with probability p̃(x_t); the first rejected one is replaced by a
     token from norm(p̃ − p̃(x_t)·δ_{x_t}), i.e. p̃ without x_t; all accepted: the bonus from p̃ after them)."""
     p = warp.probs(logits)
-    for t in range(tokens.numel()):
-        idx, dist = point_mass_select(p[t], None, tokens[t:t + 1], generator)
-        if idx is None:
-            return t, dist
-    return tokens.numel(), p[tokens.numel()]
+    n_drafts = tokens.numel()
+    if n_drafts == 0:  # no lookup this round: the count stays a device value too (one read per round)
+        return torch.zeros((), dtype=torch.long, device=p.device), p[0]
+    u = torch.rand(n_drafts, generator=generator, device=p.device)
+    ok = u < p[torch.arange(n_drafts, device=p.device), tokens]
+    n = ok.long().cumprod(0).sum()  # 0-d, on the device
+    p_n = _row(p, n)
+    rest = p_n.scatter(0, _row(torch.cat([tokens, tokens[:1] * 0]), n).reshape(1), 0.0)  # p̃ without x_n
+    total = rest.sum()
+    dist = torch.where((n < n_drafts) & (total > 0), rest / total.clamp_min(1e-30), p_n)
+    return n, dist
 
 
 def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,

@@ -130,8 +130,10 @@ def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacem
     """The next level: k children of every frontier node (:func:`draw_children`; the valid ones), flattened,
     and each child's parent."""
     kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
+    if valid is None:  # every child valid: the parents are known on the host, nothing is read from the device
+        return kids.reshape(-1), [f for f in frontier for _ in range(kids.size(-1))]
     owner = torch.tensor(frontier, device=kids.device)[:, None].expand_as(kids)
-    if valid is not None and not bool(valid.all()):
+    if not bool(valid.all()):
         kids, owner = kids[valid], owner[valid]
     return kids.reshape(-1), owner.reshape(-1).tolist()
 
@@ -222,7 +224,6 @@ def merge_duplicates(dtree: DraftTree) -> Proposal:
         merged_of.append(key_to_id[key])
     tree, new_index = TokenTree.depth_first(torch.tensor(m_tokens, dtype=torch.long, device=dtree.tokens.device),
                                             m_parents)
-    new_index = new_index.tolist()
     draft_node = [0] * len(rep)
     for old, d in enumerate(rep):
         draft_node[new_index[old]] = d

@@ -109,6 +109,13 @@ def cache_kwarg(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def with_cache(model, cache) -> dict:
+    """The keyword arguments that hand ``cache`` to ``model``'s forward (``model(ids, **with_cache(model, c))``),
+    by the keyword this transformers takes (:func:`cache_kwarg`): the one call for code outside
+    :class:`CountedModel` (training scripts, tools), so none hands it over by the deprecated ``past_key_values`` keyword."""
+    return {cache_kwarg(model): cache, "use_cache": True}
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued device work, so that host-side timing covers it (Spec-Bench convention). No-op on CPU."""
     if device.type == "cuda":

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.primitives.device import make_generator  # noqa: F401 — its old home; defined in primitives.device
+
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None, num_samples: int = 1) -> torch.Tensor:
     """Draw token ids from ``probs`` (..., V) with replacement; returns (..., num_samples)."""
@@ -21,10 +23,3 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     total = r.sum(-1, keepdim=True)
     return torch.where(total > 0, r / total.clamp_min(1e-30), p)
 
-
-def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
-    if seed is None:
-        return None
-    g = torch.Generator(device=device)
-    g.manual_seed(int(seed))
-    return g

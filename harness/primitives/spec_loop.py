@@ -79,6 +79,10 @@ class Verified:
     stem_logits: torch.Tensor  # (1, V): the target's logits at the committed sequence's end
     node_logits: torch.Tensor  # (N, V): after each node of ``proposal.tree``
     warp: Warp
+    #: set by an acceptance that read the round's outcome in one transfer (:class:`ChainAcceptance`): the tree's
+    #: tokens on the host, and the next token still on the device, (1, 1) — the round then reads nothing more
+    tree_tokens: list[int] | None = None
+    next_ids: torch.Tensor | None = None
 
     def p(self, node: int) -> torch.Tensor:
         return self.warp.probs(self.stem_logits[-1] if node < 0 else self.node_logits[node])
@@ -107,8 +111,15 @@ class ChainAcceptance:
     rule: ChainRule
 
     def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
-        kept, dist = self.rule(v.chain_logits(), v.proposal.tree.tokens, v.proposal.dtree, v.warp, generator)
-        return list(range(kept)), draw(dist, v.warp, generator)
+        tokens = v.proposal.tree.tokens
+        kept, dist = self.rule(v.chain_logits(), tokens, v.proposal.dtree, v.warp, generator)
+        if not isinstance(kept, torch.Tensor):  # a rule that read its count on the host
+            return list(range(kept)), draw(dist, v.warp, generator)
+        next_ids = (dist.argmax(-1, keepdim=True) if v.warp.is_greedy else sample(dist, generator)).reshape(1, 1)
+        # the round's one read: the count, the next token and the drafts, in one transfer
+        head, v.tree_tokens = _split(torch.cat([kept.reshape(1), next_ids.reshape(1), tokens.reshape(-1)]).tolist())
+        v.next_ids = next_ids
+        return list(range(head[0])), head[1]
 
     def greedy(self) -> ChainAcceptance:
         return ChainAcceptance(greedy_chain)
@@ -122,11 +133,39 @@ class TreeWalk:
     select: SelectionRule
 
     def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
+        if self.select is greedy_select and v.stem_logits.size(0):
+            return greedy_walk(v)
         path, dist = accept_walk(-1, v.proposal.candidates, v.proposal.tree.tokens, v.p, v.q, self.select, generator)
         return path, draw(dist, v.warp, generator)
 
     def greedy(self) -> TreeWalk:
         return TreeWalk(greedy_select)
+
+
+def greedy_walk(v: Verified) -> tuple[list[int], int]:
+    """:func:`accept_walk` with :func:`~harness.primitives.acceptance.greedy_select` from the committed sequence,
+    with one read: the target's argmax after the sequence and after every node, and the tree's tokens, come to
+    the host in one transfer and the walk runs there (the same path: at each node the first candidate, in draw
+    order, that is the target's argmax). Sets ``v.tree_tokens`` and ``v.next_ids``."""
+    tokens = v.proposal.tree.tokens.reshape(-1)
+    best = torch.cat([v.stem_logits[-1:], v.node_logits]).argmax(-1)  # best[u + 1]: the argmax after node u
+    values = torch.cat([best, tokens]).tolist()
+    best_h, v.tree_tokens = values[:best.numel()], values[best.numel():]
+    children = v.proposal.candidates
+    path: list[int] = []
+    node = -1
+    while True:
+        hit = next((c for c in children.get(node, ()) if v.tree_tokens[c] == best_h[node + 1]), None)
+        if hit is None:
+            break
+        path.append(hit)
+        node = hit
+    v.next_ids = best[node + 1:node + 2].reshape(1, 1)
+    return path, best_h[node + 1]
+
+
+def _split(values: list[int]) -> tuple[list[int], list[int]]:
+    return values[:2], values[2:]
 
 
 def accept_walk(start: int, candidates: Mapping[int, list[int]], tokens: torch.Tensor,
@@ -170,14 +209,20 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
         stem_logits, node_logits, *hidden = tree_forward(spec.target, caches.target_cache, caches.target_pending,
                                                          proposal.tree, sliced=sliced, all_stem=False,
                                                          return_hidden=spec.want_hidden)
-        path, token = accept(Verified(proposal, stem_logits, node_logits, spec.warp), spec.generator)
+        verified = Verified(proposal, stem_logits, node_logits, spec.warp)
+        path, token = accept(verified, spec.generator)
         if hidden:
             spec.hidden = torch.cat([hidden[0], hidden[1][path]])
-        commit_target(caches, target_prefix, path, token)
-        commit_draft(caches, draft_prefix, proposal.dtree, proposal.draft_path(path), token)
+        if verified.tree_tokens is not None:
+            path_tokens = [verified.tree_tokens[n] for n in path]
+        else:
+            path_tokens = proposal.tree.tokens[path].tolist()
+        commit_target(caches, target_prefix, path, token, verified.next_ids)
+        commit_draft(caches, draft_prefix, proposal.dtree, proposal.draft_path(path), token, path_tokens,
+                     verified.next_ids)
     draft_s, verify_s = caches.clock.take()
     dtree = proposal.dtree
-    committed = proposal.tree.tokens[path].tolist() + ([] if token is None else [token])
+    committed = path_tokens + ([] if token is None else [token])
     spec.tokens += committed
     return Round(tuple(committed), gamma=dtree.gamma, accepted=len(path) - (1 if dtree.n_roots else 0),
                  draft_nodes=dtree.draft_nodes, draft_time_s=draft_s, verify_time_s=verify_s)

@@ -145,31 +145,51 @@ class DraftTree:
         return cls(torch.empty(0, dtype=torch.long, device=device), [], None, None, 0)
 
 
-def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None) -> None:
+def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None,
+                  next_ids: torch.Tensor | None = None) -> None:
     """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending
-    (None: nothing is pending — a target-initialised round's path ends the committed sequence, mcsd §3.1)."""
+    (None: nothing is pending — a target-initialised round's path ends the committed sequence, mcsd §3.1).
+    ``next_ids``: the same token still on the device, (1, 1), used as is (no host-to-device copy)."""
     commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
+    if next_ids is not None and new_token is not None:
+        caches.target_pending = next_ids.reshape(1, 1)
+        return
     caches.target_pending = torch.tensor([[] if new_token is None else [new_token]], dtype=torch.long,
                                          device=caches.target_pending.device)
 
 
 def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree, draft_path: list[int],
-                 new_token: int | None) -> None:
+                 new_token: int | None, path_tokens: list[int] | None = None,
+                 next_ids: torch.Tensor | None = None) -> None:
     """Roll the draft cache back to the accepted path; unprocessed path tokens become pending.
 
     If the draft did not run this round (γ = 0: its cache is still short of ``draft_prefix``),
     its pending tokens stay pending, followed by the path's tokens and the new token.
-    ``new_token`` None: the round commits the path only (mcsd §3.1).
+    ``new_token`` None: the round commits the path only (mcsd §3.1). ``path_tokens``: the path's tokens
+    already on the host (else read from ``dtree``); ``next_ids``: the new token still on the device, (1, 1).
     """
     if caches.draft_cache is None:  # a draft-free method: no draft cache to keep
         return
-    device = caches.draft_pending.device
+    if path_tokens is None:
+        path_tokens = dtree.tokens[draft_path].tolist()
     tail = [] if new_token is None else [new_token]
     if cache_length(caches.draft_cache) < draft_prefix:
-        new = torch.tensor([dtree.tokens[draft_path].tolist() + tail], dtype=torch.long, device=device)
+        new = _pending(dtree, draft_path, path_tokens, tail, next_ids, caches.draft_pending.device)
         caches.draft_pending = torch.cat([caches.draft_pending, new], dim=1)
         return
     in_cache = [n for n in draft_path if n < dtree.num_fed]
     commit_path(caches.draft_cache, draft_prefix, [draft_prefix + n for n in in_cache])
-    missing = dtree.tokens[draft_path[len(in_cache):]].tolist()
-    caches.draft_pending = torch.tensor([missing + tail], dtype=torch.long, device=device)
+    k = len(in_cache)
+    caches.draft_pending = _pending(dtree, draft_path[k:], path_tokens[k:], tail, next_ids,
+                                    caches.draft_pending.device)
+
+
+def _pending(dtree: DraftTree, nodes: list[int], tokens: list[int], tail: list[int], next_ids, device) -> torch.Tensor:
+    """(1, n) ids: the draft ``nodes`` (their ``tokens``) and then ``tail``. Without a host-to-device copy when the
+    nodes are consecutive and the tail's token is on the device (``next_ids``): a chain's usual round."""
+    consecutive = nodes == list(range(nodes[0], nodes[0] + len(nodes))) if nodes else True
+    if next_ids is not None and len(tail) == 1 and consecutive:
+        start = nodes[0] if nodes else 0
+        return torch.cat([dtree.tokens[start:start + len(nodes)].reshape(1, -1).to(device), next_ids.reshape(1, 1)],
+                         dim=1)
+    return torch.tensor([tokens + tail], dtype=torch.long, device=device)

@@ -41,13 +41,13 @@ def check_parents(parents) -> list[int]:
     return plist
 
 
-def node_depths(parents) -> torch.Tensor:
-    """Depth of every node (roots have depth 1): (N,) long."""
+def node_depths(parents, device=None) -> torch.Tensor:
+    """Depth of every node (roots have depth 1): (N,) long, on ``device``."""
     plist = check_parents(parents)
     depth = [0] * len(plist)
     for i, p in enumerate(plist):
         depth[i] = 1 if p < 0 else depth[p] + 1
-    return torch.tensor(depth, dtype=torch.long)
+    return torch.tensor(depth, dtype=torch.long, device=device)
 
 
 def path_to(parents, node: int) -> list[int]:
@@ -62,17 +62,21 @@ def path_to(parents, node: int) -> list[int]:
 
 def ancestor_matrix(parents, device=None) -> torch.Tensor:
     """(N, N) bool: ``A[i, j]`` is True iff node j is node i or one of its ancestors."""
+    return tree_topology(parents, device)[0]
+
+
+def tree_topology(parents, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`ancestor_matrix`, :func:`node_depths`) of a tree, built on the host, where the parents are, and
+    copied to ``device`` in ONE transfer (no per-level reads of device values: issue 28 item 2)."""
     plist = check_parents(parents)
     n = len(plist)
-    par = torch.tensor(plist, dtype=torch.long, device=device)
-    anc = torch.eye(n, dtype=torch.bool, device=device)
-    rows = torch.arange(n, device=device)
-    cur = par.clone()
-    while n and bool((cur >= 0).any()):  # pointer jumping, one step per tree level
-        live = cur >= 0
-        anc[rows[live], cur[live]] = True
-        cur = torch.where(live, par[cur.clamp_min(0)], cur)
-    return anc
+    rows: list[list[int]] = []
+    for i, p in enumerate(plist):  # parents come first: a node's row is its parent's plus itself, depth last
+        row = rows[p][:] if p >= 0 else [0] * (n + 1)
+        row[i], row[n] = 1, row[n] + 1
+        rows.append(row)
+    both = torch.tensor(rows, dtype=torch.long, device=device).reshape(n, n + 1)
+    return both[:, :n].bool(), both[:, n]
 
 
 def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.float32,
@@ -82,7 +86,18 @@ def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.flo
     Node i sees all ``prefix_len`` cached positions, its ancestors and itself (topology-aware
     causal mask). HF models take it as ``attention_mask`` unchanged (a 4-D mask is used as is).
     """
-    allowed = ancestor_matrix(parents, device)
+    return tree_mask_and_positions(parents, prefix_len, dtype, device)[0]
+
+
+def tree_mask_and_positions(parents, prefix_len: int, dtype: torch.dtype = torch.float32,
+                            device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`tree_attention_mask`, :func:`tree_position_ids`) of the same tree, from one host-to-device copy."""
+    allowed, depths = tree_topology(parents, device)
+    return _additive_mask(allowed, prefix_len, dtype), (depths + (prefix_len - 1))[None]
+
+
+def _additive_mask(allowed: torch.Tensor, prefix_len: int, dtype: torch.dtype) -> torch.Tensor:
+    device = allowed.device
     n = allowed.size(0)
     mask = torch.zeros((n, prefix_len + n), dtype=dtype, device=device)
     mask[:, prefix_len:].masked_fill_(~allowed, torch.finfo(dtype).min)
@@ -91,7 +106,7 @@ def tree_attention_mask(parents, prefix_len: int, dtype: torch.dtype = torch.flo
 
 def tree_position_ids(parents, prefix_len: int, device=None) -> torch.Tensor:
     """(1, N) position ids: ``prefix_len + depth − 1`` for every node."""
-    return (node_depths(parents).to(device) + (prefix_len - 1))[None]
+    return (node_depths(parents, device) + (prefix_len - 1))[None]
 
 
 def with_stem(stem_len: int, parents) -> list[int]:
@@ -150,10 +165,10 @@ class TokenTree:
         return cls(tokens.reshape(-1), list(range(-1, tokens.numel() - 1)))
 
     @classmethod
-    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, torch.Tensor]:
+    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, list[int]]:
         """Reorder any topologically ordered tree (e.g. drafted level by level) depth-first.
 
-        Returns the tree and ``new_index`` (N,): the depth-first index of each input node.
+        Returns the tree and ``new_index`` (a host list, N): the depth-first index of each input node.
         Children keep their relative order.
         """
         plist = check_parents(parents)
@@ -171,7 +186,7 @@ class TokenTree:
             new_index[old] = new
         new_parents = [new_index[plist[old]] if plist[old] >= 0 else -1 for old in order]
         perm = torch.tensor(order, dtype=torch.long, device=tokens.device)
-        return cls(tokens[perm], new_parents), torch.tensor(new_index, dtype=torch.long)
+        return cls(tokens[perm], new_parents), new_index
 
     @property
     def is_chain(self) -> bool:
@@ -197,5 +212,4 @@ def commit_path(cache, keep_len: int, path_positions) -> None:
         truncate(cache, keep_len + len(path))
         return
     device = cache.layers[0].keys.device if getattr(cache, "layers", None) else None
-    keep = torch.cat([torch.arange(keep_len), torch.tensor(path, dtype=torch.long)]).to(device)
-    keep_positions(cache, keep)
+    keep_positions(cache, torch.tensor([*range(keep_len), *path], dtype=torch.long, device=device))

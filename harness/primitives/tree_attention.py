@@ -14,7 +14,7 @@ import torch
 
 from harness.primitives.kv_cache import cache_length
 from harness.primitives.tree import (TokenTree, _as_list, ancestor_matrix, check_parents, node_depths, tree_attention_mask,
-                                     tree_position_ids, with_stem)
+                                     tree_mask_and_positions, tree_position_ids, with_stem)
 
 
 def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree, sliced: SlicedTreeMask | None = None,
@@ -69,8 +69,8 @@ def attention_inputs(parents, prefix_len: int, *, stem_len: int = 0, first_node:
         return (sliced.mask(depth, prefix_len, stem_len, first_node),
                 sliced.position_ids(depth, prefix_len, stem_len, first_node))
     full = with_stem(stem_len, parents) if stem_len else list(parents)
-    return (tree_attention_mask(full, prefix_len, dtype, device)[:, :, first_node:],
-            tree_position_ids(full, prefix_len, device)[:, first_node:])
+    mask, pos = tree_mask_and_positions(full, prefix_len, dtype, device)
+    return mask[:, :, first_node:], pos[:, first_node:]
 
 
 def level_order_parents(k_config) -> list[int]:

@@ -1,6 +1,7 @@
 """``harness-report``: turn the cells under ``results/`` into answers.
 
-Writes ``results/cells.parquet`` and ``results/records.parquet`` (every finished cell), the analysis tables
+Reads ``results/`` and writes nothing there. Writes ``<out>/cells.parquet`` and ``<out>/records.parquet`` (every
+finished cell, each with its CSV) and ``<out>/results.json``, the analysis tables
 (``<out>/tables/*.parquet``), the figures (``<out>/plots/*.png``), and a report: ``<out>/index.html``
 (self-contained: figures embedded, opens from disk) and ``<out>/report.md``. The report arranges what
 :mod:`harness.analysis` computes — paired speed-up and energy ratios with CIs, quality, Pareto fronts per

@@ -155,20 +155,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = build_report(results, out_dir, args.plots, baselines, iso, args.bootstrap, args.tables, results=res,
                        grid=grid)
-    _print_summary(out, results, argv)
+    _print_summary(out, results, out_dir, argv)
     return 0
 
 
-def _print_summary(out: dict, results: Path, argv: list[str] | None) -> None:
+def _print_summary(out: dict, results: Path, out_dir: Path, argv: list[str] | None) -> None:
+    """The exports go to the report folder (``cells.parquet``, ``records.parquet``, each with its CSV, and
+    ``results.json``): the results folder is ``harness``'s, and a report only reads it (issue 33.5)."""
     from harness.results.provenance import write_results_json
 
     cells = out["cells"]
-    write_parquet(cells, results / "cells.parquet")
-    write_parquet(out["records"], results / "records.parquet")
-    write_results_json(results, list(cells["cell_id"]), {"argv": ["harness-report", *(argv or sys.argv[1:])]})
+    for name, df in (("cells", cells), ("records", out["records"])):
+        write_parquet(df, out_dir / f"{name}.parquet")  # and its CSV beside it
+    write_results_json(results, list(cells["cell_id"]), {"argv": ["harness-report", *(argv or sys.argv[1:])]},
+                       out_dir=out_dir)
     print(console_table(out["summary"], out["ratios"]).to_string(index=False))
-    print(f"\n{len(cells)} cells, {len(out['records'])} records -> {results / 'cells.parquet'}, "
-          f"{results / 'records.parquet'}")
+    print(f"\n{len(cells)} cells, {len(out['records'])} records -> {out_dir / 'cells.parquet'}, "
+          f"{out_dir / 'records.parquet'} (and .csv)")
     if len(out["excluded"]):
         print(f"{int(out['excluded']['records'].sum())} fit-phase record(s) of draft selection excluded from every "
               f"figure ({len(out['excluded'])} cell(s))")

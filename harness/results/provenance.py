@@ -134,14 +134,17 @@ def cell_row(cell_dir: Path) -> dict:
     return row
 
 
-def write_results_json(results_dir: str | Path, cell_ids: list[str], sweep: dict) -> Path:
-    """``<results_dir>/results.json`` for a sweep (written atomically; a later sweep into the same folder, or
-    ``harness-report`` over all its cells, replaces it — every cell's own summary stays): ``{"harness_version",
-    "created_at", "sweep", "environment" (of the writing process), "cells": [row, ...]}``."""
+def write_results_json(results_dir: str | Path, cell_ids: list[str], sweep: dict,
+                       out_dir: str | Path | None = None) -> Path:
+    """``<out_dir>/results.json`` (default: ``<results_dir>/results.json``, a sweep's own) for the cells of
+    ``results_dir`` (written atomically; a later sweep into the same folder replaces it — every cell's own summary
+    stays; ``harness-report`` writes its copy into the report folder): ``{"harness_version", "created_at",
+    "sweep", "environment" (of the writing process), "cells": [row, ...]}``."""
     from harness import __version__
 
-    results = Path(results_dir)
-    rows = [cell_row(results / "cells" / cid) for cid in dict.fromkeys(cell_ids)]
+    cells_root = Path(results_dir)
+    results = Path(out_dir) if out_dir is not None else cells_root
+    rows = [cell_row(cells_root / "cells" / cid) for cid in dict.fromkeys(cell_ids)]
     doc = {"format": "harness-results/1", "harness_version": __version__,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "sweep": sweep, "environment": environment(), "cells": rows}

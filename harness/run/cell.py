@@ -202,10 +202,11 @@ def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") ->
     cfg = labelled(cfg)
     cid = identity.cell_id(cfg)
     folder = cell_folder(results_dir, cid)
-    if not folder.exists():  # a cell measured under identity version 1 keeps its id (harness.config.identity)
-        old = identity.cell_id(cfg, version=1)
-        if old != cid and cell_folder(results_dir, old).is_dir():
-            return cfg, old, cell_folder(results_dir, old)
+    if not folder.exists():  # a cell measured under identity version 1 (harness.config.identity) keeps its id, and
+        # so does an alias cell measured before aliases were named by their decoder
+        for old in (identity.cell_id(cfg, version=1), identity.cell_id(cfg, version=1, aliases=False)):
+            if old != cid and cell_folder(results_dir, old).exists():
+                return cfg, old, cell_folder(results_dir, old)
     return cfg, cid, folder
 
 

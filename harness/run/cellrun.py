@@ -45,6 +45,12 @@ class CellOutcome:
     cell_id: str
     cell_dir: Path
     error: str | None = None
+    note: str = ""  # a finished cell's numbers (prompts, tokens/s), shown on its one line
+
+    def line(self) -> str:
+        """The one line that announces the cell's outcome (``harness``, ``harness task``)."""
+        return (f"[{self.status}] {self.cell_id}" + (f": {self.error}" if self.error else "")
+                + (f" ({self.note})" if self.note else ""))
 
 
 def now() -> str:
@@ -79,8 +85,8 @@ class CellRun:
         self.resumed_at = 0
         self.fitted: list[tuple[list[int], int | None]] = []  # (prompt ids as run, original length if truncated)
 
-    def finish(self, status: str, error: str | None = None) -> CellOutcome:
-        self.outcome = CellOutcome(status, self.cid, self.cell_dir, error)
+    def finish(self, status: str, error: str | None = None, note: str = "") -> CellOutcome:
+        self.outcome = CellOutcome(status, self.cid, self.cell_dir, error, note)
         return self.outcome
 
     def fail(self, e: BaseException) -> CellOutcome:
@@ -129,7 +135,7 @@ class CellRun:
         """Plan, skip, lock, repair and open the writer; returns the outcome when the cell will not run.
         A ConfigError (bad parameters, a conflicting finished cell) is raised, never recorded as a failure."""
         if self.cell.plan is None:
-            log.info("cell %s is not applicable: %s", self.cid, self.cell.not_applicable)
+            log.debug("cell %s is not applicable: %s", self.cid, self.cell.not_applicable)  # announced by its outcome's line
             return self.finish("n/a", self.cell.not_applicable)
         self.plan = self.cell.plan
         if self._skip(force):
@@ -160,7 +166,7 @@ class CellRun:
         if state == "conflict":
             raise CellConflict(detail)
         if state == "done":
-            log.info("cell %s already finished; skipping", self.cid)
+            log.debug("cell %s already finished; skipping", self.cid)  # announced by its outcome's line
         return state == "done"
 
     def check_record(self, record: dict) -> list[str]:

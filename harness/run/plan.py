@@ -98,7 +98,26 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
                 st = {"status": "n/a" if isinstance(e, NotApplicable) else "invalid", "prompts_written": 0,
                       "detail": str(e)[:160]}
             rows.append({"unit": u, "cell_id": cid, "interleaved": len(unit) > 1, **st,
-                         "cell_dir": str(cell_dir), "energy_overhead": overhead_line(cfg)})
+                         "cell_dir": str(cell_dir), "energy_overhead": overhead_line(cfg), "config": cfg})
+    return _differing_keys(rows)
+
+
+def _differing_keys(rows: list[dict]) -> list[dict]:
+    """Each row's ``differs``: for cells whose ids differ only by the hash (same method, decoding, pair, dataset,
+    gpu, seed), the identity keys that tell them apart, with this cell's values (``max_new_tokens=8``)."""
+    from harness.config.identity import flatten, identity_config, resolve_alias
+
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["cell_id"].rsplit("__", 1)[0], []).append(r)
+    for group in groups.values():
+        flat = [flatten(json.loads(json.dumps(identity_config(resolve_alias(r["config"])), default=str)))
+                for r in group]
+        keys = sorted({k for f in flat for k in f if len({json.dumps(g.get(k), default=str) for g in flat}) > 1})
+        for r, f in zip(group, flat):
+            r["differs"] = ", ".join(f"{k}={f.get(k, '<absent>')}" for k in keys) if len(group) > 1 else ""
+    for r in rows:
+        r.pop("config")
     return rows
 
 
@@ -161,9 +180,10 @@ def plan_main(argv: list[str]) -> int:
         return 0
     from tabulate import tabulate
 
-    print(tabulate([[r["unit"], r["cell_id"], r["status"], r["prompts_written"], "yes" if r["interleaved"] else "",
-                     r["detail"], r["energy_overhead"]] for r in rows],
-                   headers=["unit", "cell", "status", "prompts written", "interleaved", "detail", "energy overhead"]))
+    print(tabulate([[r["unit"], r["cell_id"], r["differs"], r["status"], r["prompts_written"],
+                     "yes" if r["interleaved"] else "", r["detail"], r["energy_overhead"]] for r in rows],
+                   headers=["unit", "cell", "differs by", "status", "prompts written", "interleaved", "detail",
+                            "energy overhead"]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -200,7 +220,7 @@ def task_main(argv: list[str]) -> int:
         print(f"harness task: error: {e}", file=sys.stderr)
         return 2
     for o in outcomes:
-        print(f"[{o.status}] {o.cell_id}" + (f": {o.error}" if o.error else ""), flush=True)
+        print(o.line(), flush=True)
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 

@@ -38,6 +38,7 @@ from harness.run.cellrun import CellOutcome, CellRun, now
 from harness.energy import make_energy_meter, summarize_records
 from harness.errors import ConfigError
 from harness.run.fingerprint import cell_inputs
+from harness.run.warmup import warm_up, warmup_generations  # noqa: F401 (re-exported)
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
 from harness.results.record import CellSummary, build_record, energy_breakdown
@@ -141,7 +142,18 @@ def run_cells(cfgs: Sequence[Cell | Mapping[str, Any]], results_dir: str | Path 
     for c in cells:
         c.release()
     _judge(cells)
+    _track(cells, results_dir)
     return [c.outcome for c in cells]
+
+
+def _track(cells: list[CellRun], results_dir) -> None:
+    """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
+    for c in cells:
+        tracker = c.cfg.get("tracker") or {}
+        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
+            from harness.results.trackers import log_cell
+
+            log_cell(tracker, c.cell_dir, results_dir)
 
 
 def _judge(cells: list[CellRun]) -> None:
@@ -209,14 +221,7 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
     torch.manual_seed(sh.seed)
     c.decoder = c.plan.method.build(sh.pair, sync_timing=sh.runner.breakdown or sh.runner.sync_timing)
     c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (adaptive §5)
-    for _ in range(warmup_generations(sh.runner, c.decoder)):
-        c.decoder.generate(c.fitted[0][0], sh.runner.warmup_new_tokens, seed=sh.seed)
-
-
-def warmup_generations(runner: RunnerConfig, decoder) -> int:
-    """Unrecorded, untimed generations before the first measured prompt: ``runner.warmup_generations``, or the
-    decoder's own need when larger (the Q-learning γ policy's warm-up trials, adaptive App. C.1)."""
-    return max(runner.warmup_generations, decoder.warmup_generations())
+    warm_up(c.decoder, c.fitted[0][0], sh.runner, sh.seed, sh.max_new)  # every set-up cost before the first window
 
 
 def _run(cells: list[CellRun]) -> None:
@@ -329,8 +334,7 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
     (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
     c.release()
-    c.finish("done")
-    log.info("cell %s: %d prompts, %.1f tokens/s", c.cid, count, summary["tokens_per_s"])
+    c.finish("done", note=f"{count} prompts, {summary['tokens_per_s']:.1f} tokens/s")  # announced once, by its line
 
 
 def _identity(c: CellRun, sh: _Shared) -> dict:

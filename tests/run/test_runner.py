@@ -138,7 +138,10 @@ def test_report_writes_parquet_and_plot(tmp_path):
     assert main(["--results", str(tmp_path), "--plots", str(tmp_path / "plots")]) == 0
     import pandas as pd
 
-    cells = pd.read_parquet(tmp_path / "cells.parquet")
+    from harness.report.cli import default_out
+
+    cells = pd.read_parquet(default_out(tmp_path) / "cells.parquet")  # the report's folder, not the results'
+    assert not (tmp_path / "cells.parquet").exists()
     assert set(cells.method) == {"ar_greedy", "beam_search(width=2, length_penalty=1.0, early_stopping=False)"}
     assert (tmp_path / "plots" / "tokens_per_s.png").stat().st_size > 1000
 

@@ -1,0 +1,50 @@
+"""Where a decoder's tensors and random streams live: on its model's device, written once (issue 28 item 1).
+
+On a GPU a tensor made without ``device=`` lands on the host, and a generator made for one device cannot drive
+a draw on another (``Expected a 'cpu' device type for generator but found 'cuda'``: ``hf_assisted`` on every
+CUDA cell). Every decoder makes its tensors and generators with these helpers or with an explicit
+``device=`` of its model's device; a CPU test holds every registered method to it by running it with the
+default device set to ``meta`` under :class:`~harness.testing.host_sync.DeviceGuard` (tests/decoders/test_device.py).
+
+* :func:`device_of` — the device of a model (a :class:`~harness.primitives.forward.CountedModel`, a counted
+  head, an ``nn.Module``, a tensor or anything with ``.device``);
+* :func:`ids_on` — token ids from host ints as a long tensor on a device (one host-to-device copy: on a GPU a
+  synchronising call, :mod:`harness.testing.host_sync`; keep tokens on the device where they came from it);
+* :func:`make_generator` — a seeded generator on a device (None without a seed: torch's global stream);
+* :func:`seed_from` — a seed drawn from a generator, on the generator's own device.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+
+def device_of(model) -> torch.device:
+    """The device ``model``'s computation runs on (its parameters' for a module without ``.device``)."""
+    device = getattr(model, "device", None)
+    if isinstance(device, (torch.device, str)):
+        return torch.device(device)
+    module = getattr(model, "module", model)
+    return next(module.parameters()).device
+
+
+def ids_on(tokens: Iterable[int] | torch.Tensor, device: torch.device | str, rows: bool = True) -> torch.Tensor:
+    """``tokens`` as a long tensor on ``device``: (1, n) with ``rows`` (a batch of one, a model's input), else (n,)."""
+    t = torch.as_tensor(tokens if isinstance(tokens, torch.Tensor) else list(tokens), dtype=torch.long,
+                        device=device)
+    return t.reshape(1, -1) if rows else t.reshape(-1)
+
+
+def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
+    """A generator on ``device`` seeded with ``seed``; None (torch's global stream) without one."""
+    if seed is None:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def seed_from(generator: torch.Generator) -> int:
+    """A seed in [0, 2^62) drawn from ``generator`` on its own device (e.g. to seed a library's global stream)."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
