@@ -13,11 +13,12 @@ Not in the identity, by design: package versions and the git commit (recorded in
 orphan every finished cell), and the resolved ``gpu: auto`` (the runner replaces it by the machine's
 label before the id is taken, so the id names the hardware that measured it).
 
-Identity versions (``identity_version`` in each summary; absent = 1): version 1 hashed the config in release
-0.2's layout (the γ policy and draft selection inside ``method``: :func:`harness.config.legacy.layout_0_2`), version 2
-(:data:`IDENTITY_VERSION`, every cell measured since) hashes the config as composed. A cell measured under version 1
-keeps its id: :func:`harness.run.cell.prepare_cell` finds it under its old id, and :func:`check_reusable` compares
-under the stored version.
+Identity versions (``identity_version`` in each summary; absent = 1): version 1 hashes the config in release 0.2's
+layout (the γ policy and draft selection inside ``method``: :func:`harness.config.legacy.layout_0_2`), version 2 the
+config as composed. New cells are still measured under :data:`IDENTITY_VERSION` = 1, because the ids of existing
+results are pinned (tests/config/test_identity.py); switching it to 2 is this one constant: a cell measured under
+another version keeps its id (:func:`harness.run.cell.prepare_cell` finds it under its old id, and
+:func:`check_reusable` compares under the stored version).
 
 Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
 requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
@@ -36,7 +37,7 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 
-IDENTITY_VERSION = 2  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
+IDENTITY_VERSION = 1  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
 VERSION_KEY = "identity_version"  # in each summary.json (absent: 1)
 
 # dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)

@@ -1,5 +1,6 @@
-"""Issue 29.3: each summary stores its identity version; new ids no longer go through release 0.2's layout, and a
-cell measured under version 1 (0.2's layout, no version in its summary) keeps its id and is reused."""
+"""Issue 29.3: each summary stores its identity version; version 2 does not go through release 0.2's layout, and when
+the current version changes, a cell measured under another one (no version in its summary = 1) keeps its id and is
+reused. (New cells stay at version 1 while the ids of existing results are pinned: tests/config/test_identity.py.)"""
 import json
 
 import pytest
@@ -18,22 +19,21 @@ CELL = {"method": {"name": "sd", "gamma": 2}, "decoding": {"name": "greedy", "te
         "runner": {"warmup_generations": 0, "warmup_new_tokens": 2, "progress": False}}
 
 
-def test_new_ids_do_not_go_through_the_0_2_layout(monkeypatch):
+def test_version_2_ids_do_not_go_through_the_0_2_layout(monkeypatch):
     old = identity.cell_id(CELL, version=1)
+    assert old == identity.cell_id(CELL)  # the current version is 1 (pinned ids)
 
     def refuse(cfg):
-        raise AssertionError("layout_0_2 called for a new id")
+        raise AssertionError("layout_0_2 called for a version-2 id")
 
     monkeypatch.setattr(legacy, "layout_0_2", refuse)
-    new = identity.cell_id(CELL)
+    new = identity.cell_id(CELL, version=2)
     assert new != old and new.startswith("sd__greedy__tiny__kjv_heldout__cpu__s0__")
-    assert identity.version_of(new, CELL) == identity.IDENTITY_VERSION == 2
 
 
-def test_a_cell_measured_under_version_1_keeps_its_id_and_is_reused(tmp_path, monkeypatch):
-    with monkeypatch.context() as m:  # measured as release 0.2's harness did: the 0.2 layout's id, no version
-        m.setattr(identity, "IDENTITY_VERSION", 1)
-        old = run_cell(CELL, tmp_path)
+def test_a_cell_measured_under_version_1_keeps_its_id_when_the_version_changes(tmp_path, monkeypatch):
+    old = run_cell(CELL, tmp_path)  # measured under version 1; then the summary loses the key, as 0.2's had none
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", 2)
     assert old.status == "done" and old.cell_id == identity.cell_id(CELL, version=1) != identity.cell_id(CELL)
     path = old.cell_dir / store.SUMMARY
     summary = json.loads(path.read_text())
@@ -45,10 +45,12 @@ def test_a_cell_measured_under_version_1_keeps_its_id_and_is_reused(tmp_path, mo
     assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == [old.cell_id]
 
 
-def test_a_new_cell_stores_the_current_version(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_new_cell_stores_the_current_version(tmp_path, monkeypatch, version):
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", version)
     out = run_cell(CELL, tmp_path)
     assert out.status == "done" and out.cell_id == identity.cell_id(CELL)
-    assert json.loads((out.cell_dir / store.SUMMARY).read_text())[identity.VERSION_KEY] == 2
+    assert json.loads((out.cell_dir / store.SUMMARY).read_text())[identity.VERSION_KEY] == version
     with pytest.raises(identity.CellConflict):  # compared under its stored version
         bad = json.loads((out.cell_dir / store.SUMMARY).read_text())
         bad["config"]["seed"] = 5
