@@ -135,7 +135,8 @@ class CellRun:
         """Plan, skip, lock, repair and open the writer; returns the outcome when the cell will not run.
         A ConfigError (bad parameters, a conflicting finished cell) is raised, never recorded as a failure."""
         if self.cell.plan is None:
-            log.debug("cell %s is not applicable: %s", self.cid, self.cell.not_applicable)  # announced by its outcome's line
+            # announced by its outcome's line
+            log.debug("cell %s is not applicable: %s", self.cid, self.cell.not_applicable)
             return self.finish("n/a", self.cell.not_applicable)
         self.plan = self.cell.plan
         if self._skip(force):
