@@ -20,7 +20,10 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.primitives import random_pair
 from harness.errors import ConfigError, HarnessError, TokenizerMismatchError
+from harness.primitives.graphs import (DEFAULT_EXECUTION, check_execution, execution_facts, execution_of,
+                                       set_execution)
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
 # the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
@@ -67,7 +70,22 @@ class ModelPair:
     def vocab_size(self) -> int:
         """Logit width both models share (embeddings may be padded beyond the tokenizer)."""
         sizes = [self.target.config.vocab_size] + ([self.draft.config.vocab_size] if self.draft is not None else [])
-        return min(sizes)
+        return min(sizes + ([self.meta["vocab_limit"]] if self.meta.get("vocab_limit") else []))
+
+    @property
+    def execution(self) -> str:  # eager | graphs (harness.primitives.graphs)
+        return execution_of(self.target)
+
+    def execution_facts(self) -> dict:
+        """The execution mode and its runners' counters, as a summary records them (:func:`execution_facts`)."""
+        return execution_facts({"target": self.target, "draft": self.draft})
+
+    def set_execution(self, mode: str) -> ModelPair:
+        """Run every model of the pair (target and each loaded draft) in ``mode`` from now on; returns the pair."""
+        for model in {id(m): m for m in (self.target, self.draft, *self.drafts.values()) if m is not None}.values():
+            set_execution(model, mode)
+        self.meta["execution"] = mode
+        return self
 
     def require_draft(self, method: str) -> torch.nn.Module:
         if self.draft is None:
@@ -90,6 +108,9 @@ def check_model_ref(key: str, ref: str) -> None:
     """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}", key=key)
+    if random_pair.is_random(ref):
+        random_pair.parse(ref, key)
+        return
     if ref.startswith("tiny/"):
         if ref not in TINY_MODELS:
             raise ConfigError(f"{key}: unknown embedded model '{ref}'. Valid: {', '.join(TINY_MODELS)}", key=key)
@@ -129,8 +150,12 @@ class PairSpec:
     drafts: list[str] | None = None  # several drafts to select from (adaptive §5); draft = the default one
     revision: str | None = None  # the target's hub revision (commit, tag or branch); null = the default branch
     draft_revision: str | None = None  # the drafts' hub revision; null = the default branch
+    execution: str = DEFAULT_EXECUTION  # eager | graphs: static caches and captured shapes (harness.primitives.graphs)
 
     def __post_init__(self):
+        check_execution(self.execution)
+        if self.execution == "graphs" and (self.device_map or self.draft_device_map):  # static caches: one device
+            raise ConfigError("pair.execution=graphs cannot be combined with device_map", key="pair.execution")
         check_model_ref("pair.target", self.target)
         if self.drafts is not None:
             if not list(self.drafts):
@@ -144,6 +169,7 @@ class PairSpec:
                                   key="pair.draft")
         if self.draft:
             check_model_ref("pair.draft", self.draft)
+        random_pair.check_pair(self.target, self.draft_ids)
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"unknown pair.dtype '{self.dtype}'. Valid: {', '.join(DTYPE_CHOICES)}", key="pair.dtype")
         if not isinstance(self.device, str) or not DEVICE_PATTERN.match(self.device):
@@ -174,6 +200,8 @@ def checkpoint_dtype(name_or_path: str) -> str:
     """The dtype a checkpoint's config declares (float32 when it declares none)."""
     from transformers import AutoConfig
 
+    if random_pair.is_random(name_or_path):
+        return "float16"  # built in half precision (float32 on a CPU: resolve_dtype)
     config = AutoConfig.from_pretrained(resolve_model_path(name_or_path))
     declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     name = str(declared).replace("torch.", "") if declared is not None else "float32"
@@ -230,7 +258,7 @@ _HUB_REACHABLE: dict[str, str | None] = {}
 
 def is_hub_ref(ref: str) -> bool:
     """Whether a model reference goes to the hub: neither an embedded model nor an existing local directory."""
-    return not ref.startswith("tiny/") and not Path(ref).expanduser().is_dir()
+    return not ref.startswith("tiny/") and not random_pair.is_random(ref) and not Path(ref).expanduser().is_dir()
 
 
 def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
@@ -306,6 +334,8 @@ def load_model(name_or_path: str, dtype: str = "float32", device: str = "auto", 
 def load_tokenizer(name_or_path: str, revision: str | None = None):
     from transformers import AutoTokenizer
 
+    if random_pair.is_random(name_or_path):
+        name_or_path, revision = random_pair.TOKENIZER, None
     return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **({"revision": revision} if revision else {}))
 
 
@@ -332,31 +362,38 @@ def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id:
 def load_pair(target: str = "tiny/target", draft: str | None = "tiny/draft", *, name: str | None = None,
               dtype: str = "auto", device: str = "auto", device_map=None, draft_device_map=None,
               attn_implementation: str | None = None, drafts: list[str] | None = None,
-              revision: str | None = None, draft_revision: str | None = None, progress: bool = True) -> ModelPair:
+              revision: str | None = None, draft_revision: str | None = None, progress: bool = True,
+              execution: str = DEFAULT_EXECUTION) -> ModelPair:
     """Check the config (:class:`PairSpec`), load tokenizers and check them, then the models (all in the
     target's resolved dtype). The target's tokenizer is used. ``progress=False`` silences loading bars.
 
     ``drafts``: several drafts to select from (adaptive §5; each checked against the target's tokenizer,
     each loaded once); ``draft`` is the default and must be one of them (None: the first). ``revision``
     and ``draft_revision`` pin the hub revisions of the target and the drafts (not used for local directories,
-    whose content hash is recorded instead: :mod:`harness.results.provenance`).
+    whose content hash is recorded instead: :mod:`harness.results.provenance`). ``execution``: ``eager`` or
+    ``graphs`` (:meth:`ModelPair.set_execution`).
     """
     spec = PairSpec(target=target, draft=draft, name=name, dtype=dtype, device=device, device_map=device_map,
                     draft_device_map=draft_device_map, attn_implementation=attn_implementation, drafts=drafts,
-                    revision=revision, draft_revision=draft_revision)
+                    revision=revision, draft_revision=draft_revision, execution=execution)
     draft, draft_ids = spec.draft, spec.draft_ids
     with progress_bars(progress):
         tokenizer = load_tokenizer(target, revision)
         for d in draft_ids:
             check_tokenizers(tokenizer, load_tokenizer(d, draft_revision), target, d)
         resolved = resolve_dtype(dtype, target, device if not device_map else "auto")
-        target_model = load_model(target, resolved, device, device_map, attn_implementation, revision)
+        if random_pair.is_random(target):
+            target_model = random_pair.build_target(target, DTYPES[resolved], resolve_device(device), len(tokenizer))
+        else:
+            target_model = load_model(target, resolved, device, device_map, attn_implementation, revision)
         draft_device = str(target_model.device) if not draft_device_map else device
-        loaded = {d: load_model(d, resolved, draft_device, draft_device_map, attn_implementation, draft_revision)
+        loaded = {d: random_pair.cut_draft(target_model, d) if random_pair.is_random(d)
+                  else load_model(d, resolved, draft_device, draft_device_map, attn_implementation, draft_revision)
                   for d in draft_ids}
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return ModelPair(target=target_model, draft=loaded.get(draft), tokenizer=tokenizer, name=spec.name or "custom",
                      target_id=target, draft_id=draft, dtype=resolved,
-                     meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision},
-                     drafts=loaded)
+                     meta={"dtype_requested": dtype, "revision": revision, "draft_revision": draft_revision,
+                           **({"vocab_limit": len(tokenizer)} if random_pair.is_random(target) else {})},
+                     drafts=loaded).set_execution(execution)

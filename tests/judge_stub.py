@@ -22,6 +22,7 @@ def rating(score="7") -> callable:
 class StubServer:
     def __init__(self, reply=None):
         self.reply = reply or rating()
+        self.trickle_s = 0.01  # between the chunks of a trickled reply
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         stub = self
@@ -39,14 +40,21 @@ class StubServer:
                 with stub._lock:
                     stub.requests.append(request)
                 status, payload, headers = stub.reply(request)
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                chunks = payload if isinstance(payload, list) else [  # a list of bytes: sent one by one (trickled)
+                    payload if isinstance(payload, bytes) else json.dumps(payload).encode()]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Length", str(sum(map(len, chunks))))
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    for chunk in chunks:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        time.sleep(stub.trickle_s if len(chunks) > 1 else 0)
+                except OSError:  # the client hung up (its deadline)
+                    pass
 
             def log_message(self, *args):  # quiet
                 pass

@@ -104,6 +104,16 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
                record_extra=rec, max_new_tokens=cfg.get("max_new_tokens") or 16, **extra)
     assert d.is_dir()
     summary = json.loads((d / "summary.json").read_text())
-    summary.update(decoding=plan.method.params.decoding, params=values, config=cfg)
+    summary.update(decoding=plan.method.params.decoding, params=values, config=cfg, lossless=_lossless(plan))
     (d / "summary.json").write_text(json.dumps(summary))
     return cid
+
+
+def _lossless(plan) -> bool:
+    """The decoder's own ``is_lossless`` for the cell's Params (what the runner records), without loading models."""
+    from types import SimpleNamespace
+
+    cls = plan.decoder_cls
+    me = SimpleNamespace(lossless=cls.lossless, lossless_when_greedy=cls.lossless_when_greedy,
+                         decoding=plan.method.params.decoding, params=plan.method.params)
+    return bool(cls.is_lossless(me))

@@ -103,7 +103,7 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
         keys = ("method", "decoding", "gamma_policy", "draft_selection", "pair", "dataset", "seed", "max_new_tokens")
         ids[json.dumps({k: cell.get(k) for k in keys}, sort_keys=True)] += 1
         if name.endswith("_tiny"):
-            assert cell["pair"]["name"] in ("tiny", "tiny_multi") and cell["dataset"]["name"] == "kjv_heldout"
+            assert cell["pair"]["target"] == "tiny/target" and cell["dataset"]["name"] == "kjv_heldout"
         else:
             assert not cell["pair"]["target"].startswith("tiny/"), overrides  # the seeds' pairs, by hub id
     assert max(ids.values()) == 1, "two grids produce the same cell"

@@ -19,6 +19,20 @@ from harness.sandbox import (PythonLimits, QueryError, landlock_abi, namespaces_
 from harness.sandbox.sql import GRACE_S, QueryKilled, first_statement
 
 FAST = PythonLimits(timeout_s=3.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _root_opt_in():
+    """The fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in
+    (tests/test_sandbox_hold.py checks the refusal without it)."""
+    before = os.environ.get("HARNESS_SANDBOX_ROOT")
+    os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
+    yield
+    if before is None:
+        os.environ.pop("HARNESS_SANDBOX_ROOT", None)
+    else:
+        os.environ["HARNESS_SANDBOX_ROOT"] = before
+
 KERNEL_LAYERS = seccomp_available() and bool(landlock_abi())  # what the fallback needs
 HAS_NAMESPACES = namespaces_available() and seccomp_available()
 _NO_NAMESPACES = pytest.mark.skipif(not HAS_NAMESPACES, reason="no namespaces + seccomp here (the fallback is tested)")
@@ -119,11 +133,15 @@ for attempt in (lambda: os.remove({str(victim)!r}), lambda: shutil.rmtree({str(t
     else:
         print('DONE')
 open('own.txt', 'w').write('mine')  # its own directory is writable
-assert open('own.txt').read() == 'mine'
+try:  # and, in the namespaces mode (a noexec tmpfs), readable; the fallback's is write-only (issue 31)
+    print('read back', open('own.txt').read())
+except PermissionError:
+    print('write-only')
 """
     result = run_python(program, FAST, audit_guard=guard, isolation=mode)
     assert result.passed, result.stderr
     assert "DONE" not in result.stdout and result.stdout.count("denied") == 4
+    assert ("read back mine" if mode == "namespaces" else "write-only") in result.stdout
     assert victim.read_text() == "precious" and not (tmp_path / "new.txt").exists()
 
 
@@ -311,3 +329,14 @@ def test_the_program_dies_with_its_checker(mode):
     while set(processes_mentioning("harness-sandbox-")) & program and time.monotonic() < deadline:
         time.sleep(0.1)
     assert program and not set(processes_mentioning("harness-sandbox-")) & program
+
+
+def test_a_query_sqlite_stops_at_its_deadline_is_flagged_as_killed(caplog):
+    """Issue 31.6: SQLite's own deadline (its progress handler) ends a long query as 'interrupted': a killed
+    query too, flagged and logged, never a plain wrong answer."""
+    task, by_gold = _spider(timeout_s=0.5)
+    example = next(iter(by_gold.values()))
+    endless = " count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c)"
+    with caplog.at_level("WARNING"):
+        assert task.score(example, endless) == {"execution_accuracy": 0.0, "flag_query_killed": 1.0}
+    assert "stopped (interrupted by SQLite): the query ran past its 0.5 s limit" in caplog.text

@@ -13,12 +13,15 @@ The per-paper modules: :mod:`~harness.analysis.paper_dsbd`, :mod:`~harness.analy
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from harness.analysis.paired import pair_prompts, ratio_estimates
 
 NA = "n/a"
 NAN = math.nan
@@ -50,6 +53,7 @@ class PaperTable:
     notes: list[str] = field(default_factory=list)
     printed: pd.DataFrame | None = None  # the paper's table as printed (when no row here is comparable)
     printed_caption: str = ""
+    values: pd.DataFrame | None = None  # the entries' numbers (NaN where n/a): what a figure draws
 
     @property
     def empty(self) -> bool:
@@ -104,7 +108,7 @@ def assemble(key: str, title: str, caption: str, entries: list[Entry], row_names
                   for c in range(len(cols)) for block in blocks]
     bold, under = _rank(values, higher, groups)
     return PaperTable(key, title, caption, frames["text"], frames["sources"], frames["paper"], bold,
-                      under if second else under & False, list(notes), printed, printed_caption)
+                      under if second else under & False, list(notes), printed, printed_caption, values)
 
 
 # ---- values of entries ------------------------------------------------------------------------------------
@@ -154,15 +158,88 @@ def times(v: float, lo: float = NAN, hi: float = NAN) -> str:
     return f"{v:.2f}×" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else "")
 
 
+def settings(cells: pd.DataFrame) -> list[dict]:
+    """Each cell's full setting: its comparison key (``match_json``: pair, dataset and its prompts, gpu,
+    decoding and warp, ``max_new_tokens``, runner and energy settings; the seed dropped — seeds are repeats)
+    and the method's parameters (``method.<name>``), as comparable values."""
+    out = []
+    for _, c in cells.iterrows():
+        items = json.loads(c["match_json"]) if isinstance(c.get("match_json"), str) else \
+            {k: c.get(k) for k in ("pair", "dataset", "gpu", "max_new_tokens", "regime") if k in c}
+        items = {k: _norm(v) for k, v in items.items() if k not in SEED_KEYS}
+        items.update({f"method.{k[6:]}": _norm(v) for k, v in c.items() if k.startswith("param.") and not _missing(v)})
+        items["method"] = str(c.get("method_name", c.get("family", "")))
+        out.append(items)
+    return out
+
+
+SEED_KEYS = ("seed",)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def _norm(v):
+    from harness.analysis.specs import _norm as norm
+
+    return norm(json.dumps(v) if isinstance(v, (list, dict)) else v)
+
+
+def differences(items: list[dict], limit: int = 3) -> str:
+    """The keys on which settings differ, with their values: "decoding.top_k (0 vs 20), gpu (a100 vs cpu)"."""
+    keys = sorted({k for i in items for k in i})
+    diff = [k for k in keys if len({json.dumps(i.get(k), default=str) for i in items}) > 1]
+    text = ", ".join(f"{k} ({' vs '.join(sorted({_show(i.get(k)) for i in items}))})" for k in diff[:limit])
+    return text + (f" and {len(diff) - limit} more" if len(diff) > limit else "")
+
+
+def _show(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "unset" if v is None else str(v)
+
+
 def choose(rows: pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
-    """The one cell (per seed) an entry stands for: (rows, "") or (empty, why) when several settings of
-    ``what`` compete for it (the table would otherwise pick silently)."""
+    """The one setting (its cells: one per seed) an entry stands for: (rows, "") — or (empty, why) when cells
+    of more than one full setting (:func:`settings`: pair, dataset, gpu, decoding and warp, the method's
+    parameters, ...) compete for it; ``why`` names the difference (the table never picks, nor averages, one
+    silently)."""
     if rows.empty:
         return rows, f"no {what} cell"
-    settings = rows["label"].astype(str).unique() if "label" in rows else []
-    if len(settings) > 1:
-        return rows.iloc[0:0], f"{len(settings)} {what} settings ({', '.join(map(str, settings))}): no single entry"
+    items = settings(rows)
+    distinct = {json.dumps(i, sort_keys=True, default=str) for i in items}
+    if len(distinct) > 1:
+        return rows.iloc[0:0], f"{len(distinct)} {what} settings compete, differing in {differences(items)}: no single entry"
     return rows, ""
+
+
+LOSSY_MARK = " †"  # as the generic tables mark it (harness.analysis.labels)
+LOSSY_NOTE = ("† lossy: the cells declare an output distribution that is not the target's (the decoder's own "
+              "is_lossless, recorded in each summary; never guessed from the name).")
+
+
+def lossy(rows: pd.DataFrame) -> bool:
+    """Whether any of these cells declares itself lossy (``lossless`` false; unknown is not lossy)."""
+    return any(v is False or v is np.False_ for v in rows.get("lossless", pd.Series(dtype=object)))
+
+
+def mark(name: str, rows: pd.DataFrame) -> str:
+    """``name`` with † where its cells are lossy (:func:`lossy`)."""
+    return name + LOSSY_MARK if lossy(rows) else name
+
+
+def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
+    """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
+    if len(a) != 1 or len(b) != 1:
+        return np.nan, np.nan, np.nan, 0, tuple(a.get("cell_id", ())) + tuple(b.get("cell_id", ()))
+    p = pair_prompts(records, a["cell_id"].iloc[0], b["cell_id"].iloc[0])
+    est = ratio_estimates(p, **boot)
+    return est["speedup"], est["speedup_lo"], est["speedup_hi"], len(p), (a["cell_id"].iloc[0], b["cell_id"].iloc[0])
+
+
+def block_title(pair, dataset, gpu, regime) -> str:
+    return f"{pair} · {dataset} · {gpu} · {regime}"
 
 
 # ---- Markdown and LaTeX ------------------------------------------------------------------------------------
@@ -203,13 +280,47 @@ def _latex_escape(s: str) -> str:
 
 
 BLOCK = ["pair", "dataset", "gpu", "regime"]
+SETTING = "setting"
+#: the settings a block or layout key stands for (its prefix in :func:`settings`)
+COVERS = {"pair": ("pair",), "dataset": ("dataset",), "gpu": ("gpu", "energy.gpu"), "regime": ("regime", "decoding"),
+          "max_new_tokens": ("max_new_tokens",), "seed": ("seed",)}
 
 
-def blocks(summary: pd.DataFrame, keys=BLOCK):
-    """(key, rows) per pair × dataset × gpu × regime, in order of first appearance."""
+def _covered(key: str, by) -> bool:
+    prefixes = [p for b in by for p in COVERS.get(b, (b,))]
+    return any(key == p or key.startswith(p + ".") for p in prefixes) or key == "method" or key.startswith("method.")
+
+
+def context_keys(cells: pd.DataFrame, laid_out=()) -> pd.Series:
+    """Per cell, its full setting without the method's and without ``laid_out``'s (e.g. ``["pair"]``: the cells
+    of other pairs in the same setting share the key), as text."""
+    if cells.empty:
+        return pd.Series(dtype=object, index=cells.index)
+    return pd.Series([json.dumps({k: v for k, v in i.items() if not _covered(k, laid_out)}, sort_keys=True,
+                                 default=str) for i in settings(cells)], index=cells.index)
+
+
+def contextualise(summary: pd.DataFrame, keys=BLOCK, laid_out=()) -> pd.DataFrame:
+    """``summary`` with a ``setting`` column: per cell, the settings outside the block ``keys``, the table's
+    layout (``laid_out``: what its rows and columns show, e.g. the pair as columns) and the method that vary
+    between these cells (e.g. "max_new_tokens 64", "runner.threads 4"); empty where none does. Blocks split by
+    it (:func:`blocks`), so cells of another setting never share an entry with the paper's."""
+    if summary.empty:
+        return summary.assign(**{SETTING: pd.Series(dtype=object)})
+    rest = [{k: v for k, v in i.items() if not _covered(k, [*keys, *laid_out])} for i in settings(summary)]
+    names = sorted({k for r in rest for k in r})
+    vary = [k for k in names if len({json.dumps(r.get(k), default=str) for r in rest}) > 1]
+    return summary.assign(**{SETTING: ["; ".join(f"{k} {_show(r.get(k))}" for k in vary) for r in rest]})
+
+
+def blocks(summary: pd.DataFrame, keys=BLOCK, laid_out=()):
+    """(key, rows) per block: ``keys`` (default pair × dataset × gpu × regime) and the other settings that vary
+    (:func:`contextualise`; the key's last part), in order of first appearance."""
     if summary.empty:
         return []
-    return list(summary.groupby([k for k in keys if k in summary], dropna=False, sort=False))
+    if SETTING not in summary:
+        summary = contextualise(summary, keys, laid_out)
+    return list(summary.groupby([k for k in keys if k in summary] + [SETTING], dropna=False, sort=False))
 
 
 def several(values) -> bool:
@@ -218,16 +329,28 @@ def several(values) -> bool:
 
 def block_names(keys: list[tuple], names=BLOCK) -> tuple[dict, str]:
     """({block key: a name showing only the parts that vary between blocks}, "the constant parts") — the
-    constant parts (e.g. the gpu and the warp) go into the caption once."""
+    constant parts (e.g. the gpu and the warp) go into the caption once. A key one longer than ``names`` ends
+    in the block's other settings (:func:`blocks`)."""
     keys = list(dict.fromkeys(keys))
+    names = list(names) + [SETTING] * bool(keys and len(keys[0]) > len(names))
     vary = [i for i in range(len(names)) if len({str(k[i]) for k in keys}) > 1]
-    const = [i for i in range(len(names)) if i not in vary]
+    const = [i for i in range(len(names)) if i not in vary and not (names[i] == SETTING and not keys[0][i])]
     label = {k: " · ".join(str(k[i]) for i in vary) or str(k[0]) for k in keys}
     common = "; ".join(f"{names[i]} {keys[0][i]}" for i in const) if keys else ""
     return label, common
 
 
 def block_rows(summary: pd.DataFrame, key: tuple, keys=BLOCK) -> pd.DataFrame:
-    """The rows of ``summary`` in one block (``key`` from :func:`blocks`)."""
-    cols = [k for k in keys if k in summary]
-    return summary[(summary[cols].astype(str) == [str(k) for k in key]).all(axis=1)]
+    """The rows of ``summary`` in one block (``key`` from :func:`blocks` on ``summary`` or a part of it that
+    keeps its ``setting`` column)."""
+    cols = [k for k in keys if k in summary] + [SETTING] * (len(key) > len(keys) and SETTING in summary)
+    return summary[(summary[cols].astype(str) == [str(k) for k in key[:len(cols)]]).all(axis=1)]
+
+
+def same_group(cells: pd.DataFrame, cell: pd.Series) -> pd.DataFrame:
+    """The cells in ``cell``'s comparison group (same ``match_json``: everything but the method's side), e.g.
+    the baseline an entry is paired with."""
+    if "match_json" not in cells:
+        return cells[(cells[[k for k in BLOCK if k in cells]].astype(str) ==
+                      [str(cell[k]) for k in BLOCK if k in cells]).all(axis=1)]
+    return cells[cells["match_json"].astype(str) == str(cell["match_json"])]

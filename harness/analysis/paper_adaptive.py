@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
-from harness.analysis.paired import pair_prompts, ratio_estimates
-from harness.analysis.paper import Entry, PaperTable, assemble, block_names, blocks, choose, percent, times
+from harness.analysis.tables import prompt_key
+from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, context_keys, paired,
+                                    percent, times)
 from harness.analysis.specs import MethodSpec
 
 ONLINE = MethodSpec.parse("sd[gamma_policy=online,draft_selection=none]")
@@ -50,18 +51,10 @@ def fixed_twin(cells: pd.DataFrame, adaptive: pd.DataFrame) -> pd.DataFrame:
     return fixed[fixed["param.gamma"].astype(float).isin(adaptive["param.gamma"].astype(float))]
 
 
-def paired(records: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, **boot) -> tuple[float, float, float, int, tuple]:
-    """(speed-up, lo, hi, prompts, sources) of cell a over cell b (one cell each), prompt by prompt."""
-    if len(a) != 1 or len(b) != 1:
-        return np.nan, np.nan, np.nan, 0, tuple(a.get("cell_id", ())) + tuple(b.get("cell_id", ()))
-    p = pair_prompts(records, a["cell_id"].iloc[0], b["cell_id"].iloc[0])
-    est = ratio_estimates(p, **boot)
-    return est["speedup"], est["speedup_lo"], est["speedup_hi"], len(p), (a["cell_id"].iloc[0], b["cell_id"].iloc[0])
-
-
 def table2(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
     entries = []
-    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"]) if _spec(ONLINE, g).any()]
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if _spec(ONLINE, g).any()]
     names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
     for key, g in found:
         paper = pv.ADAPTIVE_TABLE2.get((pv.paper_pair("adaptive", key[0]), pv.paper_dataset("adaptive", key[1])), {})
@@ -80,39 +73,74 @@ def table2(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
                     entries, ["pair · dataset"], ["gpu", "measure"])
 
 
+def _drafts(cell: pd.Series) -> list:
+    d = cell.get("pair_drafts")
+    return json.loads(d) if isinstance(d, str) and d.strip() not in ("", "null") else []
+
+
+def single_draft_cells(cells: pd.DataFrame, multi: pd.Series) -> dict[str, pd.DataFrame]:
+    """{draft: the cells of the single-draft pair with the multi-draft cell's target and that draft}, in the
+    multi-draft cell's setting (dataset and its prompts, gpu, seed, decoding, ...: all but the pair)."""
+    single = cells[cells["pair_drafts"].map(lambda d: not _drafts(pd.Series({"pair_drafts": d})))] \
+        if "pair_drafts" in cells else cells
+    single = single[single["pair_target"] == multi["pair_target"]]
+    ctx = context_keys(single, laid_out=["pair"])
+    mine = context_keys(multi.to_frame().T, laid_out=["pair"]).iloc[0]
+    single = single[ctx == mine]
+    return {d: single[single["pair_draft"] == d] for d in _drafts(multi) or [multi["pair_draft"]]
+            if (single["pair_draft"] == d).any()}
+
+
 def default_twin(cells: pd.DataFrame, multi: pd.Series) -> pd.DataFrame:
     """The cells of the default-draft twin of a multi-draft cell's pair: same target and draft, no drafts list,
-    same dataset, gpu, seed and decoding regime."""
-    same = (cells["pair_target"] == multi["pair_target"]) & (cells["pair_draft"] == multi["pair_draft"])
-    single = cells["pair_drafts"].map(lambda d: json.loads(d) in (None, []) if isinstance(d, str) else True)
-    keys = [k for k in ("dataset", "gpu", "seed", "regime", "max_new_tokens") if k in cells]
-    return cells[same & single & (cells[keys].astype(str) == multi[keys].astype(str).tolist()).all(axis=1)]
+    the multi-draft cell's setting."""
+    return single_draft_cells(cells, multi).get(multi["pair_draft"], cells.iloc[0:0])
+
+
+def _same_prompts(records: pd.DataFrame, cell_id: str) -> pd.DataFrame:
+    """``records`` restricted to the prompts ``cell_id`` measured (a selection cell: its fit phase excluded)."""
+    keys = set(prompt_key(records[records["cell_id"] == cell_id]))
+    return records[prompt_key(records).isin(keys)]
 
 
 def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame | None = None, **boot) -> PaperTable:
+    """Table 3: "w/o draft selection" is the better single draft's SPS (online over fixed γ on that draft, as in
+    Table 2 — the paper's definition); "w/ draft selection" the selection cell over fixed-γ SD on the default
+    draft. Both over the prompts the selection cell measured (its fit phase excluded from both rows)."""
     entries, notes = [], []
-    multi = summary[_spec(SELECTION, summary)]
-    for _, m in multi.iterrows():
-        twin = default_twin(summary, m)
+    for _, m in summary[_spec(SELECTION, summary)].iterrows():
+        recs = _same_prompts(records, m["cell_id"])
         target = pv.paper_pair("adaptive", m["pair"]) or str(m["pair"])
-        fixed, why_f = choose(fixed_twin(twin, m.to_frame().T), "fixed-γ SD on the default draft")
-        online, why_o = choose(twin[_spec(ONLINE, twin)], "online SD on the default draft")
         n_fit = int((excluded["cell_id"] == m["cell_id"]).sum()) if excluded is not None and len(excluded) else 0
-        notes.append(f"{m['pair']} ({m['dataset']}): twin {twin['pair'].iloc[0] if len(twin) else 'none'}; "
-                     f"{n_fit} fit-phase prompt(s) of the selection cell excluded")
-        for label, cell, why in ((f"{target} (w/o draft selection)", online, why_o),
-                                 (f"{target} (w/ draft selection)", m.to_frame().T, "")):
-            v, lo, hi, n, src = paired(records, cell, fixed, **boot)
-            with_sel = "w/ draft" in label
-            paper = pv.ADAPTIVE_TABLE3.get((target, with_sel), {}).get(
+        col = (str(m["dataset"]), str(m["gpu"]))
+        per_draft = []
+        for draft, twin in single_draft_cells(summary, m).items():
+            online, why_o = choose(twin[_spec(ONLINE, twin)], f"online SD on {draft}")
+            fixed, why_f = choose(fixed_twin(twin, m.to_frame().T), f"fixed-γ SD on {draft}")
+            per_draft.append((draft, *paired(recs, online, fixed, **boot), why_o or why_f))
+        ok = [d for d in per_draft if np.isfinite(d[1])]
+        best = max(ok, key=lambda d: d[1]) if ok else None
+        notes.append(f"{m['pair']} ({m['dataset']}, {m['gpu']}): {n_fit} fit-phase prompt(s) excluded from both rows; "
+                     "SPS per single draft: " + (", ".join(f"{d[0]} {percent(d[1], d[2], d[3])} (n={d[4]})" if
+                                                           np.isfinite(d[1]) else f"{d[0]} n/a ({d[6] or 'no prompts'})"
+                                                           for d in per_draft) or "no single-draft cells"))
+        fixed_default, why_fd = choose(fixed_twin(default_twin(summary, m), m.to_frame().T), "fixed-γ SD, default draft")
+        rows = ((f"{target} (w/o draft selection)", best, "no single-draft SPS (notes)"),
+                (f"{target} (w/ draft selection)", (None, *paired(recs, m.to_frame().T, fixed_default, **boot), ""),
+                 why_fd))
+        for label, est, why in rows:
+            v = est[1] if est is not None else np.nan
+            paper = pv.ADAPTIVE_TABLE3.get((target, "w/ draft" in label), {}).get(
                 (pv.paper_dataset("adaptive", m["dataset"]), pv.paper_gpu(m["gpu"])))
-            text = f"{percent(v, lo, hi)} (n={n})" if np.isfinite(v) else f"n/a: {why or why_f or 'no common prompts'}"
-            entries.append(Entry((label,), (str(m["dataset"]), str(m["gpu"])), v, text, src,
+            text = f"{percent(v, est[2], est[3])} (n={est[4]}" + (f", {est[0]})" if est[0] else ")") \
+                if np.isfinite(v) else f"n/a: {why or 'no common prompts'}"
+            entries.append(Entry((label,), col, v, text, est[5] if est is not None else (),
                                  f"{paper} ({pv.paper_gpu(m['gpu'])})" if paper else ""))
     return assemble("adaptive.table3", "Adaptive Table 3: throughput improvement over speculative decoding, without and "
-                    "with draft selection", "Both rows against fixed-γ SD on the default draft, paired by prompt over "
-                    "the prompts both measured (the selection cell's fit phase excluded).", entries, ["target model"],
-                    ["dataset", "gpu"], notes=notes)
+                    "with draft selection", "w/o: the better single draft's SPS (the online policy over fixed γ on that "
+                    "draft; the paper's definition); w/: the selection cell over fixed-γ SD on the default draft. Both "
+                    "paired by prompt over the prompts the selection cell measured (its fit phase excluded from both).",
+                    entries, ["target model"], ["dataset", "gpu"], notes=notes)
 
 
 def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
@@ -137,3 +165,59 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
     return assemble("adaptive.policies", "Adaptive App. C.2 (Figs. 6-7): γ policies compared",
                     f"Throughput (ratio of totals), acceptance rate (accepted ÷ draft positions) and throughput over "
                     f"the fixed-γ cell, paired by prompt. {common}.", entries, ["block", "γ policy"], ["measure"])
+
+
+SPECDECPP = MethodSpec.parse("sd[gamma_policy=specdecpp]")
+EAGLE_FIXED, EAGLE_ADAPTIVE = MethodSpec.parse("eagle2[gamma_policy=fixed]"), MethodSpec.parse("eagle2[gamma_policy=online]")
+
+
+def _ratio_entries(records, row, gpu, cells: dict, columns, paper: dict, **boot) -> list[Entry]:
+    """Entries ``(row, (gpu, header))`` of paired speed-ups: ``columns`` = ((header, a, b), ...) naming cells."""
+    out = []
+    for header, a, b in columns:
+        (ra, wa), (rb, wb) = cells[a], cells[b]
+        v, lo, hi, n, src = paired(records, ra, rb, **boot)
+        text = times(v, lo, hi) if np.isfinite(v) else f"n/a: {wa or wb or 'no common prompts'}"
+        out.append(Entry(row, (str(gpu), header), v, text, src, paper.get(header, ""), True))
+    return out
+
+
+def table4(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Table 4: SpecDec++ (each threshold a row) and the online policy, speed-ups over AR, and ours over each."""
+    entries = []
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if _spec(SPECDECPP, g).any()]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            base = {"AR": choose(gg[_spec(AR, gg)], "AR"), "ours": choose(gg[_spec(ONLINE, gg)], "online")}
+            spp = gg[_spec(SPECDECPP, gg)]
+            for t, gt in spp.groupby(spp.get("param.threshold", pd.Series("", index=spp.index)), sort=True):
+                cells = {**base, "it": choose(gt, "SpecDec++")}
+                entries += _ratio_entries(records, (names[key], f"SpecDec++ (threshold {t:g})"), gpu, cells,
+                                          (("× AR", "it", "AR"), ("ours ÷ it", "ours", "it")), {}, **boot)
+            entries += _ratio_entries(records, (names[key], "ours (online)"), gpu, base, (("× AR", "ours", "AR"),),
+                                      {}, **boot)
+    return assemble("adaptive.table4", "Adaptive Table 4: SpecDec++ against the online window (tokens/s speed-ups)",
+                    f"× AR: throughput over autoregressive decoding; ours ÷ it: the online policy over that SpecDec++ "
+                    f"setting; ratio of totals [95 % bootstrap CI over prompts], paired by prompt. {common}.",
+                    entries, ["block", "method"], ["gpu", "measure"])
+
+
+def table8(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Table 8 (App. C.4): EAGLE-2 at its fixed depth and with adaptive depth (the online policy), over AR."""
+    entries = []
+    found = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "regime"], laid_out=["gpu"])
+             if _spec(EAGLE_ADAPTIVE, g).any() or _spec(EAGLE_FIXED, g).any()]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
+    for key, g in found:
+        for gpu, gg in g.groupby("gpu", sort=False):
+            cells = {"AR": choose(gg[_spec(AR, gg)], "AR"), "fixed": choose(gg[_spec(EAGLE_FIXED, gg)], "EAGLE-2"),
+                     "adaptive": choose(gg[_spec(EAGLE_ADAPTIVE, gg)], "EAGLE-2 adaptive depth")}
+            entries += _ratio_entries(records, (names[key],), gpu, cells, (
+                ("EAGLE-2 × AR", "fixed", "AR"), ("adaptive depth × AR", "adaptive", "AR"),
+                ("adaptive ÷ EAGLE-2", "adaptive", "fixed")), {}, **boot)
+    return assemble("adaptive.table8", "Adaptive Table 8: adaptive speculation improving EAGLE-2 (adaptive depth)",
+                    "EAGLE-2 at its fixed depth and with the online policy choosing the tree's depth, over AR on the "
+                    f"same prompts; ratio of totals [95 % bootstrap CI over prompts]. {common}.", entries,
+                    ["pair · dataset"], ["gpu", "measure"])

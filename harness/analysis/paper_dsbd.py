@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from harness.analysis import pareto
 from harness.analysis import paper_values as pv
-from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, block_rows, blocks, choose,
-                                    column_entry)
+from harness.analysis.paper import (LOSSY_MARK, LOSSY_NOTE, Entry, PaperTable, assemble, block_names, block_rows,
+                                    blocks, choose, column_entry, contextualise, lossy, mark)
 from harness.analysis.quality import PPL, primary
 from harness.analysis.specs import MethodSpec
 
@@ -45,6 +46,24 @@ def grid_cells(summary: pd.DataFrame) -> pd.DataFrame:
             rows = rows[pd.to_numeric(rows["param.width"], errors="coerce") <= 4]
         out.append(rows.assign(grid_role=role))
     return pd.concat(out) if out else summary.iloc[0:0]
+
+
+def front_masks(grid: pd.DataFrame, quality: str, higher: bool, cost: str) -> dict[str, tuple[pd.Series, str]]:
+    """The §4.2 figure's lines: {"DSBD front": (mask, "-"), "beam sampling": (mask, "--")} over ``grid``
+    (:func:`grid_cells`), one Pareto front per pair × dataset × gpu × regime (and any other setting that varies:
+    :func:`~harness.analysis.paper.blocks`) — a faster pair never takes the front of another pair's points."""
+    out = {}
+    for name, role, style in (("DSBD front", "DSBD", "-"), ("beam sampling", "beam sampling", "--")):
+        mask = pd.Series(False, index=grid.index)
+        for _, g in blocks(grid):
+            fam = g[g["grid_role"] == role]
+            if len(fam) and role == "DSBD":
+                on = pareto.pareto_mask(fam[cost], fam[quality], pareto.COSTS[cost], higher)
+                mask[fam.index[on]] = True
+            elif len(fam):
+                mask[fam.index] = True
+        out[name] = (mask, style)
+    return out
 
 
 def select_constrained(dsbd: pd.DataFrame, quality: str, higher: bool, spd: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -85,6 +104,7 @@ def _constrained(summary: pd.DataFrame, key: tuple):
 
 def table1(summary: pd.DataFrame) -> PaperTable:
     """Table 1 (000) / Table 2 (001): comparison under memory constraints."""
+    summary = contextualise(summary)
     entries, rules, found = [], [], blocks(summary[CONSTRAINED.mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
@@ -94,18 +114,24 @@ def table1(summary: pd.DataFrame) -> PaperTable:
             (PPL, "PPL", False, 1), ("tokens_per_s", "tokens/s", True, 2), ("j_per_token", "J/token", False, 3))
         for role, spec in TABLE1_ROLES:
             rows, why = (chosen, "") if role == "DSBD" else choose(g[spec.mask(g)], role)
-            label = f"DSBD ({chosen['label'].iloc[0]})" if role == "DSBD" and not chosen.empty else role
+            label = f"{mark(role, rows)} ({str(chosen['label'].iloc[0]).removesuffix(LOSSY_MARK)})" \
+                if role == "DSBD" and not chosen.empty else mark(role, rows)
             for col, header, hib, i in cols:
                 entries.append(column_entry(rows, col, (names[key], label), (header,), hib,
                                             _paper(pv.DSBD_TABLE1, key[0], key[1], role, i), why))
     return assemble("dsbd.table1", "DSBD Table 1 (000) = Table 2 (001): comparison under memory constraints",
                     f"Each method keeps one KV-cache sequence (§4.3). {common}. Bold: best per column in each block.",
-                    entries, ["block", "method"], ["measure"], notes=rules)
+                    entries, ["block", "method"], ["measure"], notes=rules + _lossy_note(entries))
+
+
+def _lossy_note(entries) -> list[str]:
+    return [LOSSY_NOTE] if any(LOSSY_MARK in str(e.row[1]) for e in entries) else []
 
 
 def mtbench_table(summary: pd.DataFrame) -> PaperTable:
     """Table 1 (001): SpecInfer, beam sampling W = 5 and DSBD, in every block with a W = 5 beam cell."""
     entries, notes = [], []
+    summary = contextualise(summary)
     found = blocks(summary[MTBENCH_ROLES[1][1].mask(summary)])
     names, common = block_names([k for k, _ in found])
     for key, _ in found:
@@ -120,12 +146,13 @@ def mtbench_table(summary: pd.DataFrame) -> PaperTable:
                                                    ("j_per_token", "J/token", False))):
                 vals = pv.DSBD_MTBENCH.get(pv.paper_pair("dsbd", key[0]), {}).get(role) \
                     if pv.paper_dataset("dsbd", key[1]) == "MT-Bench" else None
-                e = column_entry(rows, col, (names[key], role), (header,), hib, f"{vals[i]} (L40)" if vals else "", why=why)
+                e = column_entry(rows, col, (names[key], mark(role, rows)), (header,), hib,
+                                 f"{vals[i]} (L40)" if vals else "", why=why)
                 entries.append(e)
     return assemble("dsbd.mtbench", "DSBD Table 1 (001): MT-Bench with SpecInfer, beam sampling (W = 5) and DSBD",
                     f"DSBD keeps one KV-cache sequence (001 §4.3). {common}. The paper's score is GPT-4's; ours is the "
                     "task's primary metric (the judge's mt_bench_score where judged, else perplexity).",
-                    entries, ["block", "method"], ["measure"], notes=notes)
+                    entries, ["block", "method"], ["measure"], notes=notes + _lossy_note(entries))
 
 
 def iso_table(iso: pd.DataFrame) -> PaperTable:
@@ -188,3 +215,30 @@ def _rho(x, y) -> str:
         return "n/a (constant)"
     rho = sps.spearmanr(xs, ys).statistic
     return f"{rho:+.2f} (n={int(ok.sum())})"
+
+
+SWEEPS = {"threshold": ("dsbd.fig8", "DSBD Fig. 8: dynamic width threshold t", "t"),
+          "draft_width": ("dsbd.fig9", "DSBD Fig. 9: draft width W_S", "W_S")}
+
+
+def sweep_table(summary: pd.DataFrame, records: pd.DataFrame, param: str) -> PaperTable:
+    """Figs. 8 (t ∈ {0.7, 0.9}) and 9 (W_S ∈ 2..6): every unconstrained DSBD setting of a block, grouped by the
+    swept parameter (rows: its value, then the setting's other parameters), with quality, tokens/s, J/token."""
+    key, title, symbol = SWEEPS[param]
+    ds = summary[GRID["DSBD"].mask(summary)]
+    found = [(k, g) for k, g in blocks(ds) if f"param.{param}" in g and g[f"param.{param}"].nunique() > 1]
+    names, common = block_names([k for k, _ in found])
+    entries, notes = [], []
+    others = [c for c in ("param.gamma", "param.draft_width", "param.threshold", "param.min_width") if c != f"param.{param}"]
+    for bkey, g in found:
+        prim = primary(g, records)
+        notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
+        for _, cell in g.sort_values([f"param.{param}", *[o for o in others if o in g]]).iterrows():
+            rest = ", ".join(f"{o[6:]} {cell[o]:g}" for o in others if o in g and pd.notna(cell[o]))
+            row = (names[bkey], f"{symbol} = {cell[f'param.{param}']:g}", rest)
+            for col, header, hib in ((prim.column, prim.name, prim.higher_is_better), ("tokens_per_s", "tokens/s", True),
+                                     ("j_per_token", "J/token", False)):
+                entries.append(column_entry(g[g["cell_id"] == cell["cell_id"]], col, row, (header,), None))
+    return assemble(key, title + LOSSY_MARK * bool(len(ds) and lossy(ds)), f"Unconstrained DSBD (the §4.2 grid), "
+                    f"every setting of the block, grouped by {symbol}. {common}.", entries,
+                    ["block", symbol, "other parameters"], ["measure"], notes=notes)

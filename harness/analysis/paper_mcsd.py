@@ -19,16 +19,25 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
-from harness.analysis.paper import Entry, PaperTable, assemble, choose, column_entry
+from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, column_entry, paired, times,
+                                    contextualise, lossy, mark, same_group, LOSSY_MARK, LOSSY_NOTE)
 from harness.analysis.quality import primary
 from harness.analysis.specs import MethodSpec
 
-T2 = (("Baseline SD", "γ = 4", "sd[gamma=4]"), ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
+T2 = (("Baseline SD", "γ = 4", "sd[gamma=4,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
       ("Our method", "2 × 4 × 3 × 1 × 1", "mcsd_target_init[k_config=[2,4,3,1,1]]"))
-T3 = (("Baseline SD", "γ = 5", "sd[gamma=5]"), ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
+T3 = (("Baseline SD", "γ = 5", "sd[gamma=5,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
       ("Our method", "D = 5, W = 16", "mcsd_target_init[k_config=[16,1,1,1,1,1]]"))
 OURS_DYNAMIC = MethodSpec.parse(T3[2][2])
 PAPER_KEY = {"Baseline SD": "SD", "MCSD": "MCSD", "Our method": "ours"}
+
+
+ALPHA_NOTE = ("α of the target-initialised tree is a best-of-n_t statistic: each round keeps the root whose path "
+              "the target accepts longest, so α near 1 (bold) does not mean the draft matches the target — it is "
+              "bought with a biased output distribution (§3.1); its output quality stands beside it.")
+#: mcsd_target_init's root rule under greedy decoding: the target's argmax (one root, exact) or the paper's
+#: top-n_t tokens (several roots, lossy: :mod:`harness.decoders.mcsd_target_init`)
+GREEDY_ROOTS = "greedy_roots"
 
 
 def _temperature(regime: str) -> float | None:
@@ -40,6 +49,11 @@ def _temperature(regime: str) -> float | None:
     return None
 
 
+def _plain(regime: str) -> bool:
+    """The paper's warp: the temperature alone (no top-k, no top-p)."""
+    return regime == "greedy" or str(regime).endswith("top-k off · top-p off")
+
+
 def _names(cells: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Target and draft names per cell: the paper's where the pair is one of its pairs, else the model ids."""
     target, draft = [], []
@@ -47,28 +61,47 @@ def _names(cells: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         names = pv.paper_pair("mcsd", c["pair"])
         target.append(names[0] if names else str(c.get("pair_target") or c["pair"]))
         draft.append(names[1] if names else str(c.get("pair_draft") or c["pair"]))
-    return pd.Series(target, index=cells.index), pd.Series(draft, index=cells.index)
+    return pd.Series(target, index=cells.index, dtype=object), pd.Series(draft, index=cells.index, dtype=object)
 
 
-def _alpha_table(summary: pd.DataFrame, roles, temperature: float, key: str, title: str, paper: dict) -> PaperTable:
-    s = summary[summary["regime"].map(_temperature) == temperature]
+def _with_names(s: pd.DataFrame) -> pd.DataFrame:
     target, draft = _names(s)
-    s = s.assign(target=target, draft=draft)
-    entries = []
-    for (dataset, gpu), g in s.groupby(["dataset", "gpu"], sort=False):
+    return s.assign(target=target, draft=draft)
+
+
+def _quality_entry(rows, prim, row, col, why) -> Entry:
+    return column_entry(rows, prim.column, row, col, None, why=why)
+
+
+def _alpha_table(summary: pd.DataFrame, roles, temperature: float, key: str, title: str, paper: dict,
+                 records: pd.DataFrame | None = None, quality: bool = False) -> PaperTable:
+    s = _with_names(summary[summary["regime"].map(_temperature) == temperature])
+    entries, notes, any_lossy = [], [], False
+    found = blocks(s, ["dataset", "gpu", "regime", "draft"], laid_out=["pair"])
+    names, common = block_names([k for k, _ in found], ["dataset", "gpu", "regime", "draft"])
+    for bkey, g in found:
+        prim = primary(g, records)
+        if quality:
+            notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
         for role, config, spec_text in roles:
             spec = MethodSpec.parse(spec_text)
             for tgt, gt in g.groupby("target", sort=False):
                 rows, why = choose(gt[spec.mask(gt)], role)
-                vals = paper.get(pv.paper_dataset("mcsd", dataset), {}).get(PAPER_KEY[role])
+                any_lossy |= lossy(rows)
+                vals = paper.get(pv.paper_dataset("mcsd", bkey[0]), {}).get(PAPER_KEY[role])
                 col = ("Llama 2-7B Chat", "Vicuna-7B").index(tgt) if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else None
-                comparable = vals and col is not None and set(gt["draft"]) == {"Llama-68M"}
-                e = column_entry(rows, "acceptance_rate", (f"{dataset} · {gpu}", role, config), (tgt,), True,
-                                 f"{vals[col]} (RTX 4090)" if comparable else "", why=why)
-                entries.append(e)
-    return assemble(key, title, "α: accepted ÷ draft positions, pooled over rounds [95 % bootstrap CI over prompts]; "
-                    f"temperature {temperature:g}; columns: target models. Bold: best per column in each dataset.",
-                    entries, ["dataset", "method", "configuration"], ["target"])
+                comparable = vals and col is not None and bkey[3] == "Llama-68M" and _plain(bkey[2])
+                row = (names[bkey], mark(role, rows), config)
+                column = (tgt, "α") if quality else (tgt,)
+                entries.append(column_entry(rows, "acceptance_rate", row, column, True,
+                                            f"{vals[col]} (RTX 4090)" if comparable else "", why=why))
+                if quality:
+                    entries.append(_quality_entry(rows, prim, row, (tgt, prim.name), why))
+    notes += [ALPHA_NOTE] * quality + [LOSSY_NOTE] * any_lossy
+    return assemble(key, title, f"α: accepted ÷ draft positions, pooled over rounds [95 % bootstrap CI over prompts]; "
+                    f"temperature {temperature:g}; columns: target models. {common}. Bold: best per column in each "
+                    "block.", entries, ["block", "method", "configuration"], ["target", "measure"] if quality else
+                    ["target"], notes=notes)
 
 
 def table2(summary: pd.DataFrame) -> PaperTable:
@@ -76,30 +109,33 @@ def table2(summary: pd.DataFrame) -> PaperTable:
                         "configurations)", pv.MCSD_TABLE2)
 
 
-def table3(summary: pd.DataFrame) -> PaperTable:
-    return _alpha_table(summary, T3, 1.0, "mcsd.table3", "MCSD Table 3: acceptance rate α at temperature 1 (D = 5)",
-                        pv.MCSD_TABLE3)
+def table3(summary: pd.DataFrame, records: pd.DataFrame | None = None) -> PaperTable:
+    return _alpha_table(summary, T3, 1.0, "mcsd.table3", "MCSD Table 3: acceptance rate α at temperature 1 (D = 5), "
+                        "with the output quality beside it", pv.MCSD_TABLE3, records, quality=True)
 
 
 def ordering_table(t2: PaperTable) -> PaperTable:
-    """Table 2's α ordering: per dataset and target, whether SD < MCSD < ours holds (the paper: in every entry)."""
+    """Table 2's α ordering: per block and target, whether SD < MCSD < ours holds (the paper: in every entry)."""
     entries = []
     if t2.empty:
         return assemble("mcsd.ordering", "MCSD Table 2: α ordering", "", [], ["dataset"], ["target"])
-    for dataset in t2.text.index.get_level_values(0).unique():
+    for block in t2.text.index.get_level_values(0).unique():
+        sub = t2.text.loc[block]
         for tgt in t2.text.columns:
-            vals = [_value(t2.text.loc[(dataset, role, config), tgt]) for role, config, _ in T2]
-            srcs = [s for role, config, _ in T2 for s in str(t2.sources.loc[(dataset, role, config), tgt]).split(",") if s]
-            if any(not np.isfinite(v) for v in vals):
+            found = [(r, sub.loc[r, tgt]) for role, config, _ in T2 for r in sub.index if r[0].removesuffix(
+                LOSSY_MARK) == role and r[1] == config]
+            vals = [_value(t) for _, t in found]
+            srcs = [x for r, _ in found for x in str(t2.sources.loc[(block, *r), tgt]).split(",") if x]
+            if len(vals) != 3 or any(not np.isfinite(v) for v in vals):
                 text = "n/a (an α is missing)"
             else:
                 holds = vals[0] < vals[1] < vals[2]
                 text = ("yes: " if holds else "no: ") + " < ".join(f"{v:.3g}" for v in vals)
             paper = "yes (RTX 4090)" if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else ""
-            entries.append(Entry((dataset,), (tgt,), np.nan, text, tuple(srcs), paper))
+            entries.append(Entry((block,), (tgt,), np.nan, text, tuple(srcs), paper))
     return assemble("mcsd.ordering", "MCSD Table 2: does α order SD < MCSD < our method?",
                     "Point estimates of Table 2 (SD γ 4, MCSD 4×2×2×1, ours 2×4×3×1×1; T 0.7). The paper: yes in every "
-                    "entry.", entries, ["dataset"], ["target"])
+                    "entry.", entries, ["block"], ["target"])
 
 
 def _value(text: str) -> float:
@@ -109,51 +145,117 @@ def _value(text: str) -> float:
         return np.nan
 
 
-def table4(summary: pd.DataFrame) -> PaperTable:
-    """Table 4: α of our method (D 5, W 16) at T 0 and 1, per dataset, draft and target."""
-    s = summary[OURS_DYNAMIC.mask(summary)]
-    target, draft = _names(s)
-    s = s.assign(target=target, draft=draft, temp=s["regime"].map(_temperature))
-    entries = []
-    for (dataset, dr, temp), g in s.groupby(["dataset", "draft", "temp"], sort=False):
-        for tgt, gt in g.groupby("target", sort=False):
-            rows, why = choose(gt, "our method")
-            vals = pv.MCSD_TABLE4.get((pv.paper_dataset("mcsd", dataset), dr, int(temp)))
-            col = ("Llama 2-7B Chat", "Vicuna-7B").index(tgt) if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else None
-            e = column_entry(rows, "acceptance_rate", (dataset, dr, f"{temp:g}"), (tgt,), None,
-                             f"{vals[col]} (RTX 4090)" if vals and col is not None else "", why=why)
-            entries.append(e)
+def _temp_row(cells: pd.DataFrame) -> str:
+    """Table 4's row: the temperature (the paper's warp), else the whole regime; under greedy, the root rule."""
+    regime = str(cells["regime"].iloc[0])
+    text = f"{_temperature(regime):g}" if _plain(regime) else regime
+    roots = cells.get(f"param.{GREEDY_ROOTS}", pd.Series(dtype=object)).dropna()
+    if regime == "greedy":
+        top = len(roots) and str(roots.iloc[0]) == "top_nt"
+        text += " (target's top-n_t roots, the paper's)" if top else " (one root: the target's argmax)"
+    return text
+
+
+def table4(summary: pd.DataFrame, records: pd.DataFrame | None = None) -> PaperTable:
+    """Table 4: α of our method (D 5, W 16) at T 0 and 1 (under greedy: one row per root rule), per dataset,
+    gpu, draft and target, with the output quality beside it."""
+    s = _with_names(summary[OURS_DYNAMIC.mask(summary)])
+    found = blocks(s, ["dataset", "gpu", "draft"], laid_out=["pair", "regime"])
+    names, common = block_names([k for k, _ in found], ["dataset", "gpu", "draft"])
+    entries, notes, any_lossy = [], [], False
+    for bkey, g in found:
+        prim = primary(summary[summary["dataset"] == bkey[0]], records)
+        notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
+        by_row = g.groupby(["regime", g.get(f"param.{GREEDY_ROOTS}", pd.Series("", index=g.index)).fillna("")],
+                           sort=False)
+        for (regime, _), gr in sorted(by_row, key=lambda x: (_temperature(x[0][0]) or 0, str(x[0][1]))):
+            temp = _temperature(regime)
+            for tgt, gt in gr.groupby("target", sort=False):
+                rows, why = choose(gt, "our method")
+                any_lossy |= lossy(rows)
+                row = (names[bkey], mark(_temp_row(gt), rows))
+                vals = pv.MCSD_TABLE4.get((pv.paper_dataset("mcsd", bkey[0]), bkey[2], int(temp or 0)))
+                col = ("Llama 2-7B Chat", "Vicuna-7B").index(tgt) if tgt in ("Llama 2-7B Chat", "Vicuna-7B") else None
+                comparable = vals and col is not None and _plain(regime) and (
+                    temp != 0 or str(gt.get(f"param.{GREEDY_ROOTS}", pd.Series(["top_nt"])).iloc[0]) == "top_nt")
+                entries.append(column_entry(rows, "acceptance_rate", row, (tgt, "α"), None,
+                                            f"{vals[col]} (RTX 4090)" if comparable else "", why=why))
+                entries.append(_quality_entry(rows, prim, row, (tgt, prim.name), why))
+    notes += [ALPHA_NOTE, "T 0: with the target's argmax as the only root, the tree is one chain and the output is "
+              "greedy (lossless); the paper's T 0 figures need several roots — the target's top-n_t tokens "
+              "(mcsd_target_init greedy_roots=top_nt, lossy †: a non-argmax root may win)."] + [LOSSY_NOTE] * any_lossy
     return assemble("mcsd.table4", "MCSD Table 4: acceptance rates of our method (D = 5, W = 16) at temperature 0 and 1",
-                    "Our method: mcsd_target_init k_config (16,1,1,1,1,1); under greedy decoding the sixteen roots are "
-                    "one.", entries, ["dataset", "draft", "temp"], ["target"])
+                    f"Our method: mcsd_target_init k_config (16,1,1,1,1,1). {common}.", entries, ["block", "temperature"],
+                    ["target", "measure"], notes=notes)
 
 
 def table1(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
     """Table 1: quality of the target-initialised tree with n_t = 2, 3 roots at T 0.7, and its change from AR."""
-    s = summary[summary["regime"].map(_temperature) == 0.7]
-    target, draft = _names(s)
-    s = s.assign(target=target, draft=draft)
+    s = _with_names(summary[summary["regime"].map(_temperature) == 0.7])
     ti = s[MethodSpec.parse("mcsd_target_init").mask(s)]
     ti = ti.assign(n_t=ti["param.k_config"].map(lambda k: json.loads(k)[0] if isinstance(k, str) else None))
     ti = ti[ti["param.k_config"].map(lambda k: isinstance(k, str) and json.loads(k)[1:] == [4, 3, 1, 1])]
-    entries, notes = [], []
-    for (dataset, gpu, tgt), g in ti.groupby(["dataset", "gpu", "target"], sort=False):
-        prim = primary(s[s["dataset"] == dataset], records)
-        notes.append(f"{dataset}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
+    s = contextualise(s, ["dataset", "gpu", "regime", "target"], laid_out=["pair"])
+    ti = s.loc[ti.index].assign(n_t=ti["n_t"])
+    entries, notes, any_lossy = [], [], False
+    found = blocks(ti, ["dataset", "gpu", "regime", "target"])
+    names, common = block_names([k for k, _ in found], ["dataset", "gpu", "regime", "target"])
+    for bkey, g in found:
+        prim = primary(s[s["dataset"] == bkey[0]], records)
+        notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
         for (n_t, dr), gn in sorted(g.groupby(["n_t", "draft"], sort=False), key=lambda x: x[0]):
             rows, why = choose(gn, f"n_t={n_t}")
-            ar = s[MethodSpec.parse("ar_sampling").mask(s) & (s["dataset"] == dataset) & (s["gpu"] == gpu)
-                   & (s["draft"] == dr) & (s["target"] == tgt)]
-            e = column_entry(rows, prim.column, (f"{dataset} · {tgt}", int(n_t)), (dr,), prim.higher_is_better,
-                             why=why)
+            any_lossy |= lossy(rows)
+            ar = same_group(s, gn.iloc[0])
+            ar = ar[MethodSpec.parse("ar_sampling").mask(ar)]
+            e = column_entry(rows, prim.column, (names[bkey], int(n_t)), (dr,), prim.higher_is_better, why=why)
             if not why and not ar.empty and np.isfinite(e.value):
                 e.text += f" ({e.value - ar[prim.column].mean():+.3g} vs AR)"
                 e.sources += tuple(ar["cell_id"])
-            vals = pv.MCSD_TABLE1.get(int(n_t), {}).get(dr) if pv.paper_dataset("mcsd", dataset) == "MT-Bench" and \
-                tgt == "Llama 2-7B Chat" else None
+            vals = pv.MCSD_TABLE1.get(int(n_t), {}).get(dr) if pv.paper_dataset("mcsd", bkey[0]) == "MT-Bench" and \
+                bkey[3] == "Llama 2-7B Chat" and _plain(bkey[2]) else None
             e.paper = f"{vals} (RTX 4090)" if vals else ""
             entries.append(e)
-    return assemble("mcsd.table1", "MCSD Table 1: quality of target-initialised multi-candidate selection (T 0.7)",
-                    "Rows: target-initialised width n_t (k_config (n_t,4,3,1,1)); columns: drafts; in brackets the "
-                    "change from AR sampling at the same temperature (the paper: AR Llama-2-7B scores 6.29).",
-                    entries, ["dataset · target", "n_t"], ["draft"], notes=notes)
+    return assemble("mcsd.table1", "MCSD Table 1: quality of target-initialised multi-candidate selection (T 0.7)" +
+                    LOSSY_MARK * any_lossy, "Rows: target-initialised width n_t (k_config (n_t,4,3,1,1)); columns: "
+                    "drafts; in brackets the change from AR sampling in the same comparison group (the paper: AR "
+                    f"Llama-2-7B scores 6.29). {common}.", entries, ["block", "n_t"], ["draft"],
+                    notes=notes + [LOSSY_NOTE] * any_lossy)
+
+
+AR_SAMPLING, AR_GREEDY = MethodSpec.parse("ar_sampling"), MethodSpec.parse("ar_greedy")
+FORK = MethodSpec.parse("mcsd_dynamic")
+
+
+def _speedups(summary: pd.DataFrame, records: pd.DataFrame, roles, temperature: float, key: str, title: str,
+              **boot) -> PaperTable:
+    """Speed-ups over AR (vanilla decoding in the same comparison group: same pair, dataset, prompts, warp), paired
+    by prompt, per dataset and pair (the paper's "draft + target" bars), one column per method."""
+    s = _with_names(summary[summary["regime"].map(_temperature) == temperature])
+    entries, any_lossy = [], False
+    found = blocks(s, ["dataset", "pair", "gpu", "regime"])
+    names, common = block_names([k for k, _ in found], ["dataset", "pair", "gpu", "regime"])
+    for bkey, g in found:
+        ar, why_ar = choose(g[(AR_GREEDY if temperature == 0 else AR_SAMPLING).mask(g)], "AR")
+        label = f"{g['draft'].iloc[0]} + {g['target'].iloc[0]}"
+        for role, config, spec_text in roles:
+            rows, why = choose(g[MethodSpec.parse(spec_text).mask(g)], role)
+            any_lossy |= lossy(rows)
+            v, lo, hi, n, src = paired(records, rows, ar, **boot)
+            text = times(v, lo, hi) if np.isfinite(v) else f"n/a: {why or why_ar or 'no common prompts'}"
+            entries.append(Entry((names[bkey], label), (f"{mark(role, rows)} ({config})",), v, text, src, "", True))
+    return assemble(key, title, "Throughput over AR decoding at the same temperature (vanilla inference), ratio of "
+                    f"totals [95 % bootstrap CI over prompts], paired by prompt. {common}.", entries,
+                    ["block", "draft + target"], ["method"], notes=[LOSSY_NOTE] * any_lossy)
+
+
+def fig3(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Fig. 3: speed-ups over AR at T 0.7 with the static configurations of Table 2."""
+    return _speedups(summary, records, T2, 0.7, "mcsd.fig3", "MCSD Fig. 3: speed-ups over AR at temperature 0.7 "
+                     "(static configurations)", **boot)
+
+
+def fig5(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
+    """Fig. 5: speed-ups over AR at T 1 with the dynamic setting of Table 3 (D 5, W 16)."""
+    return _speedups(summary, records, T3, 1.0, "mcsd.fig5", "MCSD Fig. 5: speed-ups over AR at temperature 1 "
+                     "(dynamic setting, D = 5, W = 16)", **boot)

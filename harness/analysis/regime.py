@@ -3,9 +3,9 @@
 * The **regime** is the decoding with its warp: ``greedy``, or ``T 1 · top-k 20 · top-p 0.9``. Methods are
   compared, ranked and drawn only within one regime (a greedy method is never on a sampling front).
 * The **comparison key** of a cell is every setting of its stored config that defines the measurement
-  (:func:`harness.config.identity.identity_config`: result-neutral keys dropped) except the method's own node —
-  pair, dataset and its prompt selection, ``max_new_tokens``, the decoding's warp, gpu, seed, the runner's
-  and the energy protocol's settings — plus the regime. Two cells are comparable (a method and its
+  (:func:`harness.config.identity.comparison_config`: result-neutral keys dropped) except the method's side
+  (the method, its γ policy and draft selection) — pair, dataset and its prompt selection, ``max_new_tokens``,
+  the decoding's warp, gpu, seed, the runner's and the energy protocol's settings — plus the regime. Two cells are comparable (a method and its
   baseline, the points of one front) only when their keys are equal; nothing falls back across settings.
   Summaries written without a config fall back on the identity columns and the regime.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.config.identity import flatten, identity_config
+from harness.config.identity import comparison_config, flatten
 
 GREEDY = "greedy"
 WARP = ("temperature", "top_k", "top_p")
@@ -58,9 +58,7 @@ def comparison_items(summary: dict, cfg: dict, row: dict) -> dict[str, Any]:
     """The flattened settings a comparable cell must share (module docstring)."""
     items: dict[str, Any] = {}
     if cfg:
-        ident = identity_config(cfg, version=1)  # stored configs of any release, compared in one layout
-        ident.pop("method", None)
-        items = {k: v for k, v in flatten(ident).items()}
+        items = dict(flatten(comparison_config(cfg)))  # the method's side (γ policy, draft selection) dropped
     for k in IDENTITY_COLUMNS:
         items.setdefault(k, row.get(k))
     items["regime"] = row.get("regime")

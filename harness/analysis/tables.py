@@ -120,13 +120,21 @@ def cell_row(summary: dict) -> dict:
         return v.get("name") if isinstance(v, dict) else v
 
     row.update({"method_name": method_name, "family": method_name, "method": method_label(method_name, params),
-                "pair": ident("pair"), "dataset": ident("dataset"), "gpu": ident("gpu"), "seed": ident("seed"),
+                "pair": _pair_label(ident("pair"), cfg), "dataset": ident("dataset"), "gpu": ident("gpu"), "seed": ident("seed"),
                 "decoding": infer_decoding(method_name, params, summary.get("decoding")),
                 "interleaved": bool(summary.get("interleaved", False)),
                 "max_new_tokens": summary.get("max_new_tokens", cfg.get("max_new_tokens")),
                 "params_json": json.dumps(params, sort_keys=True, default=str)})
     row.update(_contract_columns(summary, cfg, params, row))
     return row
+
+
+def _pair_label(name, cfg: dict):
+    """The pair's name, with `` [graphs]`` for a cell run in the graphs execution mode (``pair.execution``): the
+    two modes' cells are separate comparisons, each with its own AR baseline, side by side in the report."""
+    pair = cfg.get("pair") if isinstance(cfg.get("pair"), dict) else {}
+    mode = pair.get("execution") or "eager"
+    return name if mode == "eager" or name is None else f"{name} [{mode}]"
 
 
 def _contract_columns(summary: dict, cfg: dict, params: dict, row: dict) -> dict:
@@ -141,6 +149,8 @@ def _contract_columns(summary: dict, cfg: dict, params: dict, row: dict) -> dict
            "regime": regime_label(row["decoding"], warp_of(params, cfg)),
            "energy_source_config": (cfg.get("energy") or {}).get("source") if isinstance(cfg.get("energy"), dict)
            else None,
+           "execution": ((cfg.get("pair") or {}).get("execution") if isinstance(cfg.get("pair"), dict) else None)
+           or "eager",
            "pair_target": (cfg.get("pair") or {}).get("target") if isinstance(cfg.get("pair"), dict) else None,
            "pair_draft": (cfg.get("pair") or {}).get("draft") if isinstance(cfg.get("pair"), dict) else None,
            "pair_drafts": json.dumps((cfg.get("pair") or {}).get("drafts")) if isinstance(cfg.get("pair"), dict)

@@ -63,11 +63,24 @@ ABSENT_WHEN_NULL: dict[str, str] = {
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
                                        "before HF's prompt lookup became an option",
+    "method.greedy_roots": "mcsd_target_init: null = the target's argmax as the one greedy root, what every cell "
+                           "measured before the paper's top-n_t option existed",
     "method.max_matching_ngram_size": "hf_assisted: null = not prompt lookup (or HF's default), as before the key "
                                       "existed",
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
 }
+# dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
+# were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
+ABSENT_WHEN_DEFAULT: dict[str, tuple[Any, str]] = {
+    "pair.execution": ("eager", "eager = transformers' dynamic caches and one launch per op, what every cell measured "
+                                "before the graphs mode existed"),
+}
+#: the top-level config nodes that are the method's side of a comparison: the method itself, the γ policy and the
+#: draft selection (a trained head is a method parameter). Cells that differ only in these are one comparison
+#: group: they run interleaved (:func:`harness.run.cell.interleave_key`) and pair as method and baseline
+#: (:func:`harness.analysis.regime.comparison_items`) -- EAGLE-2 with a γ policy against AR, every policy against AR.
+METHOD_SIDE_KEYS: tuple[str, ...] = ("method", "gamma_policy", "draft_selection")
 HASH_CHARS = 12
 SUMMARY = "summary.json"  # the same name as harness.results.store.SUMMARY (kept free of the store's imports)
 
@@ -108,6 +121,20 @@ def identity_config(cfg: Mapping[str, Any], version: int | None = None) -> dict:
         node = out.get(parent) if parent else out
         if isinstance(node, dict) and last in node and node[last] is None:
             del node[last]
+    for key, (default, _) in ABSENT_WHEN_DEFAULT.items():
+        parent, _, last = key.rpartition(".")
+        node = out.get(parent) if parent else out
+        if isinstance(node, dict) and last in node and node[last] == default:
+            del node[last]
+    return out
+
+
+def comparison_config(cfg: Mapping[str, Any]) -> dict:
+    """The identity config without the method's side (:data:`METHOD_SIDE_KEYS`): what a method and its baseline
+    share (pair, dataset and its prompts, decoding, gpu, seed, runner and energy settings)."""
+    out = identity_config(cfg, version=1)  # stored configs of any identity version, compared in one layout
+    for key in METHOD_SIDE_KEYS:
+        out.pop(key, None)
     return out
 
 

@@ -9,8 +9,12 @@ YAML aliases expand likewise while a file loads. So ``harness`` first (:func:`ch
 * scans the YAML files of user config folders (``--config-dir``, ``--config-path``, ``hydra.searchpath``)
   for alias expansion beyond :data:`MAX_CONFIG_NODES`, before Hydra loads any of them;
 * composes the config as Hydra will (its own argument parser, search path and composition; nothing is
-  instantiated or resolved) and refuses callbacks that are not the harness's own (:data:`OWN_CALLBACKS`)
-  and a config whose resolved size or interpolation depth is beyond the bounds (:func:`config_problems`).
+  instantiated, resolved or logged) and refuses callbacks that are not the harness's own (:data:`OWN_CALLBACKS`),
+  logging configs (``hydra.hydra_logging``, ``hydra.job_logging``: Hydra applies them while it starts, and a
+  handler writes files or runs a ``()`` factory) that are not one of the presets Hydra and the harness ship,
+  a launcher or sweeper that is not one of theirs, any other ``_target_`` (:func:`hydra_problems`), and a config
+  whose resolved size or interpolation depth is beyond the bounds (:func:`config_problems`; a resolver's node
+  arguments, ``${oc.select:a.b}``, count like references).
 
 Each cell's config is bounded the same way before it is resolved (:func:`resolved_container`). A problem
 exits with status 2 having run and written nothing.
@@ -48,11 +52,18 @@ def _lookup(root: Any, path: tuple) -> Any:
     return node
 
 
-def _target(ref: str, where: tuple) -> tuple | None:
-    """The absolute path of a node reference (``a.b``, ``.sibling``, ``..uncle``, ``a[0]``); None for a
-    resolver call (``oc.env:HOME``), which is a leaf here."""
-    if ":" in ref:
-        return None
+def _targets(ref: str, where: tuple, root: Any) -> list[tuple]:
+    """The nodes a reference reads: itself (``a.b``, ``.sibling``, ``..uncle``, ``a[0]``), or for a resolver
+    call (``oc.select:a.b,default``) every argument that names an existing node (``oc.env:HOME``: none)."""
+    if ":" not in ref:
+        return [_target(ref, where)]
+    args = [a.strip().strip("'\"") for a in ref.split(":", 1)[1].split(",")]
+    found = [_target(a, where) for a in args if a and re.fullmatch(r"[\w.\[\]-]+", a)]
+    return [t for t in found if t and _lookup(root, t) is not None]
+
+
+def _target(ref: str, where: tuple) -> tuple:
+    """The absolute path of a node reference (``a.b``, ``.sibling``, ``..uncle``, ``a[0]``)."""
     dots = len(ref) - len(ref.lstrip("."))
     parts = tuple(p for p in re.split(r"[.\[\]]", ref.lstrip(".")) if p)
     if not dots:
@@ -81,8 +92,7 @@ def measure(root: Any) -> tuple[int, int, int]:
         elif isinstance(node, str) and "${" in node:
             parts = [(len(_REF.sub("", node)), 1, 0)]
             for ref in _REF.findall(node):
-                target = _target(ref.strip(), path)
-                if target is not None:
+                for target in _targets(ref.strip(), path, root):
                     size, nodes, depth = visit(_lookup(root, target), target)
                     parts.append((size, nodes, depth + 1))
         else:
@@ -127,9 +137,32 @@ def resolved_container(cfg) -> dict:
 
 # ---- YAML files, before Hydra loads them ---------------------------------------------------------------
 
+def _plain_tag(tag: str) -> bool:
+    return tag.startswith("tag:yaml.org,2002:") and not tag.startswith("tag:yaml.org,2002:python/")
+
+
+def _all_nodes(roots) -> list:
+    """Every node of composed YAML documents, each once (aliases are shared nodes)."""
+    import yaml
+
+    seen, todo, out = set(), [r for r in roots if r is not None], []
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        if isinstance(node, yaml.MappingNode):
+            todo += [x for kv in node.value for x in kv]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += list(node.value)
+    return out
+
+
 def yaml_problems(folder: str | os.PathLike) -> list[str]:
     """YAML files under ``folder`` whose aliases expand beyond :data:`MAX_CONFIG_NODES` (checked on the node
-    graph, each anchored node measured once), or that do not parse (Hydra reports those itself)."""
+    graph, each anchored node measured once) or that carry a Python or custom tag (``!!python/object``: a
+    loader would fail with a traceback, or build objects); files that do not parse: Hydra reports those itself."""
     import yaml
 
     out = []
@@ -151,6 +184,10 @@ def yaml_problems(folder: str | os.PathLike) -> list[str]:
             return memo[id(node)]
 
         total = sum(count(n) for n in nodes if n is not None)
+        tags = sorted({n.tag for n in _all_nodes(nodes) if not _plain_tag(n.tag)})
+        if tags:
+            out.append(f"{path}: YAML tag(s) {', '.join(tags)} are not allowed: a config is plain data (no Python "
+                       "objects, no custom tags)")
         if total > MAX_CONFIG_NODES:
             out.append(f"{path} expands to {total:,} values (YAML aliases repeating each other); the limit is "
                        f"{MAX_CONFIG_NODES:,}")
@@ -189,6 +226,71 @@ def callback_problems(cfg) -> list[str]:
         if name not in (callbacks or {}):
             out.append(f"hydra.callbacks.{name} ({target}) was removed: the harness validates every cell before "
                        "running it. Keep it in your config")
+    return out
+
+
+_SHIPPED_GROUPS = ("hydra/hydra_logging", "hydra/job_logging", "hydra/launcher", "hydra/sweeper")
+
+
+def shipped_presets(conf_dir: str) -> dict[str, list]:
+    """Per group of :data:`_SHIPPED_GROUPS`, the presets Hydra, its plugins and the harness ship (the search
+    path without any user folder): logging configs whole, launchers and sweepers by ``_target_``. Cached."""
+    if conf_dir not in _SHIPPED:
+        from hydra._internal.config_repository import ConfigRepository
+        from hydra._internal.utils import create_config_search_path
+        from omegaconf import OmegaConf
+
+        repo = ConfigRepository(config_search_path=create_config_search_path(conf_dir))
+        out: dict[str, list] = {}
+        for group in _SHIPPED_GROUPS:
+            out[group] = []
+            for option in repo.get_group_options(group):
+                loaded = repo.load_config(f"{group}/{option}")
+                node = OmegaConf.to_container(loaded.config, resolve=False) if loaded and loaded.config else {}
+                out[group].append(node if group.endswith("logging") else node.get("_target_"))
+        _SHIPPED[conf_dir] = out
+    return _SHIPPED[conf_dir]
+
+
+_SHIPPED: dict[str, dict[str, list]] = {}
+
+
+def _targets_in(node: Any, path: str = "") -> list[str]:
+    """Dotted paths of every ``_target_`` key in a plain container (and ``()`` factories of logging configs)."""
+    out = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += [f"{path}{k}"] if k in ("_target_", "()") else _targets_in(v, f"{path}{k}.")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _targets_in(v, f"{path}{i}.")
+    return out
+
+
+def hydra_problems(cfg, conf_dir: str) -> list[str]:
+    """Logging configs, launchers and sweepers that are not shipped presets, and ``_target_`` keys anywhere but the
+    harness's callbacks, launcher and sweeper: Hydra applies or instantiates them before validation runs."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    hydra = plain.get("hydra") or {}
+    shipped, out = shipped_presets(conf_dir), []
+    for key in ("hydra_logging", "job_logging"):
+        if hydra.get(key) not in shipped[f"hydra/{key}"]:
+            out.append(f"hydra.{key} is not one of the logging presets Hydra and the harness ship (Hydra applies it "
+                       f"before anything is validated, and a handler writes files): choose one, e.g. "
+                       f"hydra/{key}=default or hydra/{key}=disabled, and remove hydra.{key} from your config")
+    for key in ("launcher", "sweeper"):
+        target = (hydra.get(key) or {}).get("_target_")
+        if target not in [t for t in shipped[f"hydra/{key}"] if t]:
+            out.append(f"hydra.{key}: '{target}' is not one of the {key}s Hydra and the harness ship "
+                       f"({', '.join(sorted({t for t in shipped[f'hydra/{key}'] if t}))})")
+    allowed = {f"hydra.callbacks.{name}._target_" for name in OWN_CALLBACKS} | {"hydra.launcher._target_",
+                                                                                "hydra.sweeper._target_"}
+    logging_paths = ("hydra.hydra_logging.", "hydra.job_logging.")
+    for where in _targets_in(plain):
+        if where not in allowed and not where.startswith(logging_paths) and not where.startswith("hydra.callbacks."):
+            out.append(f"{where}: the harness instantiates nothing a config names; remove it")
     return out
 
 
@@ -238,7 +340,7 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
 
         known = composition_key_error(f"{e} {e.__cause__ or ''}")
         return [str(known)] if known is not None else []
-    return (callback_problems(cfg) if args.cfg is None else []) + config_problems(cfg)
+    return (callback_problems(cfg) if args.cfg is None else []) + hydra_problems(cfg, conf_dir) + config_problems(cfg)
 
 
 def launcher_problems(overrides: list[str]) -> list[str]:

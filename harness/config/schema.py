@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from harness.errors import ConfigError
 
 MAX_SEED = 2**32 - 1  # prompt seeds are seed * 1000003 + index: far below 2^63 (torch) for any such seed
+MAX_WARMUP_GENERATIONS, MAX_WARMUP_NEW_TOKENS = 100, 4096  # warm-up: a few short generations
 MAX_THREADS = 1024  # torch CPU threads; far beyond any machine's cores (the OS would refuse to create them)
 SCHEMA_NAME = "cell"  # the primary config's schema in the ConfigStore (conf/config.yaml: defaults: - cell)
 
@@ -133,8 +134,8 @@ def _force_problem(force: Any) -> ConfigError | None:
 
 def runner_problems(runner: Mapping[str, Any]) -> list[ConfigError]:
     """Range problems of a ``runner`` node (types are Hydra's, but the Python API takes plain dicts)."""
-    out = [_int_problem("runner.warmup_generations", runner.get("warmup_generations", 1), 0),
-           _int_problem("runner.warmup_new_tokens", runner.get("warmup_new_tokens", 8), 1),
+    out = [_int_problem("runner.warmup_generations", runner.get("warmup_generations", 1), 0, MAX_WARMUP_GENERATIONS),
+           _int_problem("runner.warmup_new_tokens", runner.get("warmup_new_tokens", 8), 1, MAX_WARMUP_NEW_TOKENS),
            _int_problem("runner.threads", runner.get("threads"), 1, MAX_THREADS, "torch's default")]
     valid = {f.name for f in dataclasses.fields(RunnerConfig)}
     out += [ConfigError(f"unknown key. Valid keys: {', '.join(sorted(valid))}", key=f"runner.{k}")

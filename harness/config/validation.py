@@ -253,6 +253,9 @@ def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add,
     if plan.method.needs_draft and not plan.pair.draft:
         add("pair.draft", f"method '{plan.decoder_cls.method}' needs a draft model; pair '{plan.pair.name}' has "
                           "none (set pair.draft)")
+    refusal = plan.decoder_cls.graphs_refusal
+    if plan.pair.execution == "graphs" and refusal:
+        add("pair.execution", f"method '{plan.decoder_cls.method}' cannot run with pair.execution=graphs: {refusal}")
     hub = [add(key, message) for key, message in hub_problems(plan.pair)]  # the hub probed once per process
     if hub:
         return  # its tokenizer and config cannot be read either

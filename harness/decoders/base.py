@@ -45,6 +45,7 @@ from harness.errors import ConfigError
 from harness.models import ModelPair
 from harness.params import Params, param
 from harness.primitives.forward import CountedModel, synchronize
+from harness.primitives.graphs import graph_runner
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
 from harness.primitives.device import make_generator
@@ -187,6 +188,8 @@ class Decoder(ABC, Generic[P]):
     supports_draft_selection: ClassVar[bool] = False  # a draft may be chosen per prompt (adaptive §5)
     decodings: ClassVar[tuple[str, ...]] = ("greedy", "sampling")  # the decodings the method supports
     in_default_sweep: ClassVar[bool] = True  # run by `make sweep` (harness.methods.sweep_methods)
+    #: why the method cannot run in the ``graphs`` execution mode (None: it can; harness.primitives.graphs)
+    graphs_refusal: ClassVar[str | None] = None
     params: P
 
     def __init_subclass__(cls, **kwargs):
@@ -198,6 +201,9 @@ class Decoder(ABC, Generic[P]):
                     cls.Params = args[0]
 
     def __init__(self, pair: ModelPair, params: P | None = None, *, sync_timing: bool = False):
+        if self.graphs_refusal and graph_runner(pair.target) is not None:
+            raise ConfigError(f"method '{self.method}' cannot run with pair.execution=graphs: {self.graphs_refusal}",
+                              key="pair.execution")
         self.pair = pair
         self.params = params if params is not None else self.Params()
         self.sync_timing = sync_timing or self.needs_timing()

@@ -127,6 +127,8 @@ def _hf_internal_deprecation(record) -> bool:
 @register
 class HFAssisted(Decoder[HFAssistedParams]):
     method = "hf_assisted"
+    graphs_refusal = ("it runs HF generate's own loop with HF's own caches, which the harness's static caches and "
+                      "captured graphs do not reach; run it with pair.execution=eager")
     uses_draft = True  # the assistant; none with prompt lookup (needs_draft)
     lossless = True
 

@@ -24,6 +24,12 @@ test also detects n_t = 2's bias; ``scripts/study_mcsd.py`` measures it as a TV 
 argmax (one-hot), which has a single distinct token, so every tree has one root and the output is the
 target's greedy output for any n_t (the seed reports no greedy results for n_t = 2, §4.1).
 
+The paper's T 0 rows (Table 4: α 0.76-0.96 under greedy decoding) need several roots: ``greedy_roots:
+top_nt`` takes the target's top-n_t tokens (of its raw logits where the previous round stopped) as the
+roots under greedy decoding, each walked greedily, the longest accepted path winning. A non-argmax root can
+win, so the output is no longer greedy: NOT LOSSLESS (marked † in every table). ``null`` (the default,
+``argmax``) keeps the one exact root.
+
 Optional early stop (the paper's framework, §3.2-3.3): ``decision_model``/``decision_threshold`` as in
 ``mcsd_dynamic``; ``k_config`` (W, 1, …, 1) is the target-initialised fork of App. A.1 / §5. A γ policy
 gives each round's maximum depth (the first levels of the k-config). Extras: ``early_stops``,
@@ -34,7 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from harness.decoders.base import param, register
+from harness.errors import ConfigError
 from harness.decoders.mcsd import check_k_config
 from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams
 from harness.decoders.speculative import SpeculativeDecoder
@@ -49,9 +58,21 @@ class TargetInitParams(EarlyStopParams):
                                                        "draft depth; γ = len(k_config) − 1 (mcsd §4.1: "
                                                        "(2, 4, 3, 1, 1); n_t = 1 is lossless)")
 
+    greedy_roots: str | None = param(None, "the roots under greedy decoding: null (= argmax) the target's argmax, one "
+                                           "root, exact; top_nt the target's top-n_t tokens (mcsd Table 4's T 0 rows; "
+                                           "lossy: a non-argmax root may win)")
+
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "k_config", check_k_config(self.k_config, min_length=2))
+        if self.greedy_roots not in GREEDY_ROOTS:
+            raise ConfigError(f"mcsd_target_init: greedy_roots must be one of {', '.join(map(str, GREEDY_ROOTS))} "
+                              f"(null = argmax); got {self.greedy_roots!r}")
+
+    @property
+    def top_roots(self) -> bool:
+        """Several roots under greedy decoding: the target's top-n_t tokens (the paper's T 0 variant)."""
+        return self.warp.is_greedy and self.greedy_roots == "top_nt" and self.k_config[0] > 1
 
     @property
     def gamma(self) -> int:
@@ -66,6 +87,32 @@ class TargetInitParams(EarlyStopParams):
     def target_tokens(self) -> int:
         """n_t, the target-initialised tokens per round."""
         return self.k_config[0]
+
+
+GREEDY_ROOTS = (None, "argmax", "top_nt")
+
+
+@dataclass
+class TopRootsState(TargetInit):
+    """:class:`TargetInit` plus the target's raw logits where the committed sequence ends (``greedy_roots:
+    top_nt``: r is one-hot under greedy, the top-n_t roots need the logits)."""
+
+    logits: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class KeepLogits:
+    """A :class:`BestRootWalk` that keeps the target's raw logits after the winning path (the next round's roots)."""
+
+    walk: BestRootWalk
+
+    def __call__(self, v, generator):
+        path, token = self.walk(v, generator)
+        self.walk.state.logits = v.node_logits[path[-1]] if path else v.stem_logits[-1]
+        return path, token
+
+    def greedy(self) -> KeepLogits:
+        return KeepLogits(self.walk.greedy())
 
 
 @dataclass
@@ -84,13 +131,13 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         super().__init__(pair, params, **kwargs)
         self.stop = self.params.stop_rule(pair, self.draft)
         k_config = list(self.params.k_config)
-        if self.params.warp.is_greedy:
+        if self.params.warp.is_greedy and not self.params.top_roots:
             k_config[0] = 1  # one-hot r: one distinct root (module docstring)
         self.masks = TreeMasks.for_parents(level_order_parents(k_config), self.target, self.draft)
         self.verify_mask = self.masks.target
 
     def is_lossless(self) -> bool:
-        return self.params.target_tokens == 1 or self.params.warp.is_greedy
+        return self.params.target_tokens == 1 or (self.params.warp.is_greedy and not self.params.top_roots)
 
     def max_depth(self) -> int:
         """The masks are built for the k-config's tree: an adaptive policy's γ_max is at most its draft depth."""
@@ -99,15 +146,25 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
     def begin(self, spec):
         if self.stop is not None:
             self.stop.reset()
-        spec.state = TargetInit()
-        target_prefill(self.target, spec.caches, spec.warp, spec.state)
+        if not self.params.top_roots:
+            spec.state = TargetInit()
+            target_prefill(self.target, spec.caches, spec.warp, spec.state)
+            return
+        spec.state = TopRootsState()  # target_prefill, keeping the raw logits
+        logits = self.target(spec.caches.target_pending, spec.caches.target_cache, all_logits=False)[0, -1]
+        spec.state.r, spec.state.logits = spec.warp.probs(logits), logits
+        spec.caches.target_pending = spec.caches.target_pending[:, :0]
 
     def acceptance(self, spec):
-        return BestRootWalk(multi_step_select_without_replacement, spec.state)
+        walk = BestRootWalk(multi_step_select_without_replacement, spec.state)
+        return KeepLogits(walk) if self.params.top_roots else walk
 
     def propose(self, spec, depth):
         k_config = list(self.params.k_config)[:depth + 1]
-        roots = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
+        if self.params.top_roots:  # the target's top-n_t tokens, argmax first (other_root_wins: non-argmax wins)
+            roots = torch.topk(spec.state.logits.float(), k_config[0]).indices
+        else:
+            roots = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
         return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):

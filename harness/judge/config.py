@@ -11,6 +11,7 @@ regenerating it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -107,13 +108,28 @@ def register_judge_configs(cs) -> None:
         cs.store(group=GROUP, name=name, node=preset)
 
 
+MAX_JUDGE_SECONDS = 3600.0  # one request's deadline, one retry delay
+
+
+def _in(value, low: float, high: float, integer: bool = False, low_open: bool = False) -> bool:
+    number = isinstance(value, int) if integer else isinstance(value, (int, float))
+    return (number and not isinstance(value, bool) and math.isfinite(value) and value <= high
+            and (value > low if low_open else value >= low))
+
+
 def _number_problems(c: JudgeConfig) -> list[tuple[str, str]]:
-    checks = [("temperature", c.temperature >= 0, "a number >= 0"), ("max_tokens", c.max_tokens >= 1, "an integer >= 1"),
-              ("timeout_s", c.timeout_s > 0, "a number > 0"), ("max_retries", c.max_retries >= 0, "an integer >= 0"),
-              ("backoff_s", c.backoff_s >= 0, "a number >= 0"),
-              ("backoff_max_s", c.backoff_max_s >= c.backoff_s, "a number >= judge.backoff_s"),
-              ("requests_per_minute", c.requests_per_minute is None or c.requests_per_minute > 0,
-               "a number > 0, or null (no limit)"), ("parallel", c.parallel >= 1, "an integer >= 1")]
+    """Every judge limit in its range (finite, bounded), checked before anything loads."""
+    secs = MAX_JUDGE_SECONDS
+    checks = [("temperature", _in(c.temperature, 0, 2), "a number >= 0 and <= 2"),
+              ("max_tokens", _in(c.max_tokens, 1, 1 << 20, True), f"an integer >= 1 and <= {1 << 20}"),
+              ("timeout_s", _in(c.timeout_s, 0, secs, low_open=True), f"a number > 0 and <= {secs}"),
+              ("max_retries", _in(c.max_retries, 0, 100, True), "an integer >= 0 and <= 100"),
+              ("backoff_s", _in(c.backoff_s, 0, secs), f"a number >= 0 and <= {secs}"),
+              ("backoff_max_s", _in(c.backoff_max_s, 0, secs) and _in(c.backoff_s, 0, secs)
+               and c.backoff_max_s >= c.backoff_s, f"a number >= judge.backoff_s and <= {secs}"),
+              ("requests_per_minute", c.requests_per_minute is None or _in(c.requests_per_minute, 0, 1e6, low_open=True),
+               "a number > 0 and <= 1000000, or null (no limit)"),
+              ("parallel", _in(c.parallel, 1, 256, True), "an integer >= 1 and <= 256")]
     return [(f"judge.{k}", f"must be {valid}, got {getattr(c, k)!r}") for k, ok, valid in checks if not ok]
 
 

@@ -167,14 +167,14 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
 
 
 def _single_fields(job: Job, turn: int) -> dict:
-    score, reason = parse_rating(job.output) if job.output is not None else (NAN, job.reason)
+    score, reason = parse_rating(job.output, job.prompt.data) if job.output is not None else (NAN, job.reason)
     return {f"metric.{SCORE}": score, f"metric.{SCORE}_turn{turn}": score,
             "judge.prompt": job.prompt.name if job.prompt else None, "judge.reason": reason,
             "judge.text": job.output, "judge.cached": job.cached, "judge.ms": job.ms}
 
 
 def _pair_fields(g1: Job, g2: Job, turn: int) -> dict:
-    winners = [parse_winner(g.output) if g.output is not None else "error" for g in (g1, g2)]
+    winners = [parse_winner(g.output, g.prompt.data) if g.output is not None else "error" for g in (g1, g2)]
     if g1.output is None or g2.output is None:
         score, reason = NAN, g1.reason or g2.reason
     else:

@@ -2,7 +2,9 @@
 with HF ``generate`` — greedy at temperature 0 (FastChat's judge setting), else sampling.
 
 The judge prompt goes through the tokenizer's chat template when it has one; otherwise it is the plain
-Vicuna v1.1 conversation the harness uses for chat prompts (``<system> USER: <prompt> ASSISTANT:``). A
+Vicuna v1.1 conversation the harness uses for chat prompts (``<system> USER: <prompt> ASSISTANT:``). The
+messages' text is data: special-token text inside it (an answer holding ``<|im_end|>`` or ``</s>``) is
+tokenized as plain text, never as the control token (only the template's own tokens are special). A
 prompt longer than the judge's context is a failure with that reason (a judge that cannot read the whole
 answer does not grade it); the answer is cut to fit the context.
 """
@@ -31,9 +33,28 @@ class LocalJudge:
         user = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
         return f"{system} USER: {user} ASSISTANT:".lstrip(), False
 
+    def encode(self, messages: list[dict]) -> list[int]:
+        """The judge's input ids: the template's text tokenized with its special tokens, each message's text as
+        plain text (``split_special_tokens``): an answer cannot close its turn or open the judge's."""
+        import re
+        import secrets
+
+        nonce = secrets.token_hex(8)
+        marks = [f"@@content-{i}-{nonce}@@" for i in range(len(messages))]
+        text, chat = self.render([{**m, "content": mark} for m, mark in zip(messages, marks)])
+        contents = dict(zip(marks, (m["content"] for m in messages)))
+        if not chat:  # the plain conversation holds no control token but the tokenizer's own BOS: all data
+            plain = re.sub("|".join(map(re.escape, marks)), lambda m: contents[m.group(0)], text)
+            return self.tokenizer(plain, add_special_tokens=True, split_special_tokens=True)["input_ids"]
+        ids = []
+        for piece in re.split("(" + "|".join(map(re.escape, marks)) + ")", text):
+            if piece:
+                ids += self.tokenizer(contents.get(piece, piece), add_special_tokens=False,
+                                      split_special_tokens=piece in contents)["input_ids"]
+        return ids
+
     def complete(self, messages: list[dict]) -> str:
-        text, chat = self.render(messages)
-        ids = self.tokenizer(text, add_special_tokens=not chat, return_tensors="pt")["input_ids"].to(self.model.device)
+        ids = torch.tensor([self.encode(messages)], device=self.model.device)
         n = int(ids.shape[1])
         budget = int(self.cfg.max_tokens)
         if self.context:

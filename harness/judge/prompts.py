@@ -29,6 +29,7 @@ class JudgePrompt:
     version: str
     system: str
     user: str
+    data: str = ""  # the texts filled into the template (questions, answers, references): what a verdict is not read from
 
     @property
     def messages(self) -> list[dict]:
@@ -66,7 +67,8 @@ def needs_reference(category: str) -> bool:
 
 def _fill(name: str, **fields) -> JudgePrompt:
     row = judge_prompts()[name]
-    return JudgePrompt(name, prompt_version(name), row["system_prompt"], row["prompt_template"].format(**fields))
+    return JudgePrompt(name, prompt_version(name), row["system_prompt"], row["prompt_template"].format(**fields),
+                       "\n".join(str(v) for v in fields.values()))
 
 
 def _refs(ref: list[str] | None) -> dict:

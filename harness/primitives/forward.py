@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from harness.primitives.static_cache import StaticKV
+
 
 class CountedModel:
     """A causal LM plus a forward-call counter; returns float32 logits cut to the shared vocab.
@@ -47,11 +49,18 @@ class CountedModel:
         ``return_hidden``: return ``(logits, hidden)`` instead, ``hidden`` (B, T, H) the last hidden
         state (after the final norm: the LM head's input) at every position fed — the same logits,
         one call (mcsd §3.3's T1 decision model reads it).
+        A :class:`~harness.primitives.static_cache.StaticKV` cache (``pair.execution=graphs``) sends the forward
+        to its model's graphs runner (:mod:`harness.primitives.graphs`): the same arguments, the same results.
         """
         self.calls += 1
         if self.sync:
             synchronize(self.device)
         start = time.perf_counter()
+        if isinstance(cache, StaticKV):
+            logits, hidden = cache.runner.forward(
+                input_ids, cache, position_ids=position_ids, attention_mask=attention_mask, return_hidden=return_hidden,
+                keep=None if all_logits and keep is None else (1 if keep is None else int(keep)))
+            return self._finish(logits, hidden, start, return_hidden)
         kwargs = {"use_cache": cache is not None}
         if cache is not None:
             kwargs[self.cache_kwarg] = cache
@@ -64,11 +73,14 @@ class CountedModel:
         if return_hidden:
             kwargs["output_hidden_states"] = True
         out = self.model(input_ids=input_ids, **kwargs)
-        logits = out.logits[..., : self.vocab_size].float()
+        return self._finish(out.logits, out.hidden_states[-1] if return_hidden else None, start, return_hidden)
+
+    def _finish(self, logits, hidden, start: float, return_hidden: bool):
+        logits = logits[..., : self.vocab_size].float()
         if self.sync:
             synchronize(self.device)
         self.spans.append((start, time.perf_counter()))
-        return (logits, out.hidden_states[-1]) if return_hidden else logits
+        return (logits, hidden) if return_hidden else logits
 
 
 class CountedHead:

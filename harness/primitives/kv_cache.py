@@ -1,5 +1,9 @@
 """KV-cache operations on transformers 5.x ``Cache`` objects, written once for every decoder.
 
+In the ``graphs`` execution mode (:mod:`harness.primitives.graphs`) a model's caches are
+:class:`~harness.primitives.static_cache.StaticKV` (preallocated; a rollback moves the valid length or copies the
+kept entries to the front, never reallocates): every operation here takes either kind.
+
 Works across 5.x releases: ``crop`` with a negative argument removes that many tokens in
 both the older (absolute-length) and newer (tokens-to-remove) API.
 """
@@ -8,9 +12,14 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from harness.primitives.graphs import graph_runner
+from harness.primitives.static_cache import StaticKV
 
-def new_cache(model) -> DynamicCache:
-    return DynamicCache(config=model.config)
+
+def new_cache(model) -> DynamicCache | StaticKV:
+    """An empty cache for ``model``: static in graphs mode (its runner's), else transformers' dynamic one."""
+    runner = graph_runner(model)
+    return runner.new_cache() if runner is not None else DynamicCache(config=model.config)
 
 
 def cache_length(cache) -> int:
@@ -31,6 +40,9 @@ def reorder(cache, beam_idx: torch.Tensor) -> None:
 
 def keep_positions(cache, positions: torch.Tensor) -> None:
     """Keep only the given sequence positions (sorted, 1-D) in every layer: tree-path rollback."""
+    if isinstance(cache, StaticKV):
+        cache.keep_positions(positions)
+        return
     positions = positions.to(torch.long)
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
@@ -45,6 +57,9 @@ def gather_positions(cache, rows: torch.Tensor, positions: torch.Tensor) -> None
 
     Per-row tree-path rollback of a batched cache (one tree per row, e.g. DSBD's forest, dsbd §3.3).
     """
+    if isinstance(cache, StaticKV):
+        cache.gather_positions(rows, positions)
+        return
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue

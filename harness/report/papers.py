@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis import paper, paper_adaptive, paper_dsbd, paper_mcsd, paper_mtad, pareto, plots, quality
+from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad, paper_registry,
+                              pareto, plots, quality)
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
 from harness.report.context import Analysis, run_section
@@ -60,62 +61,77 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
     doc.p(f"{ref('dsbd').cite()} — §4.2 front and iso-quality, Table 1 (memory constraint), 001 Table 1 (MT-Bench), "
           "App. C.2 (W̄). Warp: the cells' decoding (the papers: top-k 10, top-p 0.8).")
     grid = paper_dsbd.grid_cells(s)
-    for dataset, g in grid.groupby("dataset", sort=False):
-        prim = quality.primary(a.cells[a.cells["dataset"] == dataset], a.records)
-        for cost, label in (("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)")):
-            if g[cost].notna().any() and prim.column in g and g[prim.column].notna().any():
-                doc.fig(f"dsbd_front_{dataset}_{cost}", plots.pareto(g, prim.column, cost, label, prim.higher_is_better,
-                                                                     fronts=_fronts(g, prim, cost)),
-                        f"DSBD §4.2 ({dataset}): {quality.quality_label(prim.column, prim.higher_is_better)} vs {label}; "
-                        "solid: DSBD's Pareto front (unconstrained grid), dashed: beam sampling W = 1..4; SpD and "
-                        "SpecInfer as points. Memory-constrained cells are not on this figure (Table 1).")
-    iso = pareto.iso_quality(a.records, a.cells[a.cells["cell_id"].isin(grid["cell_id"])],
-                             [(paper_dsbd.GRID["DSBD"], paper_dsbd.GRID["beam sampling"])],
-                             n_resamples=min(500, a.boot["n_resamples"]))
+    found = paper.blocks(grid)
+    for key, g in found:  # one figure, and one front per family, per pair × dataset × gpu × regime
+        prim = quality.primary(a.cells[a.cells["dataset"] == key[1]], a.records)
+        axes = [(prim.column, prim.higher_is_better, "")] + [(quality.PPL, False, "_ppl")] * (prim.column != quality.PPL)
+        for (qcol, hib, tag), (cost, label) in [(q, c) for q in axes for c in (
+                ("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)"))]:
+            if g[cost].notna().any() and qcol in g and g[qcol].notna().any():
+                slug = "_".join(str(x) for x in key if str(x)).replace(" ", "").replace("·", "_").replace("/", "_")
+                doc.fig(f"dsbd_front{tag}_{slug}_{cost}", plots.pareto(g, qcol, cost, label, hib,
+                                                                      fronts=paper_dsbd.front_masks(g, qcol, hib, cost)),
+                        f"DSBD §4.2 ({paper.block_title(*key[:4])}): {quality.quality_label(qcol, hib)} vs {label}"
+                        f"{' (Fig. 6: perplexity as quality)' if tag else ''}; solid: DSBD's Pareto front "
+                        "(unconstrained grid), dashed: beam sampling W = 1..4; SpD and SpecInfer as points. "
+                        "Memory-constrained cells are not on this figure (Table 1).")
+    isos = [pareto.iso_quality(a.records, a.cells[a.cells["cell_id"].isin(g["cell_id"])],  # per block: never mixed
+                               [(paper_dsbd.GRID["DSBD"], paper_dsbd.GRID["beam sampling"])],
+                               n_resamples=min(500, a.boot["n_resamples"])) for _, g in found]
+    iso = pd.concat(isos, ignore_index=True) if isos else pd.DataFrame()
     _show(doc, a, paper_dsbd.iso_table(iso))
     _show(doc, a, paper_dsbd.table1(s))
     _show(doc, a, paper_dsbd.mtbench_table(s))
     width, points = paper_dsbd.width_table(s, a.records)
     _show(doc, a, width)
     doc.fig("dsbd_width", plots.width_scatter(points), "DSBD App. C.2: W̄ against quality, tokens/s and J/token")
-
-
-def _fronts(g: pd.DataFrame, prim, cost: str) -> dict:
-    out = {}
-    for name, role, style in (("DSBD front", "DSBD", "-"), ("beam sampling", "beam sampling", "--")):
-        fam = g[g["grid_role"] == role]
-        mask = pd.Series(False, index=g.index)
-        if len(fam):
-            on = pareto.pareto_mask(fam[cost], fam[prim.column], pareto.COSTS[cost], prim.higher_is_better)
-            mask[fam.index[on] if role == "DSBD" else fam.index] = True
-        out[name] = (mask, style)
-    return out
+    for param in ("threshold", "draft_width"):
+        t = paper_dsbd.sweep_table(s, a.records, param)
+        _show(doc, a, t)
+        if _has_cells(t):
+            doc.fig(t.key.replace(".", "_"), paper_figures.scatter(t, "tokens/s", t.text.columns[0], 1), t.title)
 
 
 def sec_mtad(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mtad').cite()} — Tables 3-5 and the ablations (Table 7, Fig. 3, Table 12).")
+    doc.p(f"{ref('mtad').cite()} — Tables 3-7, 12, Figs. 3 and 5.")
     for build in (paper_mtad.table3, paper_mtad.table4, paper_mtad.table5, paper_mtad.beams_table,
-                  paper_mtad.tau_table, paper_mtad.topk_topp_table):
-        _show(doc, a, build(s))
+                  paper_mtad.tau_table, paper_mtad.topk_topp_table, paper_mtad.fig5_table):
+        t = build(s)
+        _show(doc, a, t)
+        if not _has_cells(t):
+            continue
+        if t.key == "mtad.fig3":
+            doc.fig("mtad_fig3", paper_figures.lines(t, 1, ["perplexity ↓", "speed (token/s) ↑", "energy (J/token) ↓"],
+                                                     "τ"), t.title)
+        if t.key == "mtad.fig5":
+            doc.fig("mtad_fig5", paper_figures.scatter(t, "tokens/s", "J/token", 1), t.title)
+    _show(doc, a, paper_mtad.table6(s, a.records))
 
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mcsd').cite()} — Tables 1-4; speed-ups (Figs. 3 and 5) are in 'Speed-ups against the baseline'.")
+    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3 and 5.")
     _show(doc, a, paper_mcsd.table1(s, a.records))
     t2 = paper_mcsd.table2(s)
     _show(doc, a, t2)
     _show(doc, a, paper_mcsd.ordering_table(t2))
-    _show(doc, a, paper_mcsd.table3(s))
-    _show(doc, a, paper_mcsd.table4(s))
+    _show(doc, a, paper_mcsd.table3(s, a.records))
+    _show(doc, a, paper_mcsd.table4(s, a.records))
+    for build in (paper_mcsd.fig3, paper_mcsd.fig5):
+        t = build(s, a.records, **a.boot)
+        _show(doc, a, t)
+        if _has_cells(t):
+            doc.fig(t.key.replace(".", "_"), paper_figures.bars(t, "speed-up over AR", reference=1.0), t.title)
 
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
     s, boot = a.summary, a.boot
-    doc.p(f"{ref('adaptive').cite()} — Tables 2-3, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
+    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
     _show(doc, a, paper_adaptive.table2(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table3(s, a.records, a.excluded, **boot))
+    _show(doc, a, paper_adaptive.table4(s, a.records, **boot))
+    _show(doc, a, paper_adaptive.table8(s, a.records, **boot))
     _show(doc, a, paper_adaptive.policy_table(s, a.records, **boot))
 
 
@@ -173,6 +189,8 @@ def sec_papers(doc: Doc, a: Analysis) -> None:
           "pair and dataset are the paper's. A LaTeX version follows each table.")
     for name, part in shown.items():
         doc.h(3, SECTIONS[name][0])
+        doc.table(paper_registry.registry(name), f"Every table and figure of {name}: built here, out of scope, or not "
+                                                 "built yet, with where or why")
         doc.blocks += part.blocks
         doc.images.update(part.images)
     if absent:

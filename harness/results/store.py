@@ -1,21 +1,19 @@
 """Crash-safe result files: every file appears whole (write to a temp file, fsync, rename) or not at all.
 
-A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (the SHA-256 of each
-record's line, one per line) and ``summary.json``; the summary is written last and marks the cell finished,
-so a rerun skips it. The summary stores the record count and a SHA-256 of ``records.jsonl``; a rerun
-verifies them, and every record's fields against their ranges (:func:`harness.results.record.record_problems`),
-before skipping (:func:`finished_state`). A cell that fails is repaired, never skipped silently and never
-blessed: its files are kept aside as ``*.invalid*``, the leading records whose lines still match their own
-checksums (and ranges) are kept, and every other record is rerun — a checksum is never written over bytes
-the harness did not write (:func:`reopen_corrupt`).
+A cell directory holds ``records.jsonl`` (one record per prompt), ``records.sha256`` (one HMAC per record's
+line, keyed by the results folder's secret: :mod:`harness.results.integrity`) and ``summary.json`` (sealed
+the same way); the summary is written last and marks the cell finished, so a rerun skips it once its record
+count, checksum, seal and every record's ranges verify (:func:`finished_state`). A cell that fails is
+repaired, never skipped silently and never blessed: its files are kept aside as ``*.invalid*``, the leading
+records whose lines still match their own checksums (and ranges) are kept, and every other record is rerun
+(:func:`reopen_corrupt`). Files planted in a cell folder are never followed (:mod:`harness.results.cellfile`).
 
-While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` and its line's checksum to
-``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight). A killed cell
-is resumed at prompt granularity: :meth:`RecordWriter.resume` keeps every complete record whose checksum
-matches, drops a torn last line, and the runner continues with the next prompt. ``records.partial.jsonl``
-is never read as results. ``segments.json`` lists the cell's run segments (where each started, on which
-host, with which inputs: :mod:`harness.run.fingerprint`) until the summary takes them over. Two processes never
-run one cell: see :mod:`harness.run.lock` (re-exported here).
+While a cell runs, each prompt's record is appended to ``records.partial.jsonl`` and its checksum to
+``records.sha256`` (each flushed and fsynced, so a kill loses at most the prompt in flight); a killed cell
+resumes at prompt granularity (:meth:`RecordWriter.resume` keeps every complete record whose checksum
+matches). ``segments.json`` lists the cell's run segments (where each started, on which host, with which
+inputs: :mod:`harness.run.fingerprint`); the summary holds them too, and the file stays (a summary rebuilt
+after deletion). Two processes never run one cell: see :mod:`harness.run.lock` (re-exported here).
 """
 from __future__ import annotations
 
@@ -24,12 +22,13 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from harness.config.legacy import current_names
+from harness.results import cellfile, integrity
+from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,  # noqa: F401
+                                      fsync_dir)  # (re-exported)
 from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.results.record import record_problems
 
@@ -42,41 +41,6 @@ SEGMENTS = "segments.json"
 INVALID_SUFFIX = ".invalid"  # summary.json -> summary.invalid.json, records.jsonl -> records.invalid.jsonl
 log = logging.getLogger("harness")
 Check = Callable[[dict], list]  # a record -> its problems (empty when it is in range)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def dumps(obj) -> str:
-    """JSON with NaN/inf written as null (strict JSON readers and parquet both accept that)."""
-    return json.dumps(_finite(obj), default=_json_default, ensure_ascii=False)
-
-
-def _finite(o):
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return None if isinstance(o, float) and not math.isfinite(o) else o
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -92,6 +56,25 @@ def invalid_name(name: str) -> str:
     """Where a file that failed verification is kept aside: ``summary.json`` -> ``summary.invalid.json``."""
     stem, dot, ext = name.partition(".")
     return f"{stem}{INVALID_SUFFIX}.{ext}" if dot else name + INVALID_SUFFIX
+
+
+_NAMES = (SUMMARY, RECORDS, PARTIAL, DIGESTS, SEGMENTS, ERROR)  # the files of a cell folder, each a regular file
+
+
+def clear_planted(cell_dir: Path) -> list[str]:
+    """Move aside (by name, never opened) every cell file that is not a regular file (a planted link, FIFO...)."""
+    notes = []
+    for name in _NAMES:
+        what = cellfile.kind(Path(cell_dir) / name)
+        if what not in ("missing", "file"):
+            notes.append(f"{name} was a {what}, moved aside as {cellfile.move_aside(Path(cell_dir) / name)}")
+    if notes:
+        log.warning("cell %s: %s — treated as a corrupt cell", Path(cell_dir).name, "; ".join(notes))
+    return notes
+
+
+def _copy_aside(path: Path) -> None:  # a copy as *.invalid*, written atomically (a planted link there is replaced)
+    atomic_write_bytes(path.with_name(invalid_name(path.name)), cellfile.read_bytes(path))
 
 
 def keep_aside(path: Path) -> None:
@@ -125,10 +108,12 @@ class RecordWriter:
         cell_dir.mkdir(parents=True, exist_ok=True)
         self.partial = cell_dir / PARTIAL
         self.records: list[dict] = []
+        clear_planted(cell_dir)
+        self.key = integrity.folder_key(cell_dir.parent, create=True, adopt=adopt_legacy)
         if resume:
             self.records = recover_partial(cell_dir, check)
-        self._f = self.partial.open("a" if resume else "w", encoding="utf-8")
-        self._d = (cell_dir / DIGESTS).open("a" if resume else "w", encoding="utf-8")
+        self._f = cellfile.open_file(self.partial, "a" if resume else "w")
+        self._d = cellfile.open_file(cell_dir / DIGESTS, "a" if resume else "w")
 
     @classmethod
     def resume(cls, cell_dir: Path, check: Check | None = None) -> "RecordWriter":
@@ -142,7 +127,8 @@ class RecordWriter:
         if record.get("index") != len(self.records):
             raise ValueError(f"record index {record.get('index')} written out of order (expected {len(self.records)})")
         line = dumps(record)
-        for f, text in ((self._f, line), (self._d, line_digest(line.encode("utf-8")))):  # the record, then its checksum
+        digest = integrity.line_mac(self.key, self.cell_dir.name, len(self.records), line.encode("utf-8"))
+        for f, text in ((self._f, line), (self._d, digest)):  # the record, then its checksum
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -155,7 +141,7 @@ class RecordWriter:
             f.close()
         final = self.cell_dir / RECORDS
         os.replace(self.partial, final)
-        _fsync_dir(self.cell_dir)
+        fsync_dir(self.cell_dir)
         return final
 
     def abort(self) -> None:
@@ -164,29 +150,17 @@ class RecordWriter:
                 f.close()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # not every file system syncs a folder
-        pass
-    os.close(fd)
-
-
 def _read_digests(cell_dir: Path) -> list[str]:
     """The per-record checksums (complete lines only; none when the file is missing)."""
     try:
-        data = (cell_dir / DIGESTS).read_bytes()
+        data = cellfile.read_bytes(cell_dir / DIGESTS)
     except OSError:
         return []
     return [line.decode("ascii", "replace") for line in data.split(b"\n")[:-1]]
 
 
 def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
-                  check: Check | None = None) -> tuple[list[dict], int, str]:
+                  check: Check | None = None, key: bytes | None = None) -> tuple[list[dict], int, str]:
     """The complete, trusted records at the start of ``data`` whose indices run 0, 1, 2, ...; returns
     (records, byte length of that prefix, why it stopped early or ""). Stops at a torn or malformed line
     (bad JSON, bytes that are not UTF-8), a record of another cell, a line whose checksum is not the one
@@ -207,7 +181,8 @@ def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
             if not isinstance(rec, dict) or rec.get("index") != n or rec.get("cell_id") != source.parent.name:
                 why = f"line {n + 1} is not record {n} of this cell"
                 break
-            if digests is not None and (n >= len(digests) or digests[n] != line_digest(line)):
+            mac = integrity.line_mac(key, source.parent.name, n, line) if key else line_digest(line)
+            if digests is not None and (n >= len(digests) or digests[n] != mac):
                 why = f"record {n} does not match its checksum in {DIGESTS} (edited, or written without one)"
                 break
             problems = check(current_names(rec)) if check is not None else []
@@ -238,15 +213,17 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
     ``records.jsonl`` without a summary (a kill between publishing the records and writing the summary) is
     taken back as the partial file."""
     partial, final = cell_dir / PARTIAL, cell_dir / RECORDS
+    clear_planted(cell_dir)
     if not partial.exists() and final.exists() and not (cell_dir / SUMMARY).exists():
         os.replace(final, partial)
     if not partial.exists():
         (cell_dir / DIGESTS).unlink(missing_ok=True)
         return []
-    raw = partial.read_bytes()
-    records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check)
+    raw = cellfile.read_bytes(partial)
+    key = integrity.folder_key(cell_dir.parent, create=True, adopt=adopt_legacy)
+    records, good, why = _parse_prefix(raw, partial, _read_digests(cell_dir), check, key)
     if why:
-        shutil.copyfile(partial, partial.with_name(invalid_name(partial.name)))
+        _copy_aside(partial)
     if good != len(raw):
         _truncate(partial, good)
     digests = cell_dir / DIGESTS
@@ -256,7 +233,7 @@ def recover_partial(cell_dir: Path, check: Check | None = None) -> list[dict]:
 
 
 def _truncate(path: Path, size: int) -> None:
-    with path.open("r+b") as f:
+    with cellfile.open_file(path, "r+b") as f:
         f.truncate(size)
         f.flush()
         os.fsync(f.fileno())
@@ -264,19 +241,19 @@ def _truncate(path: Path, size: int) -> None:
 
 def records_digest(path: Path) -> tuple[int, str]:
     """(number of records, SHA-256 hex of the file's bytes) of a ``records.jsonl``."""
-    data = path.read_bytes()
+    data = cellfile.read_bytes(path)
     return sum(1 for line in data.split(b"\n") if line.strip()), hashlib.sha256(data).hexdigest()
 
 
 def is_finished(cell_dir: Path) -> bool:  # a summary exists (verified or not: finished_state)
-    return (cell_dir / SUMMARY).is_file()
+    return cellfile.is_file(cell_dir / SUMMARY)
 
 
 def read_summary(cell_dir: Path) -> dict:
     """A cell's summary; ValueError naming the file when it is unreadable or not a JSON object."""
     path = Path(cell_dir) / SUMMARY
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = json.loads(cellfile.read_text(path))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ValueError(f"{path} is unreadable: {e}") from None
     if not isinstance(summary, dict):
@@ -284,12 +261,16 @@ def read_summary(cell_dir: Path) -> dict:
     return summary
 
 
-def finished_state(cell_dir: Path) -> tuple[str, str]:
+def finished_state(cell_dir: Path, sealed: bool = True) -> tuple[str, str]:
     """("done" | "corrupt" | "none", detail). "done": the summary is a readable object, ``records.jsonl`` has
     the record count and checksum it stores (older summaries without a checksum: the count of parseable
     records equals ``prompts``), and every record is in range. "corrupt": anything else under a summary."""
-    if not (cell_dir / SUMMARY).is_file():
+    planted = [f"{name} is a {cellfile.kind(cell_dir / name)}" for name in _NAMES
+               if cellfile.kind(cell_dir / name) not in ("missing", "file")]
+    if cellfile.kind(cell_dir / SUMMARY) == "missing":
         return "none", ""
+    if planted:
+        return "corrupt", "; ".join(planted) + ", not a regular file"
     records_path = cell_dir / RECORDS
     try:
         summary = read_summary(cell_dir)
@@ -308,7 +289,27 @@ def finished_state(cell_dir: Path) -> tuple[str, str]:
         read_records(cell_dir, max_new_tokens=summary.get("max_new_tokens"))
     except ValueError as e:
         return "corrupt", str(e)
+    try:  # sealed: bound to the results folder's key (harness.results.integrity)
+        unsealed = integrity.seal_problem(cell_dir, summary, cellfile.read_bytes(records_path)) if sealed else None
+    except ValueError as e:
+        unsealed = str(e)
+    if unsealed:
+        return "corrupt", unsealed
     return "done", ""
+
+
+def write_summary(cell_dir: Path, summary: dict) -> None:  # sealed with its results folder's key, after its records
+    atomic_write_json(Path(cell_dir) / SUMMARY, integrity.seal(cell_dir, summary, integrity.folder_key(
+        Path(cell_dir).parent, create=True, adopt=adopt_legacy)))
+
+
+def adopt_legacy(results_dir: Path, key: bytes) -> None:
+    """Seal, as they are, the finished cells a harness without keys left in a folder that gets its key now."""
+    for cell_dir in sorted(p for p in Path(results_dir).iterdir() if p.is_dir() and not p.is_symlink()):
+        if finished_state(cell_dir, sealed=False)[0] == "done":
+            summary = {**read_summary(cell_dir), integrity.ADOPTED: True}
+            atomic_write_json(cell_dir / SUMMARY, integrity.seal(cell_dir, summary, key))
+            log.warning("cell %s: written without a results folder key; sealed as it is", cell_dir.name)
 
 
 def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> None:
@@ -322,9 +323,10 @@ def reopen_corrupt(cell_dir: Path, detail: str, check: Check | None = None) -> N
         segments = read_summary(cell_dir).get("segments")
     except ValueError:
         segments = None
+    clear_planted(cell_dir)
     keep_aside(cell_dir / SUMMARY)
     if (cell_dir / RECORDS).exists():
-        shutil.copyfile(cell_dir / RECORDS, cell_dir / invalid_name(RECORDS))
+        _copy_aside(cell_dir / RECORDS)
         os.replace(cell_dir / RECORDS, cell_dir / PARTIAL)
     kept = recover_partial(cell_dir, check)
     (cell_dir / SEGMENTS).unlink(missing_ok=True)
@@ -338,7 +340,7 @@ def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool 
     (:func:`harness.results.record.record_problems`)."""
     path = cell_dir / RECORDS
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(cellfile.read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -360,7 +362,7 @@ def read_records(cell_dir: Path, max_new_tokens: int | None = None, check: bool 
 def read_segments(cell_dir: Path) -> list[dict]:
     """The cell's run segments so far (first run, then each resume); [] when none are stored."""
     try:
-        data = json.loads((cell_dir / SEGMENTS).read_text(encoding="utf-8"))
+        data = json.loads(cellfile.read_text(cell_dir / SEGMENTS))
     except (OSError, ValueError):
         return []
     return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
@@ -381,14 +383,14 @@ def cell_status(cell_dir: Path) -> dict:
         return {"status": "done", "prompts_written": records_digest(cell_dir / RECORDS)[0], "detail": ""}
     owner = lock_state(cell_dir)
     partial = cell_dir / PARTIAL
-    n = sum(1 for line in partial.read_bytes().split(b"\n")[:-1] if line.strip()) if partial.exists() else 0
+    n = sum(1 for line in cellfile.read_bytes(partial).split(b"\n")[:-1] if line.strip()) if cellfile.is_file(partial) else 0
     if owner:
         return {"status": "running", "prompts_written": n, "detail": f"{owner.get('host')} pid {owner.get('pid')}"}
     if state == "corrupt":
         return {"status": "corrupt", "prompts_written": n, "detail": detail}
     if (cell_dir / ERROR).exists():
         try:
-            err = json.loads((cell_dir / ERROR).read_text(encoding="utf-8"))
+            err = json.loads(cellfile.read_text(cell_dir / ERROR))
             detail = f"{err.get('kind')}: {str(err.get('error'))[:120]}"
         except (OSError, ValueError, AttributeError):
             detail = "unreadable error.json"

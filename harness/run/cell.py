@@ -211,8 +211,10 @@ def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") ->
 
 
 def interleave_key(cfg: Mapping[str, Any]) -> str:
-    """Cells that can run as one interleaved comparison share everything but ``method``."""
-    return json.dumps({k: v for k, v in cfg.items() if k != "method"}, sort_keys=True, default=str)
+    """Cells that can run as one interleaved comparison share everything but the method's side
+    (:data:`harness.config.identity.METHOD_SIDE_KEYS`: method, γ policy, draft selection): their comparison group."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in identity.METHOD_SIDE_KEYS}, sort_keys=True,
+                      default=str)
 
 
 def prompt_seed(seed: int, index: int) -> int:

@@ -6,7 +6,9 @@ so a lock left by a killed process is detected as stale and taken over. On file 
 ``flock`` (Lustre mounted ``noflock``) it falls back to an atomic ``O_EXCL`` create with host, pid and a
 heartbeat: stale when the owner's pid is gone (same host) or its heartbeat is older than ``stale_after_s``
 (other hosts). A lock file holding anything but an owner object (``[]``, ``null``, a torn write) names no
-owner: it is stale as soon as nobody holds it.
+owner: it is stale as soon as nobody holds it. The lock file is only ever opened as a regular file
+(:mod:`harness.results.cellfile`: no symbolic link followed, no FIFO waited on): anything else planted at
+``.lock`` is no owner's lock, and is moved aside (``.lock.planted``) before the lock is taken.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import os
 import socket
 import time
 from pathlib import Path
+
+from harness.results import cellfile
 
 LOCK = ".lock"
 log = logging.getLogger("harness")
@@ -65,12 +69,20 @@ class CellLock:
 
     def _read_owner(self) -> dict:
         try:
-            return _owner(self.path.read_text(encoding="utf-8"))
+            return _owner(cellfile.read_text(self.path))
         except (OSError, UnicodeDecodeError):
             return {}
 
+    def _clear_planted(self) -> None:
+        """A ``.lock`` that is not a regular file (a link, a FIFO) holds no owner: moved aside, by name."""
+        what = cellfile.kind(self.path)
+        if what not in ("missing", "file"):
+            log.warning("cell %s: %s is a %s, not a lock file: moved aside as %s", self.cell_dir.name, LOCK, what,
+                        cellfile.move_aside(self.path))
+
     def acquire(self) -> "CellLock":
         self.cell_dir.mkdir(parents=True, exist_ok=True)
+        self._clear_planted()
         if self.mode == "flock":
             try:
                 return self._acquire_flock()
@@ -80,14 +92,14 @@ class CellLock:
                 log.warning("flock is not supported on %s (%s); using an O_EXCL lock file", self.cell_dir, e)
                 self.mode = "excl"
                 try:  # the empty file the flock attempt created is not an owner
-                    if self.path.stat().st_size == 0:
+                    if os.lstat(self.path).st_size == 0:
                         self.path.unlink()
                 except FileNotFoundError:
                     pass
         return self._acquire_excl()
 
     def _acquire_flock(self) -> "CellLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = cellfile.open_fd(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -110,16 +122,18 @@ class CellLock:
         return self
 
     def _excl_stale(self, owner: dict) -> bool:
+        if not cellfile.is_file(self.path):
+            return True  # planted (not a lock file) or gone
         if not owner:
             try:  # an empty or torn lock file: stale once it is older than a few seconds
-                return time.time() - self.path.stat().st_mtime > 10
+                return time.time() - os.lstat(self.path).st_mtime > 10
             except FileNotFoundError:
                 return True
         if owner.get("host") == socket.gethostname():
             pid = owner.get("pid")
             return not (isinstance(pid, int) and _pid_alive(pid))
         try:
-            return time.time() - self.path.stat().st_mtime > self.stale_after_s
+            return time.time() - os.lstat(self.path).st_mtime > self.stale_after_s
         except FileNotFoundError:
             return True
 
@@ -153,7 +167,7 @@ class CellLock:
         """Refresh the lock's mtime (the excl mode's liveness signal on other hosts)."""
         if self._fd is not None:
             try:
-                os.utime(self.path)
+                os.utime(self._fd)  # the file this process holds, never through a name
             except OSError:
                 pass
 
@@ -182,11 +196,9 @@ class CellLock:
 def lock_state(cell_dir: Path) -> dict | None:
     """The owner of a cell's lock if a live process holds it (for ``harness plan``), else None."""
     path = Path(cell_dir) / LOCK
-    if not path.exists():
-        return None
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        fd = cellfile.open_fd(path, os.O_RDONLY)
+    except OSError:  # missing, or planted (a link, a FIFO): nobody's lock
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -194,7 +206,7 @@ def lock_state(cell_dir: Path) -> dict | None:
         return None  # nobody holds it: a stale file
     except BlockingIOError:
         try:
-            return _owner(path.read_text(encoding="utf-8")) or {"host": "?", "pid": "?"}
+            return _owner(os.pread(fd, 4096, 0).decode("utf-8")) or {"host": "?", "pid": "?"}
         except (OSError, UnicodeDecodeError):
             return {"host": "?", "pid": "?"}
     except OSError:

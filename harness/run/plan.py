@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.results import store
+from harness.results import integrity, store
 from harness.run.cell import interleave_key, plan_cell, prepare_cell
 from harness.energy.cost import overhead_line
 from harness.resources import conf_dir
@@ -261,6 +261,7 @@ def merge(sources: list[Path], dest: Path) -> dict[str, int]:
                         os.replace(tmp, target / name)
                     for stale in (store.PARTIAL, store.ERROR, store.SEGMENTS):
                         (target / stale).unlink(missing_ok=True)
+                    integrity.rekey(target, adopt=store.adopt_legacy)  # verified there, bound to this folder's key
                     counts["merged"] += 1
             except store.CellBusy:
                 counts["busy"] += 1

@@ -41,6 +41,7 @@ from harness.run.fingerprint import cell_inputs
 from harness.run.warmup import warm_up, warmup_generations  # noqa: F401 (re-exported)
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair, PairSpec, load_pair
+from harness.primitives.graphs import DEFAULT_EXECUTION
 from harness.results.record import CellSummary, build_record, energy_breakdown
 from harness.resources import source_root
 from harness.config import identity
@@ -53,14 +54,16 @@ _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
 def get_pair(pair: PairSpec | Mapping[str, Any], progress: bool = True) -> ModelPair:
-    """Load (once per process: a local sweep runs its cells in one process) the model pair."""
+    """Load (once per process: a local sweep runs its cells in one process) the model pair, and set its execution
+    mode (``pair.execution``: cells of both modes share the loaded weights)."""
     pair_cfg = dataclasses.asdict(pair) if isinstance(pair, PairSpec) else dict(pair)
-    key = json.dumps(pair_cfg, sort_keys=True, default=str)
+    loaded = {k: v for k, v in pair_cfg.items() if k != "execution"}
+    key = json.dumps(loaded, sort_keys=True, default=str)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
-        kwargs = {k: v for k, v in pair_cfg.items() if k not in ("target", "draft")}
+        kwargs = {k: v for k, v in loaded.items() if k not in ("target", "draft")}
         _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
-    return _PAIR_CACHE[key]
+    return _PAIR_CACHE[key].set_execution(pair_cfg.get("execution") or DEFAULT_EXECUTION)
 
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
@@ -313,9 +316,14 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     return gen
 
 
-def interleave_label(segments: list[dict], cid: str) -> tuple[bool, list[str]]:
-    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment ran
-    alongside at least one other cell to its end; the group is the cell and every cell it ran alongside."""
+def interleave_label(segments: list[dict], cid: str, count: int | None = None) -> tuple[bool, list[str]]:
+    """(interleaved, group) of a cell from what its run segments did: interleaved only when every segment that
+    ran prompts (``count``: the cell's records; a resume that found them all ran none) ran alongside at least one
+    other cell to its end; the group is the cell and every cell it ran alongside."""
+    if count is not None:
+        ends = [s.get("from_index") for s in segments[1:]] + [count]
+        ran = [s for s, end in zip(segments, ends) if not isinstance(end, int) or s.get("from_index") != end]
+        segments = ran or segments[:1]
     partners = [s.get("interleaved_with") or [] for s in segments]
     together = sorted({cid, *(p for ps in partners for p in ps)})
     interleaved = bool(segments) and all(partners)
@@ -331,8 +339,9 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     summary = CellSummary.of(c.writer.records, summarize_records, identity=_identity(c, sh),
                              run=_run_facts(c, sh, segments, energy_info, gpu_state),
                              integrity={"records_count": count, "records_sha256": digest}).flat()
-    store.atomic_write_json(c.cell_dir / store.SUMMARY, summary)
-    (c.cell_dir / store.SEGMENTS).unlink(missing_ok=True)
+    store.write_summary(c.cell_dir, summary)  # sealed with the results folder's key (harness.results.integrity)
+    store.atomic_write_json(c.cell_dir / store.SEGMENTS, segments)  # kept: a summary rebuilt after deletion
+    # (records taken back, nothing rerun) labels the cell from what its segments did
     c.release()
     c.finish("done", note=f"{count} prompts, {summary['tokens_per_s']:.1f} tokens/s")  # announced once, by its line
 
@@ -353,9 +362,9 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
 
 def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
-    interleaved, group = interleave_label(segments, c.cid)
+    interleaved, group = interleave_label(segments, c.cid, len(c.writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
-            "env": environment_info(sh.pair.device, sh.pair),
+            "env": environment_info(sh.pair.device, sh.pair), "execution": sh.pair.execution_facts(),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "energy_meter": energy_info, "gpu_state": gpu_state, "interleaved": interleaved,
             "interleave_group": group, "segments": segments, "resumed": len(segments) > 1}

@@ -13,6 +13,23 @@ from . import levels
 from .view import DENIED_MODULES
 
 SANDBOX_TAG = "harness-sandbox-"
+MAX_TIMEOUT_S = 600.0  # one program's (or SQL query's) wall-clock limit
+MIN_MEMORY_MB, MAX_MEMORY_MB = 64, 1 << 20  # below 64 MB the interpreter cannot start
+_RANGES = {"timeout_s": (0.0, MAX_TIMEOUT_S, False), "memory_mb": (MIN_MEMORY_MB, MAX_MEMORY_MB, True),
+           "max_processes": (1, 4096, True), "max_file_mb": (1, 1 << 20, True), "max_open_files": (16, 1 << 16, True),
+           "disk_mb": (1, 1 << 20, True)}
+
+
+def limit_problem(name: str, value) -> str | None:
+    """Why ``value`` is not a valid :class:`PythonLimits` ``name`` (its range), or None."""
+    import math
+
+    low, high, integer = _RANGES[name]
+    number = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if number and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high and \
+            (integer or value > low):
+        return None
+    return (f"{name} must be {'an integer >=' if integer else 'a number >'} {low} and <= {high}, got {value!r}")
 
 
 class PythonLimits:
@@ -28,6 +45,10 @@ class PythonLimits:
         self.max_file_mb = max_file_mb
         self.max_open_files = max_open_files
         self.disk_mb = disk_mb  # everything it writes, together
+        for name in self.__slots__:
+            problem = limit_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(f"PythonLimits: {problem}")
 
     def __repr__(self):
         return "PythonLimits(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"

@@ -46,7 +46,7 @@ class Program:
                 "denied_modules": job["denied_modules"],
                 "sources": {name: (_HERE / f"{name}.py").read_text(encoding="utf-8") for name in ("wire", "guard")}}
         cmd = [view["exe"], "-I", "-S", "-B", "-c", (_HERE / "program.py").read_text(encoding="utf-8"), json.dumps(spec)]
-        env = {"PATH": "/usr/bin:/bin", "HOME": self.tmp, "TMPDIR": self.tmp, "LANG": "C.UTF-8"}
+        env = {"TMPDIR": self.tmp, "LANG": "C.UTF-8"}  # nothing a library reads its configuration from
         plan = self.plan
         self.proc = subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL, stdout=self.out,
                                      stderr=self.err, pass_fds=(req_r, resp_w), start_new_session=True,
@@ -75,9 +75,11 @@ class Program:
             kept = self.reports[message[0]]
             if len(message) == 2 and type(message[1]) is str and len(kept) < MAX_REPORTS:
                 try:
-                    kept.append(bytes.fromhex(message[1]).decode("utf-8", "replace")[:500])
+                    text = bytes.fromhex(message[1]).decode("utf-8", "replace")[:500]
                 except ValueError:
-                    kept.append("(unreadable)")
+                    text = "(unreadable)"
+                if text not in kept:  # the program reports each time: repeats are dropped here
+                    kept.append(text)
 
     def _next_line(self):
         while b"\n" not in self.buffer:

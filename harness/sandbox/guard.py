@@ -10,10 +10,13 @@ early, with a readable reason, and reports files the program had no reason to op
   crafted code objects and bytecode, ``/proc/<other pid>``, terminals and devices, directories
   outside its folder (no ``dir_fd`` escapes), and writes, renames, links, deletions and mode
   changes outside its folder (``dir_fd`` resolved; no symbolic links at all);
-- reported on the reply channel (at most 64 messages): ``["file", hex(path)]`` for every file or
-  folder it opens or lists outside its folder, the standard library and the three devices — a
-  completion looking for an answer key, say — reported *before* the kernel refuses it, so attempts
-  count; ``["denied", hex(what)]`` for each refusal above.
+- reported on the reply channel as each happens: ``["file", hex(path)]`` for every file or folder it
+  opens, lists or stats (``os.stat``, ``os.lstat``, ``os.access`` and what calls them: ``os.path.exists``,
+  ``pathlib``) outside its folder, the standard library and the three devices — a completion looking
+  for an answer key, say — reported *before* the kernel refuses it, so attempts count; ``["denied",
+  hex(what)]`` for each refusal above. Nothing is kept in the program's memory (a list of what was
+  reported could be found through the garbage collector and filled, silencing later reports): the
+  checker drops repeats and keeps the first few of each kind.
 
 Standard library only, and run from its source in the program's interpreter. The hook is this
 module's ``_guard`` code bound to its settings as default arguments (see :func:`install`), so that
@@ -24,33 +27,34 @@ from __future__ import annotations
 # audit event -> (positions of path arguments, position of the dir_fd for each, or None)
 PATH_EVENTS = {
     "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.remove": ((0,), (1,)),
-    "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)), "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)),
-    "os.utime": ((0,), (3,)), "os.truncate": ((0,), (None,)), "os.setxattr": ((0,), (None,)),
-    "os.removexattr": ((0,), (None,)), "os.chflags": ((0,), (None,)), "os.lchflags": ((0,), (None,)),
-    "shutil.copyfile": ((1,), (None,)), "shutil.copymode": ((1,), (None,)), "shutil.copystat": ((1,), (None,)),
-    "shutil.copytree": ((1,), (None,)), "shutil.rmtree": ((0,), (1,)), "shutil.move": ((0, 1), (None, None)),
-    "shutil.chown": ((0,), (None,)), "shutil.make_archive": ((0,), (None,)), "shutil.unpack_archive": ((1,), (None,)),
+    "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)), "os.truncate": ((0,), (None,)),
+    "shutil.copyfile": ((1,), (None,)), "shutil.copytree": ((1,), (None,)), "shutil.rmtree": ((0,), (1,)),
+    "shutil.move": ((0, 1), (None, None)), "shutil.make_archive": ((0,), (None,)),
+    "shutil.unpack_archive": ((1,), (None,)),
 }
 DENIED_EVENTS = frozenset({
     "os.symlink", "code.__new__", "marshal.load", "sqlite3.connect", "sqlite3.enable_load_extension",
     "sqlite3.load_extension", "fcntl.ioctl", "os.forkpty", "os.system", "os.startfile", "os.kill", "os.killpg",
-    "signal.pthread_kill", "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "webbrowser.open"})
+    "signal.pthread_kill", "resource.setrlimit", "resource.prlimit", "sys.remote_exec", "webbrowser.open",
+    "os.putenv", "os.unsetenv", "os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr", "os.chflags",
+    "os.lchflags", "shutil.chown", "shutil.copymode", "shutil.copystat"})  # environment-driven library
+# configuration; metadata changes (which seccomp refuses anyway)
 DENIED_PREFIXES = ("socket.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "pty.", "ctypes.",
                    "syslog.", "_posixsubprocess.", "winreg.", "msvcrt.")
-LISTING_EVENTS = ("os.listdir", "os.scandir")
-MAX_REPORTS = 64
+LISTING_EVENTS = ("os.listdir", "os.scandir", "sandbox.stat")  # sandbox.stat: raised by the stat wrappers below
+STAT_FUNCTIONS = ("stat", "lstat", "access")  # no audit event of their own (Python 3.11)
 
 
 def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _denied_modules=frozenset(),
            _readable=(), _hidden=(), _dev_ok=frozenset(), _path_events=(), _denied_prefixes=(), _denied_events=frozenset(),
-           _listing=(), _report_fd=-1, _max_reports=0, _reported=None, _last_pyc=None, _writing_flags=0,
+           _listing=(), _report_fd=-1, _last_pyc=None, _writing_flags=0,
            _dir_flags=0, _type=None, _isinstance=None, _str=None, _bytes=None, _int=None, _bool=None,
            _memoryview=None, _len=None, _range=None, _sjoin=None, _bjoin=None, _to_int=None, _lstat=None,
            _stat=None, _readlink=None, _osopen=None, _osread=None, _oswrite=None, _osclose=None, _islink=None,
            _isdir=None, _perm=None, _imp_error=None, _oserror=None, _function=None, _code=None):
     # long because an audit hook must call nothing the program could replace: every helper lives
     # here, and every name is a default bound by install() (an immutable tuple of immutable values
-    # but _reported and _last_pyc, checked again where used). Replacing this function's
+    # but _last_pyc, checked again where used). Replacing this function's
     # __defaults__ or __code__ is refused below. Methods are only called on exact str/bytes/int
     # values, whose types cannot be patched.
 
@@ -126,15 +130,21 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
         lexical = norm(path, base)
         return within(base) and within(lexical) and within(resolve(lexical))
 
-    def tell(kind, what):  # to the checker, once per text: kind b"file" or b"denied"
-        if _len(_reported) >= _max_reports or what in _reported:
-            return
-        _reported.append(what)
+    def tell(kind, what):  # to the checker at once (it drops repeats): kind b"file" or b"denied"
         try:
             _oswrite(_report_fd, _bjoin(b"", [b'["', kind, b'","', what.encode("utf-8", "surrogateescape").hex().encode(),
                                                b'"]\n']))
         except _oserror:
             pass
+
+    def needless(lexical):  # a standard-library path (root-owned: no links to plant): nothing to report
+        for folder in _readable:
+            if within(lexical, folder):
+                for hidden in _hidden:
+                    if within(lexical, hidden):
+                        return False
+                return True
+        return False
 
     def report(real):  # a file it had no reason to open
         if within(real) or real in _dev_ok:
@@ -191,7 +201,9 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
     if event in _listing:
         where = args[0] if _len(args) else None
         if where is not None and _type(text(where)) is not _int:
-            report(resolve(norm(text(where))))
+            lexical = norm(text(where))
+            if not needless(lexical):
+                report(resolve(lexical))
         return
     for name, paths, dir_fds in _path_events:
         if name != event:
@@ -254,6 +266,29 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
         deny(event)
 
 
+def _report_stat(os, audit) -> None:
+    """``os.stat``, ``os.lstat``, ``os.access`` (and ``posix``'s, which the import system calls) raise
+    ``sandbox.stat`` first, so that the hook reports host files probed for their size or times (the
+    fallback has no mount view to hide them). A second layer like the hook: the originals stay reachable."""
+    import posix
+
+    fspath = os.fspath
+
+    def reported(function):
+        def call(path, *args, **kwargs):
+            path = fspath(path) if not isinstance(path, int) else path  # converted once: reported = used
+            audit("sandbox.stat", path)
+            return function(path, *args, **kwargs)
+        call.__name__ = call.__qualname__ = function.__name__
+        return call
+
+    for name in STAT_FUNCTIONS:
+        if hasattr(posix, name):
+            wrapper = reported(getattr(posix, name))
+            setattr(posix, name, wrapper)
+            setattr(os, name, wrapper)
+
+
 def install(tmp: str, readable: list[str], hidden: list[str], extension_dirs: list[str], extensions: list[str],
             denied_modules: frozenset, report_fd: int) -> None:
     """Add the hook for this interpreter: ``tmp`` is the program's folder (its working directory),
@@ -271,7 +306,7 @@ def install(tmp: str, readable: list[str], hidden: list[str], extension_dirs: li
         "_dev_ok": frozenset({"/dev/null", "/dev/zero", "/dev/urandom"}),
         "_path_events": tuple((event, *where) for event, where in PATH_EVENTS.items()),
         "_denied_prefixes": DENIED_PREFIXES, "_denied_events": DENIED_EVENTS, "_listing": LISTING_EVENTS,
-        "_report_fd": report_fd, "_max_reports": MAX_REPORTS, "_reported": [], "_last_pyc": [None],
+        "_report_fd": report_fd, "_last_pyc": [None],
         "_writing_flags": os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
         "_dir_flags": os.O_DIRECTORY | getattr(os, "O_PATH", 0),
         "_type": type, "_isinstance": isinstance, "_str": str, "_bytes": bytes, "_int": int, "_bool": bool,
@@ -280,6 +315,7 @@ def install(tmp: str, readable: list[str], hidden: list[str], extension_dirs: li
         "_osopen": os.open, "_osread": os.read, "_oswrite": os.write, "_osclose": os.close,
         "_islink": stat.S_ISLNK, "_isdir": stat.S_ISDIR, "_perm": PermissionError, "_imp_error": ImportError,
         "_oserror": OSError, "_function": types.FunctionType, "_code": _guard.__code__}
+    _report_stat(os, sys.audit)
     code = _guard.__code__
     names = code.co_varnames[2:code.co_argcount]
     hook = types.FunctionType(code, {"__builtins__": {}}, "_guard", tuple(settings[n] for n in names))

@@ -13,6 +13,10 @@ Generated code runs at ``namespaces`` unless the user opts in to less: ``HARNESS
 every run's record say plainly what the level in force cannot enforce (:func:`cannot_enforce`).
 ``HARNESS_SANDBOX_ABSENT=namespaces,seccomp,landlock`` simulates a host without those (tests,
 or to see the refusals).
+
+Run as root with the interpreter in a folder only root may enter (``/root/.pyenv``), the fallback
+could change only the program's *real* uid (no mount view moves the interpreter): its effective
+uid would stay 0. It refuses that, naming why, unless ``HARNESS_SANDBOX_ROOT=allow`` opts in.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from .kernel import landlock, rlimits, seccomp, uid
 ISOLATIONS = ("weak", "fallback", "namespaces")  # weakest first
 FORCE_ENV = "HARNESS_SANDBOX"  # auto (default) | fallback | weak
 ABSENT_ENV = "HARNESS_SANDBOX_ABSENT"  # comma-separated: namespaces, seccomp, landlock
+ROOT_ENV = "HARNESS_SANDBOX_ROOT"  # refuse (default) | allow: the fallback may keep effective uid 0
 _FORCES = ("auto", "fallback", "weak")
 _FEATURES = ("namespaces", "seccomp", "landlock")
 _PROBES: dict[str, object] = {}
@@ -105,21 +110,45 @@ def cannot_enforce(level: str) -> list[str]:
     """What a run at ``level`` cannot enforce on this host, in plain words (empty at ``namespaces``)."""
     if level == "namespaces":
         return []
-    gaps = ["no mount view: Landlock (where present) limits which files it reads instead",
+    gaps = ["no mount view: Landlock (where present) limits which files it opens instead, but not what it learns "
+            "with stat (any host file's size, owner and times, where its uid may search the folders; the audit "
+            "hook reports Python-level stat calls)",
             "no total disk quota: its folder is a host folder; each file is limited, and the checker kills "
             "the program when the folder passes the quota (polled)",
             "no network namespace: seccomp (where present) refuses sockets instead",
             "no PID namespace: the checker kills whatever the program leaves behind"]
     if not seccomp_available():
         gaps.append("no seccomp: native code (a C-extension bug) can make any system call: fork, sockets, "
-                    "ptrace, mknod, mount")
+                    "ptrace, mknod, mount, chmod, utime")
     if not landlock_abi():
         gaps.append("no Landlock: the program can read every file its uid can read (datasets, answer keys, "
-                    "results, the harness) — only the audit hook, which native code gets past, stands in the way")
-        if os.geteuid() == 0 and not _reachable():
-            gaps.append("its effective uid stays 0 (the interpreter is in a root-only folder): without Landlock, "
-                        "native code could write files root owns")
+                    "results, the harness) and load native code it writes into its folder — only the audit "
+                    "hook, which native code gets past, stands in the way")
+    if root_kept():
+        gaps.append("its effective uid stays 0 (the interpreter is in a root-only folder), without capabilities: "
+                    "what the layers above leave open, it may do to files root owns")
     return gaps
+
+
+def root_kept() -> bool:
+    """Whether a run below ``namespaces`` would keep effective uid 0 (root, interpreter out of reach)."""
+    return os.geteuid() == 0 and not _reachable()
+
+
+def _refuse_root(level: str) -> None:
+    """A :class:`~harness.errors.ConfigError` where ``level`` would run generated code as effective
+    uid 0 and ``HARNESS_SANDBOX_ROOT=allow`` does not opt in."""
+    from harness.errors import ConfigError
+
+    value = os.environ.get(ROOT_ENV, "refuse") or "refuse"
+    if value not in ("refuse", "allow"):
+        raise ConfigError(f"environment variable {ROOT_ENV}={value!r}. Valid: refuse, allow")
+    if level != "namespaces" and value != "allow" and root_kept():
+        raise ConfigError(
+            f"refusing to run generated code with effective uid 0: without namespaces ('{level}' isolation) the "
+            f"program can change only its real uid, as the interpreter {_view.compute()['exe']} lies in a folder "
+            "only root may enter. Run the harness as another user, or install Python where every user can read "
+            f"it (/usr/local, /opt); to run it anyway as effective uid 0 without capabilities, set {ROOT_ENV}=allow.")
 
 
 def _reachable() -> bool:
@@ -154,6 +183,7 @@ def require_isolation(minimum: str, setting: str = "dataset.min_isolation") -> s
         raise ConfigError(
             f"{setting}={minimum!r} but only '{level}' isolation is available ({_why(level)}). It cannot enforce: "
             f"{'; '.join(cannot_enforce(level))}. To run generated code anyway, set {setting}={level}.")
+    _refuse_root(level)
     return level
 
 
@@ -177,6 +207,7 @@ def resolve(isolation: str | None) -> str:
                   else f"{FORCE_ENV}=fallback or isolation='fallback' (a task: dataset.min_isolation=fallback)")
         raise ConfigError(f"refusing to run generated code: only '{level}' isolation is available ({_why(level)}). "
                           f"It cannot enforce: {'; '.join(cannot_enforce(level))}. To run it anyway, set {opt_in}.")
+    _refuse_root(level)
     return level
 
 

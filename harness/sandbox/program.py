@@ -48,6 +48,9 @@ def _prepare(spec: dict):
         path = os.path.join(spec["tmp"], "program.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
+        import linecache  # tracebacks from memory: the fallback's folder is write-only
+
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
         sys.argv[:] = [path]
         os.environ["TMPDIR"] = spec["tmp"]  # the loader drops it where the real and effective uid differ
         _remove_unaudited()

@@ -38,6 +38,10 @@ def _authorize(action: int, arg1, arg2, db_name, trigger) -> int:
     return sqlite3.SQLITE_DENY
 
 
+class _PastDeadline(Exception):
+    """SQLite stopped the query at its deadline (its progress handler): a killed query, not a wrong one."""
+
+
 def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_bytes: int) -> list[tuple]:
     """Rows of one read-only statement; ``sqlite3`` errors (and ``ValueError``...) propagate."""
     con = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True)
@@ -48,9 +52,19 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
         con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
         con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         con.set_authorizer(_authorize)
-        deadline = time.monotonic() + timeout_s
-        con.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-        return con.execute(sql).fetchmany(max_rows + 1)
+        deadline, stopped = time.monotonic() + timeout_s, []
+
+        def past_deadline() -> int:
+            if time.monotonic() > deadline:
+                stopped.append(True)
+            return int(bool(stopped))
+        con.set_progress_handler(past_deadline, 1000)
+        try:
+            return con.execute(sql).fetchmany(max_rows + 1)
+        except sqlite3.OperationalError:
+            if stopped:  # SQLite's "interrupted": its own deadline, not a wrong query
+                raise _PastDeadline(f"stopped (interrupted by SQLite): the query ran past its {timeout_s:g} s limit") from None
+            raise
     finally:
         con.close()
 
@@ -79,8 +93,11 @@ def main() -> None:
             rows = query(request["db"], request["sql"], request["timeout_s"], request["max_rows"],
                          request["max_value_bytes"])
             reply = {"rows": _encode(rows)}
+        except _PastDeadline as e:
+            reply = {"error": str(e), "killed": True}
         except MemoryError:
-            reply = {"error": f"MemoryError: the query went over its memory limit ({HEAP_LIMIT_BYTES >> 20} MB)"}
+            reply = {"error": f"MemoryError: the query went over its memory limit ({HEAP_LIMIT_BYTES >> 20} MB)",
+                     "killed": True}
         except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as e:
             reply = {"error": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(reply) + "\n")

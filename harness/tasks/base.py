@@ -6,6 +6,7 @@ are its fields). Shipped data lives in ``tasks/<name>/`` with its provenance and
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,18 @@ def encode_prompt(tokenizer, prompt, *, prompt_format: str = "auto", response_pr
         text = "\n".join(str(m["content"]) for m in messages)
     rendered, chat = render_prompt(tokenizer, text, messages, response_prefix, prompt_format)
     return tokenizer(rendered, add_special_tokens=not chat)["input_ids"]
+
+
+def check_limit(value, key: str, low: float, high: float, *, integer: bool = False, low_open: bool = False) -> None:
+    """A :class:`ConfigError` naming ``key`` and the range unless ``value`` is a finite number (an integer where
+    ``integer``) with ``low <= value <= high`` (``low < value`` where ``low_open``): every task limit is checked
+    this way when the task is made, before anything loads."""
+    number = isinstance(value, int) if integer else isinstance(value, (int, float))
+    ok = number and not isinstance(value, bool) and math.isfinite(value) and value <= high and \
+        (value > low if low_open else value >= low)
+    if not ok:
+        raise ConfigError(f"{key} must be {'an integer' if integer else 'a number'} {'>' if low_open else '>='} {low} "
+                          f"and <= {high}, got {value!r}", key=key)
 
 
 def _int_at_least(value, minimum: int) -> bool:

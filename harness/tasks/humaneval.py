@@ -31,7 +31,8 @@ from pathlib import Path
 
 from harness.metrics.code_flags import KINDS, suspicious_constructs
 from harness.sandbox import PythonLimits, check_candidate, isolation_layers, require_isolation
-from harness.tasks.base import Example, register_task
+from harness.sandbox.api import MAX_MEMORY_MB, MAX_TIMEOUT_S, MIN_MEMORY_MB
+from harness.tasks.base import Example, check_limit, register_task
 from harness.tasks.templated import TemplateTask
 
 SYSTEM_PROMPT = ("You are an expert programmer that helps to complete Python code. Given the code from the user, "
@@ -55,6 +56,8 @@ class HumanEval(TemplateTask):
 
     def __post_init__(self):
         super().__post_init__()
+        check_limit(self.timeout_s, "dataset.timeout_s", 0, MAX_TIMEOUT_S, low_open=True)
+        check_limit(self.memory_mb, "dataset.memory_mb", MIN_MEMORY_MB, MAX_MEMORY_MB, integer=True)
         self.isolation = require_isolation(self.min_isolation, "dataset.min_isolation")  # before any model loads
         self.sandbox_layers = ", ".join(isolation_layers(self.isolation))
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.metrics.sql import execution_outcome
 from harness.sandbox.sql import SQL_ISOLATION, QueryKilled, first_statement
-from harness.tasks.base import Example, register_task
+from harness.sandbox.api import MAX_TIMEOUT_S
+from harness.tasks.base import Example, check_limit, register_task
 from harness.tasks.templated import TemplateTask
 
 _CODE_FENCE = re.compile(r"```(?:sql|sqlite)?", re.IGNORECASE)
@@ -70,6 +71,7 @@ class Spider(TemplateTask):
 
     def __post_init__(self):
         super().__post_init__()
+        check_limit(self.timeout_s, "dataset.timeout_s", 0, MAX_TIMEOUT_S, low_open=True)
         if self.hf_dataset:
             raise ConfigError("task 'spider' scores on the Spider databases: set path to a Spider folder "
                               "(dev.json, tables.json, database/) instead of hf_dataset")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.metrics.rouge import rouge
-from harness.tasks.base import Example, register_task
+from harness.tasks.base import Example, check_limit, register_task
 from harness.tasks.templated import TemplateTask
 
 
@@ -26,6 +26,11 @@ class Summarization(TemplateTask):
     primary_metric = "rougeL"  # mtad Table 6 (CNN/DM): Rouge-L
     requires = ("rouge_score",)
     max_document_words: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_document_words is not None:
+            check_limit(self.max_document_words, "dataset.max_document_words", 1, 10_000_000, integer=True)
 
     def example(self, row: dict, index: int) -> Example:
         words = row["document"].split()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from harness.tasks.base import Example, Task, register_task
+from harness.tasks.base import Example, Task, check_limit, register_task
 
 
 @register_task
@@ -19,6 +19,10 @@ class TextContinuation(Task):
     text_field: str = "text"
     id_field: str = "citation"
     prompt_words: int = 12  # the prompt is the first N words of each row
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_limit(self.prompt_words, "dataset.prompt_words", 1, 100_000, integer=True)
 
     def load(self) -> list[Example]:
         rows = [json.loads(line) for line in self.resolve(self.path).read_text(encoding="utf-8").splitlines() if line]

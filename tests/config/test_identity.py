@@ -111,15 +111,19 @@ def test_finished_cell_is_reused_only_under_the_same_identity(tmp_path):
     assert out.status == "done"
     # result-neutral keys do not matter
     assert run_cell({**CELL, "runner": {**CELL["runner"], "progress": True}}, tmp_path).status == "skipped"
-    # a summary whose stored config differs from the requested one (a collision, a hand edit) is refused
+    # a summary whose stored config differs from the requested one (a hash collision; a foreign summary sealed
+    # with this folder's key) is refused; a hand edit without the key is caught earlier, by the seal (test_integrity)
+    from harness.results import integrity
+
     path = out.cell_dir / store.SUMMARY
+    key = integrity.folder_key(out.cell_dir.parent)
     summary = json.loads(path.read_text())
     summary["config"]["max_new_tokens"] = 99
-    path.write_text(json.dumps(summary))
+    path.write_text(json.dumps(integrity.seal(out.cell_dir, summary, key)))
     with pytest.raises(CellConflict, match=r"max_new_tokens: stored 99, requested 3.*force="):
         run_cell(CELL, tmp_path)
     del summary["config"]
-    path.write_text(json.dumps(summary))
+    path.write_text(json.dumps(integrity.seal(out.cell_dir, summary, key)))
     with pytest.raises(CellConflict, match="holds no config"):
         run_cell(CELL, tmp_path)
     assert run_cell(CELL, tmp_path, force=True).status == "done"  # force reruns it

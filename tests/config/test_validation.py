@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from harness.tasks.base import Example
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -276,7 +278,10 @@ def test_empty_prompt_after_tokenization_is_refused(monkeypatch, no_weights):
 
     cache = validation._Cache()
     cache.tokenizers["tiny/target"] = NoBos()
-    cfg = composed("dataset.prompt_words=0")  # every prompt is the empty string
+    # every prompt is the empty string (dataset.prompt_words=0 is refused by its range since issue 31.7)
+    monkeypatch.setattr("harness.tasks.text_continuation.TextContinuation.load",
+                        lambda self: [Example(id="0", prompt="", reference="x")])
+    cfg = composed()
     problems = validate_cell(cfg, cache)
     assert any(p.key == "dataset" and "empty after tokenization" in p.message for p in problems)
 

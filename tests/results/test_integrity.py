@@ -119,8 +119,8 @@ def test_force_is_scoped_to_corrupt_or_named_cells(tmp_path):
     good, conflicting = run_cell(CELL, tmp_path), run_cell(SD, tmp_path)
     summary_path = conflicting.cell_dir / store.SUMMARY
     summary = json.loads(summary_path.read_text())
-    summary["config"]["max_new_tokens"] = 99  # measured under another identity (a hand edit, a collision)
-    summary_path.write_text(json.dumps(summary))
+    summary["config"]["max_new_tokens"] = 99  # measured under another identity (a collision): written, and
+    store.write_summary(conflicting.cell_dir, summary)  # sealed, by a harness (a hand edit is corruption: below)
     problems = validate_cell({**SD, "results_dir": str(tmp_path)})
     assert problems and f"force={conflicting.cell_id}" in str(problems[0])
     for force in ("corrupt", conflicting.cell_id, [conflicting.cell_id]):
@@ -229,3 +229,83 @@ def test_a_sweep_with_a_traversing_name_writes_only_under_its_results_folder(tmp
     assert outside == ["a", "a/b"]  # nothing written beside the results folder (Hydra's job folder included)
     [cell] = (work / "res" / "cells").iterdir()
     assert "escaped" in cell.name and store.finished_state(cell)[0] == "done"
+
+
+# ---- issue 31.5: checksums bound to the cell and the results folder ------------------------------------------
+
+def _edit_with_checksums(cell_dir, index: int = 1) -> None:
+    """Edit record ``index`` in range and recompute everything a plain checksum scheme has: its line in
+    records.sha256 (SHA-256 of the line) and the summary's records_sha256."""
+    path = cell_dir / store.RECORDS
+    lines = _lines(path)
+    edited = json.loads(lines[index])
+    edited["output_text"] = "an edited output"
+    lines[index] = json.dumps(edited) + "\n"
+    path.write_text("".join(lines))
+    digests = (cell_dir / store.DIGESTS).read_text().splitlines()
+    digests[index] = hashlib.sha256(lines[index].rstrip("\n").encode()).hexdigest()
+    (cell_dir / store.DIGESTS).write_text("\n".join(digests) + "\n")
+    summary = json.loads((cell_dir / store.SUMMARY).read_text())
+    summary["records_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (cell_dir / store.SUMMARY).write_text(json.dumps(summary))
+
+
+def test_a_record_edited_with_its_checksums_is_detected_and_the_report_shows_it(tmp_path):
+    from harness.analysis.load import read_results
+
+    out = run_cell(SD, tmp_path)
+    _edit_with_checksums(out.cell_dir)
+    state, detail = store.finished_state(out.cell_dir)
+    assert state == "corrupt" and "integrity_hmac" in detail
+    results = read_results(tmp_path)
+    assert results.problems.astype(str).apply(lambda row: "integrity_hmac" in " ".join(map(str, row)), axis=1).any(), \
+        results.problems.to_dict("records")
+    assert run_cell(SD, tmp_path).status == "done"  # repaired: the edited record rerun
+    assert "an edited output" not in (out.cell_dir / store.RECORDS).read_text()
+    assert store.finished_state(out.cell_dir)[0] == "done"
+
+
+def test_a_partial_record_edited_with_its_checksum_line_is_rerun(tmp_path):
+    out = run_cell(SD, tmp_path)
+    os.replace(out.cell_dir / store.RECORDS, out.cell_dir / store.PARTIAL)  # as a kill before the summary leaves it
+    (out.cell_dir / store.SUMMARY).unlink()
+    path = out.cell_dir / store.PARTIAL
+    lines = _lines(path)
+    edited = json.loads(lines[1])
+    edited["output_text"] = "an edited output"
+    lines[1] = json.dumps(edited) + "\n"
+    path.write_text("".join(lines))
+    digests = (out.cell_dir / store.DIGESTS).read_text().splitlines()
+    digests[1] = hashlib.sha256(lines[1].rstrip("\n").encode()).hexdigest()
+    (out.cell_dir / store.DIGESTS).write_text("\n".join(digests) + "\n")
+    kept = store.recover_partial(out.cell_dir)
+    assert len(kept) == 1  # record 0 only: record 1's line no longer carries the folder key's HMAC
+
+
+def test_checksums_bind_records_to_their_cell_and_position(tmp_path):
+    """Two cells of one results folder: a record and its checksum line copied from another cell (or another
+    position) do not verify."""
+    out = run_cell(SD, tmp_path)
+    lines, digests = _lines(out.cell_dir / store.RECORDS), (out.cell_dir / store.DIGESTS).read_text().splitlines()
+    swapped = [lines[1], lines[0], *lines[2:]]
+    (out.cell_dir / store.RECORDS).write_text("".join(swapped))
+    (out.cell_dir / store.DIGESTS).write_text("\n".join([digests[1], digests[0], *digests[2:]]) + "\n")
+    os.replace(out.cell_dir / store.RECORDS, out.cell_dir / store.PARTIAL)
+    (out.cell_dir / store.SUMMARY).unlink()
+    assert store.recover_partial(out.cell_dir) == []
+
+
+def test_cells_finished_before_the_folder_had_a_key_are_adopted_as_they_are(tmp_path):
+    from harness.results import integrity
+
+    out = run_cell(SD, tmp_path)
+    summary = json.loads((out.cell_dir / store.SUMMARY).read_text())
+    summary.pop(integrity.SEAL)
+    (out.cell_dir / store.SUMMARY).write_text(json.dumps(summary))
+    (out.cell_dir.parent / integrity.KEY_FILE).unlink()  # an older harness's folder
+    assert store.finished_state(out.cell_dir)[0] == "done"  # nothing to check against
+    integrity.folder_key(out.cell_dir.parent, create=True, adopt=store.adopt_legacy)
+    assert store.finished_state(out.cell_dir)[0] == "done"
+    assert json.loads((out.cell_dir / store.SUMMARY).read_text())[integrity.ADOPTED] is True
+    _edit_with_checksums(out.cell_dir)
+    assert store.finished_state(out.cell_dir)[0] == "corrupt"

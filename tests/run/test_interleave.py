@@ -29,7 +29,7 @@ def _cfgs(n=3):
 
 
 def _compare_dirs(a, b):
-    for name in sorted(p.name for p in (a / "cells").iterdir()):
+    for name in sorted(p.name for p in (a / "cells").iterdir() if p.is_dir()):  # not the folder's .integrity.key
         ra, rb = store.read_records(a / "cells" / name), store.read_records(b / "cells" / name)
         assert [det(r) for r in ra] == [det(r) for r in rb], name
         sa, sb = (json.loads((d / "cells" / name / store.SUMMARY).read_text()) for d in (a, b))
@@ -117,3 +117,19 @@ def test_cli_sweep_with_runner_interleave_groups_methods(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     rows = [json.loads(x) for x in plan.stdout.splitlines()]
     assert [r["unit"] for r in rows] == [0, 0, 1, 1] and {r["status"] for r in rows} == {"done"}
+
+
+def test_a_summary_rebuilt_after_deletion_keeps_interleaved(tmp_path):
+    """Issue 31.5: the summary of an interleaved cell deleted, the cell rerun alone: its records are taken back
+    (nothing regenerated) and its summary still says what the records' run was."""
+    cfgs = _cfgs(2)
+    together = run_cells(cfgs, tmp_path)
+    summary_path = together[1].cell_dir / store.SUMMARY
+    before = json.loads(summary_path.read_text())
+    assert before["interleaved"] is True
+    summary_path.unlink()
+    again = run_cell(cfgs[1], tmp_path)
+    assert again.status == "done"
+    after = json.loads(summary_path.read_text())
+    assert after["interleaved"] is True and after["interleave_group"] == before["interleave_group"]
+    assert after["segments"][-1]["from_index"] == before["prompts"]  # nothing regenerated

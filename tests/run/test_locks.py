@@ -114,3 +114,75 @@ def test_flock_unsupported_falls_back_to_excl(tmp_path, monkeypatch):
     lock = store.CellLock(tmp_path / "c").acquire()
     assert lock.mode == "excl" and json.loads((tmp_path / "c" / store.LOCK).read_text())["pid"] == os.getpid()
     lock.release()
+
+
+# --- planted files in a cell folder (issue 31.3): never followed, never waited on, a corrupt cell ---
+
+def _bounded(call, seconds: float = 20.0):
+    """``call()`` in a daemon thread: its result, or AssertionError when it hangs (a FIFO read)."""
+    import threading
+
+    box = []
+    thread = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{call} hung"
+    return box[0] if box else None
+
+
+def _plant(path, what: str, target):
+    if what == "symlink":
+        os.symlink(target, path)
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("mode", ["flock", "excl"])
+@pytest.mark.parametrize("what", ["symlink", "fifo"])
+def test_a_planted_lock_is_never_followed_or_waited_on(tmp_path, mode, what, caplog):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    cell_dir = tmp_path / "c"
+    cell_dir.mkdir()
+    _plant(cell_dir / store.LOCK, what, outside)
+    assert _bounded(lambda: store.lock_state(cell_dir)) is None  # nobody's lock
+    with caplog.at_level("WARNING", logger="harness"):
+        lock = _bounded(lambda: store.CellLock(cell_dir, mode=mode).acquire())
+    assert "not a lock file: moved aside" in caplog.text
+    assert json.loads((cell_dir / store.LOCK).read_text())["pid"] == os.getpid()
+    lock.heartbeat()
+    lock.release()
+    assert outside.read_text() == "precious"
+
+
+@pytest.mark.parametrize("name", [store.PARTIAL, store.DIGESTS])
+@pytest.mark.parametrize("resume", [False, True])
+def test_planted_record_files_are_never_written_through(tmp_path, name, resume, caplog):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    cell_dir = tmp_path / "c"
+    cell_dir.mkdir()
+    os.symlink(outside, cell_dir / name)
+    with caplog.at_level("WARNING", logger="harness"):
+        writer = _bounded(lambda: store.RecordWriter(cell_dir, resume=resume))
+        writer.write({"index": 0, "cell_id": "c"})
+        writer.commit()
+    assert outside.read_text() == "precious\n" and "treated as a corrupt cell" in caplog.text
+    assert not (cell_dir / name).is_symlink()
+
+
+@pytest.mark.parametrize("name", [store.SUMMARY, store.RECORDS])
+def test_a_finished_cell_with_a_planted_file_is_corrupt_and_repaired_without_reading_through(tmp_path, name):
+    outside = tmp_path / "outside.txt"
+    outside.write_text('{"secret": 1}\n')
+    cell_dir = tmp_path / "c"
+    cell_dir.mkdir()
+    (cell_dir / store.SUMMARY).write_text("{}")
+    (cell_dir / store.RECORDS).write_text("")
+    (cell_dir / name).unlink()
+    os.symlink(outside, cell_dir / name)
+    state, detail = store.finished_state(cell_dir)
+    assert state == "corrupt" and f"{name} is a symbolic link" in detail
+    store.reopen_corrupt(cell_dir, detail)
+    assert outside.read_text() == '{"secret": 1}\n'
+    assert not any("secret" in p.read_text() for p in cell_dir.iterdir() if p.is_file() and not p.is_symlink())

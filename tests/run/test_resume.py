@@ -3,13 +3,14 @@ SIGKILL a cell at random points, rerun, and every prompt is written exactly once
 fields (outputs, token and accept counts) equal an uninterrupted run's."""
 import json
 import random
+import shutil
 import signal
 import time
 
 import pytest
 
 from cellproc import CELL, DETERMINISTIC_SUMMARY, det, outcomes, partial_lines, start
-from harness.results import store
+from harness.results import integrity, store
 from harness.run.runner import prepare_cell, run_cell
 
 SD = {**CELL, "method": {"name": "sd", "gamma": 3}, "decoding": {"name": "sampling", "temperature": 1.0,
@@ -66,6 +67,13 @@ def test_sigkill_at_random_points_then_rerun_writes_each_prompt_once(tmp_path):
         assert summary["resumed"] and starts[0] == 0 and starts == sorted(starts) and len(starts) >= 2
 
 
+def _same_folder_key(source, target) -> None:
+    """Files copied from another results folder stand for this folder's own: its key too (issue 31.5: checksums
+    are keyed per results folder)."""
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source / integrity.KEY_FILE, target / integrity.KEY_FILE)
+
+
 def test_torn_last_line_is_dropped_and_the_prompt_rerun(tmp_path):
     ref_records, ref_summary = _reference(tmp_path, SD)
     results = tmp_path / "torn"
@@ -75,6 +83,7 @@ def test_torn_last_line_is_dropped_and_the_prompt_rerun(tmp_path):
     (cell_dir / store.PARTIAL).write_text(lines[0] + lines[1] + lines[2][: len(lines[2]) // 2])
     digests = (tmp_path / "reference" / "cells" / cell_dir.name / store.DIGESTS).read_text().splitlines(True)
     (cell_dir / store.DIGESTS).write_text(digests[0] + digests[1])  # a kill mid-record: its checksum not yet written
+    _same_folder_key(tmp_path / "reference" / "cells", cell_dir.parent)
     assert run_cell(SD, results).status == "done"
     summary = _same_as_reference(cell_dir, ref_records, ref_summary)
     assert [s["from_index"] for s in summary["segments"]] == [2]
@@ -112,6 +121,7 @@ def test_records_published_without_a_summary_are_resumed(tmp_path):
     ref_dir = tmp_path / "reference" / "cells" / cell_dir.name
     (cell_dir / store.RECORDS).write_bytes((ref_dir / store.RECORDS).read_bytes())
     (cell_dir / store.DIGESTS).write_bytes((ref_dir / store.DIGESTS).read_bytes())  # written with the records
+    _same_folder_key(ref_dir.parent, cell_dir.parent)
     assert run_cell(SD, results).status == "done"
     summary = _same_as_reference(cell_dir, ref_records, ref_summary)
     assert summary["segments"][0]["from_index"] == len(ref_records)  # nothing regenerated
@@ -122,11 +132,13 @@ def test_garbage_in_the_partial_file_keeps_the_valid_prefix(tmp_path):
     cell_dir.mkdir()
     good = [json.dumps({"index": i, "cell_id": "c"}) for i in range(3)]
     (cell_dir / store.PARTIAL).write_text("\n".join([good[0], good[1], "\x00\x00garbage", good[2]]) + "\n")
-    (cell_dir / store.DIGESTS).write_text("".join(store.line_digest(g.encode()) + "\n" for g in good))
+    key = integrity.folder_key(tmp_path, create=True)
+    (cell_dir / store.DIGESTS).write_text("".join(integrity.line_mac(key, "c", i, g.encode()) + "\n"
+                                                  for i, g in enumerate(good)))
     other = tmp_path / "d"
     other.mkdir()
     (other / store.PARTIAL).write_text(good[0] + "\n")  # a record of another cell is not kept
-    (other / store.DIGESTS).write_text(store.line_digest(good[0].encode()) + "\n")
+    (other / store.DIGESTS).write_text(integrity.line_mac(key, "d", 0, good[0].encode()) + "\n")
     assert store.RecordWriter.resume(other).next_index == 0
     w = store.RecordWriter.resume(cell_dir)
     assert w.next_index == 2

@@ -5,7 +5,10 @@ from :mod:`harness.sandbox.view`, as ``(path, right)`` with right one of:
 - ``read``: read files and list folders beneath the path;
 - ``exec``: read and execute (the interpreter and its loader: nothing else can be executed);
 - ``device``: read and write this one device file (``/dev/null``);
-- ``write``: everything beneath but executing (the program's own temporary folder).
+- ``write``: everything beneath but executing (the program's own temporary folder, namespaces
+  mode: a ``noexec`` tmpfs);
+- ``write-only``: ``write`` without reading files (the fallback's temporary folder, a host folder:
+  what the program writes there it cannot map, so never load as native code).
 
 Also, where the kernel's ABI has them: no TCP bind or connect (ABI ≥ 4), no device ``ioctl``
 outside the temporary folder (ABI ≥ 5), no signals and no abstract unix sockets out of the
@@ -56,7 +59,8 @@ def restrict(rules: list[tuple[str, str]], version: int) -> None:
     A path that does not exist is skipped (nothing to allow); any other failure raises."""
     handled = _handled(version)
     rights = {"list": _READ_DIR, "read": _READ_FILE | _READ_DIR, "exec": _READ_FILE | _EXECUTE,
-              "device": _READ_FILE | _WRITE_FILE | _TRUNCATE, "write": handled & ~_EXECUTE}
+              "device": _READ_FILE | _WRITE_FILE | _TRUNCATE, "write": handled & ~_EXECUTE,
+              "write-only": handled & ~_EXECUTE & ~_READ_FILE}
     attr = _RulesetAttr(handled, 3 if version >= 4 else 0, 3 if version >= 6 else 0)  # net: bind+connect TCP
     lib = libc()
     ruleset = check(lib.syscall(NR_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0),

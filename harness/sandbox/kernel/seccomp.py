@@ -3,8 +3,14 @@ fails with ``EPERM`` — sockets (the checker's channel is two inherited pipes),
 (``fork``, ``vfork``, a ``clone`` that is not a thread of this process, a thread that would start a
 namespace), ``ptrace`` and cross-process memory, ``mknod``, mounts, namespaces (``unshare``,
 ``setns``), ``set*id``, ``chown``, ``setrlimit``, keys, BPF, ``perf_event_open``, ``io_uring``,
-``kexec``, ``personality``, ``userfaultfd``, ``memfd_create``, file handles, extended attributes,
-Landlock and seccomp themselves. Signals reach only the program itself; ``ioctl`` serves only a
+``kexec``, ``personality``, ``userfaultfd``, ``memfd_create``, file handles, Landlock and seccomp
+themselves, and every call that changes a file's metadata (``chmod``, ``fchmod``, ``fchmodat``,
+``fchmodat2``, the ``chown`` family, ``utime``, ``utimes``, ``utimensat``, ``futimesat``, the extended
+attribute calls): the kernel's other layers (Landlock) have no right covering them. Memory is never
+writable and executable at once, never becomes executable later (``mprotect``), and executable
+memory is only a mapping of a file (the loader's libraries): with a folder the program can write
+but not map (a ``noexec`` tmpfs; in the fallback, Landlock lets it write but not read back its
+files), native code of its own never runs. Signals reach only the program itself; ``ioctl`` serves only a
 few terminal queries and close-on-exec; ``prctl`` only thread names; ``prlimit64`` only reads.
 ``clone3`` answers ``ENOSYS`` (glibc then creates threads with ``clone``, which is checked).
 System calls of another architecture kill the process.
@@ -26,12 +32,12 @@ ALLOWED = (
     "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access", "faccessat", "faccessat2",
     "getdents", "getdents64", "getcwd", "chdir", "fchdir", "readlink", "readlinkat", "mkdir", "mkdirat", "rmdir",
     "unlink", "unlinkat", "rename", "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat",
-    "chmod", "fchmod", "fchmodat", "umask", "utime", "utimes", "utimensat", "futimesat", "truncate", "ftruncate",
+    "umask", "truncate", "ftruncate",
     "fallocate", "fadvise64", "fsync", "fdatasync", "sendfile", "copy_file_range", "splice", "tee",
     "pipe", "pipe2", "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl",
     "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2",
     # memory
-    "brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "msync", "mincore", "membarrier",
+    "brk", "munmap", "mremap", "madvise", "msync", "mincore", "membarrier",  # mmap, mprotect: below
     # threads, signals, time
     "futex", "futex_waitv", "set_robust_list", "get_robust_list", "set_tid_address", "rseq", "arch_prctl",
     "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler", "sched_get_priority_max",
@@ -54,6 +60,7 @@ PRCTLS = (15, 16)  # PR_SET_NAME, PR_GET_NAME
 _ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
 _EPERM, _ENOSYS = 0x00050000 | 1, 0x00050000 | 38
 _EQ, _MASKED_EQ = 4, 7
+PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS = 0x2, 0x4, 0x20
 _FLTATR_ACT_BADARCH = 2
 
 
@@ -107,6 +114,11 @@ def install(own_pid: int, allow_exec: bool = True) -> None:
         # a thread of this process, never a namespace: (flags & (CLONE_THREAD | namespaces)) == CLONE_THREAD
         rule(_ALLOW, "clone", _Cmp(0, _MASKED_EQ, CLONE_THREAD | NAMESPACE_FLAGS, CLONE_THREAD))
         rule(_ENOSYS, "clone3")
+        # W^X, and executable memory only from files: mmap without PROT_EXEC, or PROT_EXEC without
+        # PROT_WRITE of a file (not MAP_ANONYMOUS); mprotect never adds PROT_EXEC
+        rule(_ALLOW, "mmap", _Cmp(2, _MASKED_EQ, PROT_EXEC, 0))
+        rule(_ALLOW, "mmap", _Cmp(2, _MASKED_EQ, PROT_EXEC | PROT_WRITE, PROT_EXEC), _Cmp(3, _MASKED_EQ, MAP_ANONYMOUS, 0))
+        rule(_ALLOW, "mprotect", _Cmp(2, _MASKED_EQ, PROT_EXEC, 0))
         for name in ("kill", "tgkill", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             rule(_ALLOW, name, _Cmp(0, _EQ, own_pid, 0))
         rule(_ALLOW, "prlimit64", _Cmp(2, _EQ, 0, 0))  # no new limit: reading only

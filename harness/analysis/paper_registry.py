@@ -1,0 +1,83 @@
+"""Every table and figure of the five papers, with what this harness does with it: ``built`` (the table key
+or figure the report shows, from the paper's experiment), ``out of scope`` (why it cannot be measured here),
+or ``not built yet`` (what it needs). ``harness-report --tables X`` lists paper X's items at the top of its
+section, so nothing a paper prints is silently missing."""
+from __future__ import annotations
+
+import pandas as pd
+
+BUILT, OUT, TODO = "built", "out of scope", "not built yet"
+ILLUSTRATION = "an illustration of the method: nothing measured"
+
+#: paper -> ((item, status, where it is (built) or why not), ...)
+REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "dsbd": (
+        ("Figs. 1-3 (000, 001)", OUT, ILLUSTRATION),
+        ("Fig. 4 (SQuAD, Llama-2 and OPT) / Fig. 5 (Spider, Llama-2)", BUILT,
+         "§4.2 front figures dsbd_front_* (one per pair × dataset × gpu × regime) and the table dsbd.iso"),
+        ("Fig. 6 (Spider, OPT, perplexity as quality)", BUILT,
+         "the perplexity fronts dsbd_front_*_ppl_* drawn for every block whose primary metric is not perplexity"),
+        ("Fig. 7 (W̄ against quality, speed, energy)", BUILT, "dsbd.width and the figure dsbd_width"),
+        ("Fig. 8 (threshold t 0.7 vs 0.9)", BUILT, "dsbd.fig8 and the figure dsbd_fig8 (fig_dsbd's cells)"),
+        ("Fig. 9 (draft width W_S 2-6)", BUILT, "dsbd.fig9 and the figure dsbd_fig9 (fig_dsbd's cells)"),
+        ("Table 1 (000) = Table 2 (001), memory constraint", BUILT, "dsbd.table1"),
+        ("Table 1 (001), MT-Bench", BUILT, "dsbd.mtbench"),
+    ),
+    "mtad": (
+        ("Table 1 (GPT-3 perplexity vs execution accuracy)", OUT, "the paper's motivation from GPT-3 API outputs: no "
+         "decoding of ours is measured"),
+        ("Table 2 (batch size)", OUT, "every method here decodes one prompt at a time (batch size 1, as the seeds' "
+         "other tables)"),
+        ("Table 3", BUILT, "mtad.table3"), ("Table 4", BUILT, "mtad.table4"), ("Table 5", BUILT, "mtad.table5"),
+        ("Table 6 (ROUGE-L on CNN/DM, EA on Spider, MT-Bench by category)", BUILT,
+         "mtad.table6 (Table 4's cells; each dataset's primary metric, per category where it has categories)"),
+        ("Table 7 (draft beams)", BUILT, "mtad.table7"),
+        ("Table 8 (dataset statistics)", OUT, "a description of the datasets (docs), not a measurement"),
+        ("Tables 9-11 (Llama-3 / -Instruct, OPT-30B/350M, Llama-2-70B/7B-chat)", TODO,
+         "need those pairs' cells in mtad_tables (GPU time for 30-70B targets); not added yet"),
+        ("Table 12 (top-k × top-p)", BUILT, "mtad.table12"),
+        ("Tables 13-14, Fig. 1 (fine-tuned drafts)", OUT, "the paper fine-tunes its drafts (and MTJD's) on "
+         "ChatGPT-Prompts; those weights are not published, and fine-tuning is not part of this harness"),
+        ("Table 15 (hyper-parameters)", BUILT, "the settings Table 4's entries use (paper_mtad.TABLE15, in its notes)"),
+        ("Fig. 2", OUT, ILLUSTRATION),
+        ("Fig. 3 (acceptance threshold τ)", BUILT, "mtad.fig3 and the figure mtad_fig3"),
+        ("Fig. 4 (relative perplexity vs relative score)", TODO, "needs Table 6's task scores beside perplexity"),
+        ("Fig. 5 (speed vs energy)", BUILT, "mtad.fig5 and the figure mtad_fig5 (Table 4's cells, Pearson r in its caption)"),
+    ),
+    "mcsd": (
+        ("Figs. 1-2", OUT, ILLUSTRATION),
+        ("Table 1 (quality of n_t = 2, 3)", BUILT, "mcsd.table1"),
+        ("Table 2 (α at T 0.7) and its ordering", BUILT, "mcsd.table2, mcsd.ordering"),
+        ("Table 3 (α at T 1, D 5 W 16)", BUILT, "mcsd.table3 (quality beside α)"),
+        ("Table 4 (α at T 0 and 1)", BUILT, "mcsd.table4 (both T 0 rows: one argmax root, and the paper's top-n_t)"),
+        ("Fig. 3 (speed-ups over AR, T 0.7, static)", BUILT, "mcsd.fig3 and the figure mcsd_fig3"),
+        ("Fig. 5 (speed-ups over AR, T 1, dynamic D 5 W 16)", BUILT, "mcsd.fig5 and the figure mcsd_fig5"),
+        ("Fig. 4 (static k-config heat map)", TODO, "needs a grid of static k-configs in mcsd_tables"),
+        ("Fig. 6 (width against α and speed)", TODO, "needs a width sweep of the target-initialised tree"),
+        ("Figs. 7-8 (decision model predictions, on/off)", TODO,
+         "the decision models are trained and tested in scripts/ and tests; no paper-layout figure yet"),
+    ),
+    "adaptive": (
+        ("Fig. 1 (framework)", OUT, ILLUSTRATION),
+        ("Fig. 4 (NSight trace)", OUT, "a profiler trace of one GPU run, not a measurement this harness records"),
+        ("Table 1 (GPUs)", OUT, "the hardware list: run the experiment on each machine (gpu=auto)"),
+        ("Table 2", BUILT, "adaptive.table2"),
+        ("Table 3", BUILT, "adaptive.table3 (w/o: the better single draft's SPS)"),
+        ("Table 4 (SpecDec++ vs ours, × AR)", BUILT, "adaptive.table4"),
+        ("Tables 5-6 (datasets, model card)", OUT, "descriptions of the datasets and models, not measurements"),
+        ("Table 7 (ShareGPT)", TODO, "ShareGPT is not shipped offline; needs a ShareGPT task and its cells"),
+        ("Table 8 (EAGLE-2 with adaptive depth)", BUILT, "adaptive.table8"),
+        ("Table 9 (latency breakdown and acceptance)", TODO, "needs cells run with runner.breakdown (draft / verify "
+         "times); the layout is not written yet"),
+        ("Tables 10-11 (history length; selection features)", TODO, "need sweeps of gamma_policy.acc_history and "
+         "draft_selection.features in adaptive_tables"),
+        ("Fig. 3 / Fig. 5 (optimal γ for α and c)", TODO, "a theory figure (harness.analysis.theory holds the "
+         "formula); not drawn in the paper's layout yet"),
+        ("Figs. 6-7 (every γ policy)", BUILT, "adaptive.policies"),
+    ),
+}
+
+
+def registry(paper: str) -> pd.DataFrame:
+    """Paper ``paper``'s tables and figures: item, status, where (built) or why not."""
+    return pd.DataFrame(REGISTRY[paper], columns=["table or figure", "status", "where / why"])

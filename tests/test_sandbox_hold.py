@@ -1,0 +1,157 @@
+"""Issue 31: the sandbox holds in every mode. The program's folder is never loadable (native code of
+its own never runs: the namespaces mode's tmpfs is ``noexec``; the fallback's host folder is
+write-only under Landlock; seccomp keeps memory W^X and executable memory file-backed), its
+environment holds only what the checker sets (and cannot be changed to configure a library),
+metadata-changing system calls are refused, the fallback never keeps effective uid 0 without an
+opt-in, the audit hook's reports leave the program as they happen, and the fallback's disk quota
+holds."""
+import os
+import stat
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.sandbox import PythonLimits, run_python
+from harness.sandbox import levels
+from test_sandbox import KERNEL_LAYERS, MODES
+
+FAST = PythonLimits(timeout_s=5.0)
+ROOT_ENV = "HARNESS_SANDBOX_ROOT"
+
+PRELUDE = '''
+import os, sys, mmap
+OUT = {outside!r}
+def attempt(name, action):
+    try:
+        action()
+    except BaseException as e:
+        print("denied", name, type(e).__name__, str(e)[:120].replace("\\n", " "))
+    else:
+        print("ESCAPED", name)
+'''
+
+# native code of its own: a copy of an allowed standard-library extension, written into its folder
+# and loaded from there (what a library's environment-driven configuration would make it dlopen)
+NATIVE = '''
+import _json, importlib.machinery, importlib.util
+blob = open(_json.__file__, "rb").read()
+with open("lib_json.so", "wb") as f:
+    f.write(blob)
+def load():
+    path = os.path.abspath("lib_json.so")
+    loader = importlib.machinery.ExtensionFileLoader("_json", path)
+    importlib.util.module_from_spec(importlib.util.spec_from_file_location("_json", path, loader=loader))
+def map_exec():
+    fd = os.open("lib_json.so", os.O_RDONLY)
+    mmap.mmap(fd, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+attempt("load native code from its folder", load)
+attempt("map its own file executable", map_exec)
+attempt("writable and executable memory", lambda: mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC))
+attempt("anonymous executable memory", lambda: mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC))
+attempt("chmod a file outside", lambda: os.chmod(OUT + "/file.txt", 0o4777))
+attempt("utime a file outside", lambda: os.utime(OUT + "/file.txt", (0, 0)))
+attempt("chmod its own file", lambda: os.chmod("lib_json.so", 0o755))
+attempt("utime its own file", lambda: os.utime("lib_json.so", (0, 0)))
+attempt("fchmod its own file", lambda: os.fchmod(os.open("lib_json.so", os.O_WRONLY), 0o755))
+print("environment", sorted(os.environ))
+'''
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _root_opt_in():
+    """The fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in,
+    except where a test checks the refusal."""
+    before = os.environ.get("HARNESS_SANDBOX_ROOT")
+    os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
+    yield
+    if before is None:
+        os.environ.pop("HARNESS_SANDBOX_ROOT", None)
+    else:
+        os.environ["HARNESS_SANDBOX_ROOT"] = before
+
+
+@pytest.fixture()
+def outside(tmp_path):
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "file.txt").write_text("precious")
+    os.chmod(folder / "file.txt", 0o644)
+    os.utime(folder / "file.txt", (1_000_000_000, 1_000_000_000))
+    return folder
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["hook", "no hook"])
+@pytest.mark.parametrize("mode", MODES)
+def test_its_folder_is_not_loadable_and_metadata_cannot_change(outside, mode, guard):
+    program = (PRELUDE + NATIVE).format(outside=str(outside))
+    if guard:
+        program += 'attempt("configure a library through the environment", ' \
+                   'lambda: os.environ.__setitem__("OPENSSL_CONF", os.path.abspath("evil.cnf")))\n'
+    result = run_python(program, FAST, audit_guard=guard, isolation=mode)
+    assert result.passed, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    escaped = [line for line in lines if line.startswith("ESCAPED")]
+    denied = [line for line in lines if line.startswith("denied")]
+    assert escaped == [] and len(denied) == program.count("attempt(") - 1, result.stdout
+    assert "environment ['LANG', 'TMPDIR']" in result.stdout
+    st = os.stat(outside / "file.txt")
+    assert stat.S_IMODE(st.st_mode) == 0o644 and st.st_mtime == 1_000_000_000
+
+
+@pytest.mark.skipif(not KERNEL_LAYERS, reason="no seccomp + Landlock here: the fallback refuses to run")
+def test_the_fallback_refuses_effective_uid_0_unless_opted_in(monkeypatch):
+    monkeypatch.delenv(ROOT_ENV)
+    if not levels.root_kept():
+        assert run_python("pass", FAST, isolation="fallback").passed
+        pytest.skip("not root, or the interpreter is reachable by other users: the fallback changes every uid")
+    with pytest.raises(ConfigError, match=r"refusing to run generated code with effective uid 0: .* lies in a folder "
+                                          r"only root may enter.*set HARNESS_SANDBOX_ROOT=allow"):
+        run_python("pass", FAST, isolation="fallback")
+    monkeypatch.setenv(ROOT_ENV, "yes")
+    with pytest.raises(ConfigError, match="HARNESS_SANDBOX_ROOT='yes'. Valid: refuse, allow"):
+        run_python("pass", FAST, isolation="fallback")
+    monkeypatch.setenv(ROOT_ENV, "allow")
+    assert run_python("pass", FAST, isolation="fallback").passed
+    assert any("effective uid stays 0" in gap for gap in levels.cannot_enforce("fallback"))
+
+
+# the hook's state through the garbage collector: every list among its defaults filled with junk (a list
+# of what was reported, used to drop repeats and cap the count, once silenced every later report)
+SILENCE = '''
+import gc
+for f in gc.get_objects():
+    if type(f).__name__ == "function" and f.__name__ == "_guard":
+        for value in f.__defaults__ or ():
+            if type(value) is list:
+                value.extend("junk %d" % i for i in range(1000))
+'''
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reports_leave_the_program_as_they_happen(outside, mode):
+    program = SILENCE + f'''
+try:
+    open({str(outside / "file.txt")!r}).read()
+except OSError:
+    pass
+'''
+    result = run_python(program, FAST, isolation=mode)
+    assert result.passed, result.stderr[-2000:]
+    assert str(outside / "file.txt") in result.files, result
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stat_of_host_files_is_reported(outside, mode):
+    program = f'''
+import os, pathlib
+for probe in (lambda: os.stat({str(outside / "file.txt")!r}), lambda: os.path.getmtime("/etc/hostname"),
+              lambda: pathlib.Path({str(outside / "other.txt")!r}).exists(), lambda: os.access("/etc/shadow", 0)):
+    try:
+        probe()
+    except OSError:
+        pass
+'''
+    result = run_python(program, FAST, isolation=mode)
+    assert result.passed, result.stderr[-2000:]
+    assert {str(outside / "file.txt"), "/etc/hostname", str(outside / "other.txt"), "/etc/shadow"} <= set(result.files), \
+        result.files
