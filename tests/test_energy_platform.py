@@ -187,8 +187,20 @@ def test_gpu_check_on_a_cpu_runs_the_steps_on_tiny_shapes_and_says_what_it_could
     assert figures["nvml-counter resolution"]["value"] == pytest.approx(0.001)
     assert 0.5 < figures["nvml-counter post-load idle settle time"]["value"] < 2.0  # the simulated 1 s hysteresis
     assert all(f["status"].split(" (")[0] in ("measured", "inferred", "not measured") for f in figures.values())
+    profile = sim["sensor_profile"]  # issue 30: per reading, what was measured (never saved for a simulated GPU)
+    assert profile["readings"]["nvml-counter"]["lag_s"] < 0.005
+    assert profile["readings"]["nvml-power-instant"]["update_s"] == pytest.approx(0.1, abs=0.002)
+    for name, figs in profile["readings"].items():  # only what was measured goes into a profile
+        assert all(figures[f"{name} {label}"]["status"] == "measured (simulated)" for key, label in
+                   (("update_s", "update period"), ("window_s", "averaging window"), ("lag_s", "lag")) if key in figs)
+    assert profile["device"]["driver"] and profile["device"]["date"]
+    assert result["elapsed_s"] <= result["budget_s"]
     cell = sim["cell"]
     assert set(cell["cells"]) == {"counter", "polled", "naive"} and math.isfinite(cell["polled_vs_counter_same_windows"])
+    # issue 30: every meter on the same prompts, the cold first run left out
+    assert cell["same_prompts"] and cell["warm_up_excluded"]
+    # (a CPU decoder's run time, hence its simulated energy, varies with the machine's load: finite, not small)
+    assert math.isfinite(cell["vs_counter_per_prompt_median"]["polled"])
     assert not any(p["cross_check_flag"] for p in cell["cells"]["counter"]["prompts"])  # within the polled bound
     assert cell["external"]["measured"] is False
     assert set(result["cost_curves"]) == {"tiny (embedded)", "tiny synthetic (random weights)"}

@@ -132,16 +132,24 @@ for attempt in (lambda: os.remove({str(victim)!r}), lambda: shutil.rmtree({str(t
         print('denied', type(e).__name__)
     else:
         print('DONE')
-open('own.txt', 'w').write('mine')  # its own directory is writable
-try:  # and, in the namespaces mode (a noexec tmpfs), readable; the fallback's is write-only (issue 31)
-    print('read back', open('own.txt').read())
+try:  # its own directory is writable: in the namespaces mode (a noexec tmpfs) it creates files there
+    OWN = 'own.txt'
+    f = open(OWN, 'w')
+except PermissionError:  # the fallback (a host folder) creates nothing: it writes its program.py (issue 31)
+    OWN = 'program.py'
+    f = open(os.open(OWN, os.O_WRONLY | os.O_TRUNC), 'w')
+with f:
+    f.write('mine')
+print('wrote', OWN)
+try:  # and, in the namespaces mode, reads back; the fallback's folder is write-only (issue 31)
+    print('read back', open(OWN).read())
 except PermissionError:
     print('write-only')
 """
     result = run_python(program, FAST, audit_guard=guard, isolation=mode)
     assert result.passed, result.stderr
     assert "DONE" not in result.stdout and result.stdout.count("denied") == 4
-    assert ("read back mine" if mode == "namespaces" else "write-only") in result.stdout
+    assert ("wrote own.txt\nread back mine" if mode == "namespaces" else "wrote program.py\nwrite-only") in result.stdout
     assert victim.read_text() == "precious" and not (tmp_path / "new.txt").exists()
 
 

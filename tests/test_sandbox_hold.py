@@ -11,9 +11,11 @@ import stat
 import pytest
 
 from harness.errors import ConfigError
-from harness.sandbox import PythonLimits, run_python
+from harness.sandbox import ABSENT_ENV, PythonLimits, run_python
 from harness.sandbox import levels
-from test_sandbox import KERNEL_LAYERS, MODES
+from test_sandbox import KERNEL_LAYERS, LAYERS, MODES
+
+_SECCOMP = pytest.mark.skipif(not levels.seccomp_available(), reason="no libseccomp here")
 
 FAST = PythonLimits(timeout_s=5.0)
 ROOT_ENV = "HARNESS_SANDBOX_ROOT"
@@ -31,18 +33,25 @@ def attempt(name, action):
 '''
 
 # native code of its own: a copy of an allowed standard-library extension, written into its folder
-# and loaded from there (what a library's environment-driven configuration would make it dlopen)
+# and loaded from there (what a library's environment-driven configuration would make it dlopen); where
+# nothing can be created (the fallback), into the one file it can write, its program.py
 NATIVE = '''
 import _json, importlib.machinery, importlib.util
 blob = open(_json.__file__, "rb").read()
-with open("lib_json.so", "wb") as f:
+try:
+    LIB = "lib_json.so"
+    f = open(LIB, "wb")
+except PermissionError:
+    LIB = "program.py"
+    f = open(os.open(LIB, os.O_WRONLY | os.O_TRUNC), "wb")
+with f:
     f.write(blob)
 def load():
-    path = os.path.abspath("lib_json.so")
+    path = os.path.abspath(LIB)
     loader = importlib.machinery.ExtensionFileLoader("_json", path)
     importlib.util.module_from_spec(importlib.util.spec_from_file_location("_json", path, loader=loader))
 def map_exec():
-    fd = os.open("lib_json.so", os.O_RDONLY)
+    fd = os.open(LIB, os.O_RDONLY)
     mmap.mmap(fd, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC)
 attempt("load native code from its folder", load)
 attempt("map its own file executable", map_exec)
@@ -50,9 +59,9 @@ attempt("writable and executable memory", lambda: mmap.mmap(-1, 4096, prot=mmap.
 attempt("anonymous executable memory", lambda: mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC))
 attempt("chmod a file outside", lambda: os.chmod(OUT + "/file.txt", 0o4777))
 attempt("utime a file outside", lambda: os.utime(OUT + "/file.txt", (0, 0)))
-attempt("chmod its own file", lambda: os.chmod("lib_json.so", 0o755))
-attempt("utime its own file", lambda: os.utime("lib_json.so", (0, 0)))
-attempt("fchmod its own file", lambda: os.fchmod(os.open("lib_json.so", os.O_WRONLY), 0o755))
+attempt("chmod its own file", lambda: os.chmod(LIB, 0o755))
+attempt("utime its own file", lambda: os.utime(LIB, (0, 0)))
+attempt("fchmod its own file", lambda: os.fchmod(os.open(LIB, os.O_WRONLY), 0o755))
 print("environment", sorted(os.environ))
 '''
 
@@ -155,3 +164,60 @@ for probe in (lambda: os.stat({str(outside / "file.txt")!r}), lambda: os.path.ge
     assert result.passed, result.stderr[-2000:]
     assert {str(outside / "file.txt"), "/etc/hostname", str(outside / "other.txt"), "/etc/shadow"} <= set(result.files), \
         result.files
+
+
+# every way to put bytes on disk from its folder; the kernel's count of accepted bytes is the program's own
+FILL = '''
+import os
+total = 0
+def fill(fd, mb=16, offset=0):
+    global total
+    try:
+        os.lseek(fd, offset, 0)
+        for _ in range(mb):
+            total += os.write(fd, b"x" * (1 << 20))
+    except OSError:
+        pass
+def opened(path, flags):
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError:
+        return None
+fds = [opened("f%d" % i, os.O_WRONLY | os.O_CREAT) for i in range(12)]
+fds += [opened(".", os.O_TMPFILE | os.O_WRONLY) for _ in range(4)]
+for name, make in (("d", os.mkdir), ("s", lambda n: os.symlink("program.py", n)), ("h", lambda n: os.link("program.py", n))):
+    try:
+        make(name)
+        fds.append(opened(name + "/x" if name == "d" else name, os.O_WRONLY | os.O_CREAT))
+    except OSError:
+        pass
+own = opened("program.py", os.O_WRONLY | os.O_APPEND)
+for fd in [f for f in fds if f is not None] + [own]:
+    fill(fd)
+if own is not None:
+    for grow in (lambda: os.truncate("program.py", 1 << 30), lambda: os.posix_fallocate(own, 0, 1 << 30)):
+        try:
+            grow()
+            total += 1 << 30
+        except OSError:
+            pass
+    fill(opened("program.py", os.O_WRONLY), offset=40 << 20)  # sparse, past the quota
+print("wrote", total)
+'''
+
+
+@pytest.mark.parametrize("mode,hook,absent", [*[pytest.param(*p.values, "", marks=p.marks) for p in LAYERS
+                                                 if p.values[0] == "fallback"],
+                                               pytest.param("weak", False, "landlock", marks=_SECCOMP)])
+def test_what_the_program_writes_stays_within_its_disk_quota_by_construction(mode, hook, absent, monkeypatch):
+    """Issue 31 class 7: the fallback's quota was polled (99 MB written against 64). Now its folder is a host folder
+    where nothing can be created (Landlock, seccomp) and ``program.py`` is limited to the quota (RLIMIT_FSIZE): the
+    program runs to its end, never killed, having written at most the quota, whichever way it tries. (The namespaces
+    mode's quota is its tmpfs: tests/test_sandbox_escapes.py.)"""
+    if absent:
+        monkeypatch.setenv(ABSENT_ENV, absent)
+    quota = 12
+    result = run_python(FILL, PythonLimits(timeout_s=30.0, disk_mb=quota, max_file_mb=16), audit_guard=hook,
+                        isolation=mode)
+    assert result.passed and result.stdout.startswith("wrote"), (result.reason, result.stdout, result.stderr[-2000:])
+    assert int(result.stdout.split()[1]) <= quota << 20, result.stdout

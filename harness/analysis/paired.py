@@ -88,22 +88,23 @@ def match_baselines(cells: pd.DataFrame, baselines: dict[str, str] | None = None
     return pd.DataFrame(rows, columns=MATCH_COLUMNS)
 
 
-def _energy_j(rec: pd.DataFrame) -> pd.Series:
+def _energy_j(rec: pd.DataFrame, field: str = "energy.j_per_token") -> pd.Series:
     """Joules of one generation of each prompt: J/token × new tokens (the protocol's repetitions are
-    already divided out of ``energy.j_per_token``)."""
-    if "energy.j_per_token" not in rec.columns:
+    already divided out of ``energy.j_per_token``); ``field="energy.net_j_per_token"``: net of idle."""
+    if field not in rec.columns:
         return pd.Series(NAN, index=rec.index)
-    return pd.to_numeric(rec["energy.j_per_token"], errors="coerce") * rec["new_tokens"]
+    return pd.to_numeric(rec[field], errors="coerce") * rec["new_tokens"]
 
 
 def pair_prompts(records: pd.DataFrame, cell_id: str, baseline_id: str) -> pd.DataFrame:
     """The prompts both cells ran, side by side: tokens, seconds, joules (``_m`` method, ``_b`` baseline)."""
-    cols = ["key", "category", "new_tokens", "wall_time_s", "energy_j"]
+    cols = ["key", "category", "new_tokens", "wall_time_s", "energy_j", "net_energy_j"]
 
     def side(cid):
         r = records[records["cell_id"] == cid]
         return pd.DataFrame({"key": prompt_key(r), "category": categories(r), "new_tokens": r["new_tokens"].astype(float),
-                             "wall_time_s": r["wall_time_s"].astype(float), "energy_j": _energy_j(r)})[cols]
+                             "wall_time_s": r["wall_time_s"].astype(float), "energy_j": _energy_j(r),
+                             "net_energy_j": _energy_j(r, "energy.net_j_per_token")})[cols]
     m, b = side(cell_id), side(baseline_id)
     out = m.merge(b.drop(columns="category"), on="key", suffixes=("_m", "_b"))
     return out.sort_values("key", kind="stable").reset_index(drop=True)
@@ -139,7 +140,24 @@ def ratio_estimates(p: pd.DataFrame, **boot) -> dict:
         missing = int((~np.isfinite(e_m)).sum() + (~np.isfinite(e_b)).sum())
         out["energy_reason"] = (f"energy not measured for {missing} of {2 * len(p)} prompt runs (cell + baseline)"
                                 if len(p) else "no common prompts")
+    out.update(_net_ratio(p, tok_m, tok_b, **boot))
     return out
+
+
+def _net_ratio(p: pd.DataFrame, tok_m, tok_b, **boot) -> dict:
+    """Net J/token (above the measured idle) relative to the baseline, beside the gross ratio: on a GPU
+    that mostly idles the two can point opposite ways."""
+    if "net_energy_j_m" not in p:
+        return {"net_energy_ratio": NAN, "net_energy_ratio_lo": NAN, "net_energy_ratio_hi": NAN,
+                "net_energy_reason": "no net energy in the records"}
+    e_m, e_b = p["net_energy_j_m"].to_numpy(float), p["net_energy_j_b"].to_numpy(float)
+    if len(p) and np.isfinite(e_m).all() and np.isfinite(e_b).all() and e_m.sum() > 0 and e_b.sum() > 0:
+        point, lo, hi = stats.estimate((e_m, tok_m, e_b, tok_b), stats.ratio_of_totals, **boot)
+        return {"net_energy_ratio": point, "net_energy_ratio_lo": lo, "net_energy_ratio_hi": hi,
+                "net_energy_reason": None}
+    return {"net_energy_ratio": NAN, "net_energy_ratio_lo": NAN, "net_energy_ratio_hi": NAN,
+            "net_energy_reason": "net energy not measured (or ≤ 0) on some prompt runs" if len(p)
+            else "no common prompts"}
 
 
 def paired_ratios(records: pd.DataFrame, cells: pd.DataFrame, baselines: dict[str, str] | None = None,
@@ -179,7 +197,7 @@ def ratios_across_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     if per_seed.empty:
         return pd.DataFrame()
     out = None
-    for value in ("speedup", "speedup_geo", "energy_ratio", "energy_ratio_geo"):
+    for value in ("speedup", "speedup_geo", "energy_ratio", "energy_ratio_geo", "net_energy_ratio"):
         if value not in per_seed.columns:
             continue
         part = stats.across_seeds(per_seed, keys, value)

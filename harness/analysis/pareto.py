@@ -23,7 +23,7 @@ from harness.analysis.specs import MethodSpec
 from harness.analysis.tables import prompt_key
 
 NAN = math.nan
-COSTS = {"tokens_per_s": True, "j_per_token": False}  # cost column -> higher is better
+COSTS = {"tokens_per_s": True, "j_per_token": False, "net_j_per_token": False}  # cost column -> higher is better
 #: dsbd §4.2 (the unconstrained DSBD grid against beam sampling; its §4.3 memory-constrained cells are another
 #: comparison) and mtad §5
 HEADLINE_PAIRS = (("dsbd[memory_constrained=false]", "beam_sampling"), ("mtad", "sd"))
@@ -85,12 +85,15 @@ def _prompt_sums(records: pd.DataFrame, quality: str) -> tuple[list[str], list[s
     keys = sorted(r["_key"].unique())
     q = pd.to_numeric(r[quality], errors="coerce") if quality in r else pd.Series(NAN, index=r.index)
     jpt = pd.to_numeric(r["energy.j_per_token"], errors="coerce") if "energy.j_per_token" in r else q * NAN
+    net = pd.to_numeric(r["energy.net_j_per_token"], errors="coerce") if "energy.net_j_per_token" in r else q * NAN
     frame = pd.DataFrame({"label": r["label"], "key": r["_key"], "tok": r["new_tokens"].astype(float),
                           "sec": r["wall_time_s"].astype(float), "joule": jpt * r["new_tokens"],
+                          "netjoule": net * r["new_tokens"],
                           "qsum": q.fillna(0.0), "qn": q.notna().astype(float)})
     # a prompt with an unmeasured run makes the method's energy NaN (min_count keeps the NaN)
     g = frame.groupby(["label", "key"]).agg(tok=("tok", "sum"), sec=("sec", "sum"), qsum=("qsum", "sum"),
-                                            qn=("qn", "sum"), joule=("joule", lambda s: s.sum(min_count=len(s))))
+                                            qn=("qn", "sum"), joule=("joule", lambda s: s.sum(min_count=len(s))),
+                                            netjoule=("netjoule", lambda s: s.sum(min_count=len(s))))
     mats = {c: g[c].unstack("key").reindex(index=labels, columns=keys).to_numpy(float) for c in g.columns}
     return labels, keys, mats
 
@@ -102,9 +105,10 @@ def _points(mats: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, np.nd
         return weights @ np.nan_to_num(m, nan=0.0).T
     with np.errstate(all="ignore"):
         joule = weights @ np.where(np.isnan(mats["joule"]), np.nan, mats["joule"]).T
+        net = weights @ np.where(np.isnan(mats["netjoule"]), np.nan, mats["netjoule"]).T
         return {"quality": wsum(mats["qsum"]) / wsum(mats["qn"]),
                 "tokens_per_s": wsum(mats["tok"]) / wsum(mats["sec"]),
-                "j_per_token": joule / wsum(mats["tok"])}
+                "j_per_token": joule / wsum(mats["tok"]), "net_j_per_token": net / wsum(mats["tok"])}
 
 
 def iso_quality(records: pd.DataFrame, cells: pd.DataFrame, pairs=None, quality_columns=None, *,
@@ -168,7 +172,8 @@ def _iso_row(ctx, fa, fb, q_higher, cost, c_higher, members, labels, point, boot
     (geo, rmin, rmax, lo, hi), front_a, front_b = ratio(point, 0)
     if not len(front_a[0]) or not len(front_b[0]):
         which = [f for f, fr in ((fa, front_a), (fb, front_b)) if not len(fr[0])]
-        what = "energy not measured (J/token is NaN)" if cost == "j_per_token" else f"no {cost} or quality"
+        what = "energy not measured (J/token is NaN)" if cost in ("j_per_token", "net_j_per_token") \
+            else f"no {cost} or quality"
         return {**row, **nan, "note": f"{' and '.join(which)}: {what}"}
     if not np.isfinite(geo):
         (a_lo, a_hi), (b_lo, b_hi) = (front_a[0].min(), front_a[0].max()), (front_b[0].min(), front_b[0].max())

@@ -136,6 +136,7 @@ def cell_summary(records: pd.DataFrame, cells: pd.DataFrame, **boot) -> pd.DataF
         energy = (jpt * r["new_tokens"]).to_numpy(float) if jpt is not None else np.full(len(r), NAN)
         row["j_per_token"], row["j_per_token_lo"], row["j_per_token_hi"] = _rate_ci(energy, tok, **boot)
         row["energy_reason"] = None if np.isfinite(row["j_per_token"]) else _energy_reason(r, cell)
+        row.update(_net_energy(r, tok, energy, **boot))
         for name, num, den in (("block_efficiency", "new_tokens", "target_calls"),
                                ("acceptance_rate", "accepted_tokens", "draft_positions"),
                                ("node_acceptance_rate", "accepted_tokens", "draft_nodes")):
@@ -147,6 +148,22 @@ def cell_summary(records: pd.DataFrame, cells: pd.DataFrame, **boot) -> pd.DataF
                 row[name] = row[name + "_lo"] = row[name + "_hi"] = NAN
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+IDLE_DOMINATED = 0.10  # net below this share of gross (harness.energy.reading.IDLE_DOMINATED)
+
+
+def _net_energy(r: pd.DataFrame, tok: np.ndarray, gross: np.ndarray, **boot) -> dict:
+    """Net J/token (above the measured idle) with its CI beside gross, and whether the cell is
+    idle-dominated (net < 10 % of gross: gross then measures the idle GPU more than the method)."""
+    field = "energy.net_j_per_token"
+    net = (pd.to_numeric(r[field], errors="coerce") * r["new_tokens"]).to_numpy(float) if field in r \
+        else np.full(len(r), NAN)
+    row = dict(zip(("net_j_per_token", "net_j_per_token_lo", "net_j_per_token_hi"), _rate_ci(net, tok, **boot)))
+    known = len(net) and np.isfinite(net).all() and np.isfinite(gross).all() and gross.sum() > 0
+    row["net_share"] = net.sum() / gross.sum() if known else NAN
+    row["idle_dominated"] = bool(row["net_share"] < IDLE_DOMINATED) if known else None
+    return row
 
 
 def _energy_reason(r: pd.DataFrame, cell: pd.Series) -> str:

@@ -157,10 +157,10 @@ def post_load_idle(points: list[tuple[float, float]], kind: str, work_end: float
     return {"settle_s": settle, "final_w": final, "excess_w": levels[0][1] - final}
 
 
-def run_steps(sources, busy, clock, steps: int = 12, on_s: float = 0.4, rng: random.Random | None = None):
+def run_steps(channels, busy, clock, steps: int = 12, on_s: float = 0.4, rng: random.Random | None = None):
     """``steps`` load steps of ``on_s`` opened at random phases, then a 3 s load; the log and the edges."""
     rng = rng or random.Random(0)
-    log = FastLog(sources.channels(), clock)
+    log = FastLog(channels, clock)
     edges = []
     clock.sleep(0.5)
     for _ in range(steps):
@@ -175,11 +175,12 @@ def run_steps(sources, busy, clock, steps: int = 12, on_s: float = 0.4, rng: ran
     return log, edges + [(t0, True), (work_end, False)], work_end
 
 
-def characterize_sources(sources, busy, clock, quick: bool = False) -> dict[str, Figure]:
-    """Every figure of the module docstring for one device (``sources`` opened on it)."""
-    channels = sources.channels()
+def characterize_sources(sources, busy, clock, quick: bool = False, extra=()) -> dict[str, Figure]:
+    """Every figure of the module docstring for one device (``sources`` opened on it; ``extra``:
+    further channels on it, e.g. ``nvmlDeviceGetPowerUsage`` = ``power.draw`` beside the instant field)."""
+    channels = sources.channels() + list(extra)
     sensors = characterize(channels, clock, 1.0 if quick else 2.0)
-    log, edges, work_end = run_steps(sources, busy, clock, steps=10 if quick else 16)
+    log, edges, work_end = run_steps(channels, busy, clock, steps=10 if quick else 16)
     clock.sleep(5.0 if quick else 12.0)
     log.stop()
     figures: dict[str, Figure] = {}
@@ -223,4 +224,18 @@ def _channel_figures(channel, sensor, points, edges, work_end) -> dict[str, Figu
         out[f"{name} averaging window"] = Figure(documented, "s", "inferred", channel.semantics.note)
     else:
         out[f"{name} averaging window"] = _missing("s", "no reading caught part-way through an edge, none documented")
+    return out
+
+
+def sensor_profile(figures: dict[str, Figure], names: list[str]) -> dict[str, dict]:
+    """Per reading (channel name): its update period, averaging window and lag as
+    :func:`harness.energy.profiles.profile_from_figures` takes them (only figures measured here)."""
+    keys = {"update_s": "update period", "window_s": "averaging window", "lag_s": "lag"}
+    out = {}
+    for name in names:
+        out[name] = {}
+        for key, label in keys.items():
+            figure = figures.get(f"{name} {label}")
+            if figure is not None and figure.status == "measured":
+                out[name][key] = {"value": figure.value, "how": figure.how}
     return out

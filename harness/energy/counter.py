@@ -58,7 +58,7 @@ def _rate(state, first: Refresh, second: Refresh) -> tuple[float, float]:
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
     """Measure ``workload`` with the energy counter (see the module docstring)."""
     cfg, clock = state.cfg, state.clock
-    period = state.update_period(state.primary)
+    period = state.update_period(state.primary, -1)  # the slowest device's
     timeout = 2.5 * (period if math.isfinite(period) else 0.1) + 0.05
     results: list = []
     trials: list[Trial] = []
@@ -92,8 +92,13 @@ def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, lis
 def _lead(state, trial: Trial, timeout: float) -> None:
     """Wait for a counter refresh that a lagging counter has already brought up to date with the
     synchronise; note it (and the idle power just before it) on every device."""
-    counter, sensor = state.primary, state.sensors[state.primary.name]
-    lag = sensor.lag_hi if math.isfinite(sensor.lag_hi) else sensor.lag_lo
+    counter, coarse = state.primary, state.coarse()
+    lags = []
+    for d in range(state.devices):  # every device's own lag: the lead waits for the latest
+        sensor = state.device_sensor(counter, d)
+        lag_d = _lag_hi(state, sensor, coarse, d)
+        lags.append(lag_d if math.isfinite(lag_d) else sensor.lag_lo)
+    lag = max(lags)
     need = trial.opened + lag
     watcher = state.watcher(counter)
     deadline = state.clock.now() + timeout + lag
@@ -126,16 +131,17 @@ def _lead(state, trial: Trial, timeout: float) -> None:
 def _tail(state, trial: Trial, timeout: float) -> None:
     """After the window (GPU idle): the first refresh per device that has caught up with ``b``, the
     post-work idle over the interval after it, and the settled idle when due."""
-    counter, sensor = state.primary, state.sensors[state.primary.name]
+    counter = state.primary
     b, coarse = trial.b, state.coarse()
+    lag_lo = max(state.device_sensor(counter, d).lag_lo for d in range(state.devices))
     idle_due = state.post_idle_due() or state.settled_due()
     watcher = state.watcher(counter)
     chosen: list[int | None] = [None] * state.devices
-    deadline = state.clock.now() + 2 * timeout + (sensor.lag_lo if math.isfinite(sensor.lag_lo) else 0.0)
+    deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
     while state.clock.now() < deadline:
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
-                chosen[d] = _caught_up(state, sensor, seen, b, coarse, test=d == 0)
+                chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d)
         done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 1) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
@@ -160,12 +166,22 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         state.settle_idle(b)
 
 
-def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, test: bool) -> int | None:
-    """Index of the first refresh in ``seen`` known to have caught up with ``b``; None: need more."""
-    k = 0
+def _lag_hi(state, sensor, coarse: bool, device: int = 0) -> float:
+    """The longest the counter may lag: as seen, or (a coarse counter whose steps hid the lag so far)
+    one update period, assumed — waiting that long costs idle energy only, which the edges subtract."""
+    if math.isfinite(sensor.lag_hi) or not coarse:
+        return sensor.lag_hi
+    period = state.update_period(state.primary, device)
+    return max(sensor.lag_lo, period if math.isfinite(period) else 0.1)
+
+
+def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, device: int) -> int | None:
+    """Index of the first refresh of ``device`` in ``seen`` known to have caught up with ``b`` (testing
+    that device's own lag); None: need more."""
+    k, lag_hi, test = 0, _lag_hi(state, sensor, coarse, device), True
     while k < len(seen):
         after = seen[k].t - b
-        if coarse or after - seen[k].halfwidth >= sensor.lag_hi:
+        if after - seen[k].halfwidth >= lag_hi:
             return k
         if after + seen[k].halfwidth <= sensor.lag_lo:
             k += 1
@@ -175,9 +191,11 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, test:
         first, _ = _rate(state, seen[k], seen[k + 1])
         second, sigma = _rate(state, seen[k + 1], seen[k + 2])
         behind = first > second + 2 * sigma
-        if test:
+        # a coarse counter's steps may hide a lag: only a clear answer counts (idle intervals known to ± 25 %)
+        conclusive = not coarse or behind or (math.isfinite(sigma) and sigma < 0.25 * max(second, 1e-9))
+        if test and conclusive:
             sensor.lag_seen(after, behind)
-        if not behind:
+        if not behind and conclusive:
             return k
         k += 1
     return None
@@ -240,9 +258,11 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
     quant = q * (0.78 if k == 1 else 2 * math.sqrt(k / 6))
     bound = (err + quant) / total if math.isfinite(total) and total > 0 else NAN
     runs = [t.runs for t in trials]
-    sensor = state.sensors[counter.name]
-    basis = (f"NVML energy counter (update {p_eff * 1e3:.0f} ms, resolution {q:g} J, lag "
-             f"{_fmt_ms(sensor.lag_estimate())}), {'one run' if single else f'{sum(runs)} runs in {len(trials)} trials'}; "
+    lags = " / ".join(_fmt_ms(state.device_sensor(counter, d).lag_estimate()) for d in range(state.devices))
+    updates = " / ".join(f"{state.update_period(counter, d) * 1e3:.0f}" for d in range(state.devices)) \
+        if state.devices > 1 else f"{p_eff * 1e3:.0f}"
+    basis = (f"NVML energy counter (update {updates} ms, resolution {q:g} J, lag {lags}"
+             f"{' per device' if state.devices > 1 else ''}), {'one run' if single else f'{sum(runs)} runs in {len(trials)} trials'}; "
              f"{edges['aligned']} edge(s) on observed refreshes caught up with the window, the GPU idle in between at "
              f"the adjacent interval's measured power; {edges['interpolated']} interpolated (± half an update at the "
              f"mean power); resolution term {quant:.3g} J")
@@ -256,10 +276,10 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
 def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, float]:
     """One trial's energy (devices summed) and its edges' error (J)."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
-    lag = state.sensors[state.primary.name].lag_estimate()
-    lag = lag if math.isfinite(lag) else 0.0
     energy, err = 0.0, 0.0
     for d in range(state.devices):
+        lag = state.device_sensor(state.primary, d).lag_estimate()  # every device's own
+        lag = lag if math.isfinite(lag) else 0.0
         lead = trial.lead[d] if trial.aligned and d < len(trial.lead) else None
         tail = trial.tail[d] if d < len(trial.tail) else None
         rate_a, rate_b = trial.lead_rate[d], trial.tail_rate[d]

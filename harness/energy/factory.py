@@ -1,6 +1,7 @@
 """The meter for one cell, from its ``energy`` config and the CUDA devices its models use."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from harness.energy.config import EnergyConfig
@@ -40,13 +41,19 @@ def make_energy_meter(cfg=None, cuda_devices: list[int] | None = None, *, nvml=N
     or None for the protocol defaults); ``cuda_devices`` the CUDA indices the models use. ``nvml``,
     ``clock`` and ``synchronize`` are for tests (simulated NVML, virtual time).
 
-    With ``energy.source=simulated`` the GPUs are simulated from the ``gpu`` profile's
+    With ``energy.source=simulated`` — or ``auto`` with a simulated ``gpu`` profile (``gpu=sim_h100``):
+    selecting a simulated GPU selects the simulated source — the GPUs are simulated from the profile's
     ``simulated`` section whatever the models run on (a CPU-only run of the whole path)."""
     config = EnergyConfig.from_any(cfg)
     if config.source == "none":
         return NullMeter(f"energy measurement is off (energy={config.name})")
     host = HostEnergy(config.powercap_root) if config.host else None
     profile = config.gpu or {}
+    if profile.get("simulated") and config.source == "auto":  # selecting a simulated GPU selects its source
+        config = dataclasses.replace(config, source="simulated")
+    if profile.get("simulated") and config.source not in ("simulated", "none"):
+        raise ConfigError(f"gpu={profile.get('name')} is a simulated GPU, but energy.source={config.source} reads "
+                          f"real hardware: use energy.source=auto (or simulated) with it, or a real gpu profile")
     if config.source == "simulated":
         return _simulated_meter(config, profile, list(cuda_devices or []), clock, synchronize, host)
     if profile.get("power_reading") == "none":

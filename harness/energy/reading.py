@@ -71,6 +71,7 @@ class EnergyReading:
     counter_lag_s: float = NAN
     refresh_jitter_s: float = NAN
     run_time_cv: float = NAN
+    sensor_semantics: str | None = None
     host_cpu_energy_j: float = NAN
     host_dram_energy_j: float = NAN
     host_energy_j: float = NAN
@@ -107,7 +108,8 @@ def _finite(x) -> bool:
 
 def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
     """Cell summary from per-prompt records made by :meth:`EnergyReading.as_record`: J/token
-    gross and net (total energy ÷ total tokens), mean W, sources, mean coverage, the largest
+    gross and net (total energy ÷ total tokens) with net's share, bound and the "idle-dominated" flag
+    (:func:`net_fields`), mean W, sources, mean coverage, the largest
     expected error, prompts whose counter and polled power disagreed, host J/token; NaN with the
     reasons if any prompt was not measured."""
     def get(r, k, default=NAN):  # a record read back from JSON holds null where NaN was written
@@ -138,11 +140,15 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         why = f"{len(unmeasured)} of {len(records)} prompts not measured: " + "; ".join(reasons) if records \
             else "no prompts"
         summary.update({prefix + k: NAN for k in ("j_per_token", "net_j_per_token", "mean_power_w", "coverage",
-                                                   "energy_all_runs_j", "idle_power_w")})
+                                                   "energy_all_runs_j", "idle_power_w", "net_share", "net_error_bound",
+                                                   "max_net_error_bound")})
+        summary[prefix + "idle_dominated"] = None
+        summary[prefix + "net_reason"] = "gross not measured on every prompt"
         summary[prefix + "reason"] = why
         return summary
     total = sum(get(r, "energy_all_runs_j") for r in records)
-    net = sum(get(r, "net_energy_per_run_j") * get(r, "repetitions", 1) for r in records)
+    nets = [get(r, "net_energy_per_run_j") * get(r, "repetitions", 1) for r in records]
+    net = sum(nets)
     seconds = sum(get(r, "measured_s") for r in records)
     idle = [get(r, "idle_power_w") for r in records if _finite(get(r, "idle_power_w"))]
     summary.update({
@@ -153,5 +159,34 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         prefix + "energy_all_runs_j": total,
         prefix + "idle_power_w": sum(idle) / len(idle) if idle else NAN,
         prefix + "reason": None,
+        **net_fields(records, total, nets, get, prefix),
     })
     return summary
+
+
+IDLE_DOMINATED = 0.10  # net below this share of gross: the GPU mostly idled (a cell's energy says little)
+
+
+def net_fields(records: list[dict], total: float, nets: list[float], get, prefix: str = "energy.") -> dict:
+    """Net beside gross for a cell: the net share of gross, the "idle-dominated" flag (net < 10 % of
+    gross), the net bound (prompts' bounds weighted by their net energy: errors all one way) and the
+    largest prompt's, and why the net figure is missing where it is."""
+    net = sum(nets)
+    bounds = [get(r, "net_error_bound") for r in records]
+    known = all(map(_finite, nets))
+    out = {prefix + "net_share": net / total if known and total > 0 else NAN,
+           prefix + "idle_dominated": bool(known and total > 0 and net < IDLE_DOMINATED * total) if known else None,
+           prefix + "net_error_bound": sum(b * n for b, n in zip(bounds, nets)) / net
+           if known and net > 0 and all(map(_finite, bounds)) else NAN,
+           prefix + "max_net_error_bound": max(bounds) if bounds and all(map(_finite, bounds)) else NAN,
+           prefix + "net_reason": None}
+    if not known:
+        out[prefix + "net_reason"] = "no idle power measured for some prompts: net energy unknown"
+    elif net <= 0:
+        out[prefix + "net_reason"] = "net energy ≤ 0: the measured idle is at or above the cell's power"
+    elif not math.isfinite(out[prefix + "net_error_bound"]):
+        out[prefix + "net_reason"] = "some prompts state no net bound (net ≤ 0 or idle unknown on them)"
+    if out[prefix + "idle_dominated"]:
+        out[prefix + "net_reason"] = (f"idle-dominated: net is {100 * net / total:.1f} % of gross; the GPU "
+                                      "mostly idled, gross J/token measures the idle more than the method")
+    return out

@@ -75,7 +75,7 @@ def build_reading(state, label: str, mode: str, trials, energies: list[float], r
         coverage = min(1.0, seen * min(window, period) / measured)
     else:
         coverage = NAN
-    check = verdict(state, total, *polled)
+    check = verdict(state, total, *polled, work_end=max(b for _, b in spans) if spans else NAN)
     exact = exact_net = NAN
     if state.exact is not None:
         exact = sum(state.exact(a, b) for a, b in spans) / total_runs

@@ -138,6 +138,7 @@ class Sampler:
         self.driver = None
         self.polls = 0
         self.extra: list = []  # callables run on every poll (host energy wrap tracking, GPU state)
+        self.grids: dict[str, tuple[float, float]] = {}  # channel → device 0's refresh grid (t_ref, period)
         self._last_prune = -math.inf
 
     @staticmethod
@@ -160,6 +161,13 @@ class Sampler:
                 s.update_s = update_s
             self.stats[name].update_s = update_s
 
+    def set_grid(self, name: str, t_ref: float, period: float) -> None:
+        """Place device 0's refreshes of channel ``name`` on this fitted grid where exactly one grid point
+        lies between the two polls around a change (± the grid's fit, not ± half a poll: a 50 Hz sampler
+        on a 50 ms sensor under a 10 Hz load otherwise aliases its own timing errors; issue 30)."""
+        with self.lock:
+            self.grids[name] = (t_ref, period)
+
     def poll(self) -> None:
         """Read every live channel once. A failing read is logged as a gap; it never raises."""
         self.polls += 1
@@ -178,8 +186,9 @@ class Sampler:
                 previous = log.last_good
                 log.succeeded(now)
                 self.stats[channel.name].add(now)
-                for series, value in zip(devices, values):
-                    self._record(series, now, float(value), previous)
+                grid = self.grids.get(channel.name)
+                for d, (series, value) in enumerate(zip(devices, values)):
+                    self._record(series, now, float(value), previous, grid if d == 0 else None)
         for fn in self.extra:
             fn()
         with self.lock:
@@ -198,7 +207,8 @@ class Sampler:
                 for series in self.series[name]:
                     series.failed_at, series.failure = log.streak_start, why
 
-    def _record(self, series: Series, now: float, value: float, previous: float) -> None:
+    def _record(self, series: Series, now: float, value: float, previous: float,
+                grid: tuple[float, float] | None = None) -> None:
         series.last_poll = now
         if series.kind == "energy" and series.values and value < series.values[-1]:
             self.backwards[series.name].append((now, series.values[-1], value))
@@ -208,8 +218,12 @@ class Sampler:
                 return
             if value == (series.values[-1] if series.values else series.initial):
                 return
-        series.append((previous + now) / 2 if series.shift_s and math.isfinite(previous) else now - series.shift_s,
-                      value)
+        t = (previous + now) / 2 if series.shift_s and math.isfinite(previous) else now - series.shift_s
+        if grid is not None and series.shift_s and math.isfinite(previous):
+            t_k = grid[0] + math.floor((now - grid[0]) / grid[1]) * grid[1]
+            if previous < t_k <= now and t_k - grid[1] <= previous:  # the one grid point between the polls
+                t = t_k
+        series.append(t, value)
 
     def failure(self, name: str, before: float = math.inf) -> str | None:
         """Why channel ``name`` was given up, if it was before ``before``."""

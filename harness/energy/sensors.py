@@ -38,6 +38,7 @@ class Sensor:
     lag_lo: float = 0.0                # counter: the lag is above this (a tail refresh this soon was behind) ...
     lag_hi: float = math.inf           # ... and at most this (a tail refresh this soon had caught up)
     lag_tests: int = 0
+    device_update_s: list[float] = field(default_factory=list)  # every device's inferred update period
     _grid: tuple[int, Grid] | None = None
 
     def update_period(self) -> float:
@@ -83,12 +84,19 @@ class Sensor:
             return NAN
         return (self.lag_lo + self.lag_hi) / 2 if self.lag_lo > 0 and math.isfinite(self.lag_hi) else self.lag_lo
 
+    def lag_reported(self, narrow_s: float = 0.02) -> float:
+        """The lag as a record states it: the midpoint once the tests bracket it within ``narrow_s``,
+        else NaN (a lower bound alone, or a wide bracket, is no estimate: see ``lag_between_s``)."""
+        if not self.lag_tests or not math.isfinite(self.lag_hi) or self.lag_hi - self.lag_lo > narrow_s:
+            return NAN
+        return (self.lag_lo + self.lag_hi) / 2
+
     def describe(self) -> dict:
         out = {"update_s": self.update_period(), "inferred_update_s": self.inferred_update_s,
                "jitter_s": self.jitter(), "refreshes_seen": len(self.refreshes)}
         if self.kind == "energy":
             out.update({"resolution_j": self.resolution_j, "resolution_note": self.resolution_note,
-                        "lag_s": self.lag_estimate(), "lag_between_s": [self.lag_lo, self.lag_hi],
+                        "lag_s": self.lag_reported(), "lag_between_s": [self.lag_lo, self.lag_hi],
                         "lag_tests": self.lag_tests})
         return out
 
@@ -140,10 +148,13 @@ def characterize(channels, clock, duration_s: float, poll_s: float = 0.001, max_
             polled[channel.name] = now
         clock.sleep(poll_s)
     for channel in channels:
-        per_device = [statistics.median(b - a for a, b in zip(times, times[1:]))
-                      for (name, _), times in changes.items() if name == channel.name and len(times) >= 3]
+        per_device = [statistics.median(b - a for a, b in zip(times, times[1:])) if len(times) >= 3 else NAN
+                      for (name, _), times in changes.items() if name == channel.name]
         sensor = sensors[channel.name]
-        sensor.inferred_update_s = statistics.median(per_device) if per_device else NAN
+        sensor.device_update_s = per_device
+        known = [p for p in per_device if math.isfinite(p)]
+        sensor.inferred_update_s = per_device[0] if per_device and math.isfinite(per_device[0]) else \
+            (statistics.median(known) if known else NAN)
         if channel.kind == "energy":
             sensor.resolution_j, sensor.resolution_note = counter_resolution(increments[channel.name])
     return sensors

@@ -4,9 +4,8 @@
 ripple, an idle drift or wander, other processes' power, P-state hysteresis (``hysteresis_w`` above
 the floor for ``hysteresis_s`` after work) — so its exact integral is known at any time. Its
 readings follow GUIDE §2 (Yang, Adamek & Armour 2023): power fields average the last
-``power_window_s`` (25 ms on A100/H100; 1 s for ``nvmlDeviceGetPowerUsage`` on Ampere+ with
-``usage_window_s=1``), refreshed every ``power_update_s`` (possibly inexact, and jittered); the
-energy counter (mJ) has its own period, resolution, lag and jitter, and may wrap or be reset. It
+``power_window_s`` (25 ms on A100/H100; ``nvmlDeviceGetPowerUsage`` 1 s on Hopper, else
+``usage_window_s``), refreshed every ``power_update_s`` (possibly inexact, and jittered); the energy counter (mJ) has its own period, resolution, lag and jitter, and may wrap or be reset. It
 reports clocks, temperature, power limit, throttle reasons (while busy), persistence mode and the
 processes on the GPU. :class:`SimulatedNVML` exposes all that under pynvml's names and errors, so
 :mod:`harness.energy.sources` runs unchanged on it; it fails on demand: from a time on
@@ -121,7 +120,8 @@ class SimGPU:
         self.power_limit_w = power_limit_w
         self.idle_w, self.ripple_w, self.ripple_period_s = idle_w, ripple_w, ripple_period_s
         self.power_update_s, self.power_window_s, self.power_phase_s = power_update_s, power_window_s, power_phase_s
-        self.usage_window_s = usage_window_s if usage_window_s is not None else power_window_s
+        hopper = architecture == pynvml.NVML_DEVICE_ARCH_HOPPER  # power.draw: a 1 s running average (NVML docs)
+        self.usage_window_s = usage_window_s if usage_window_s is not None else (1.0 if hopper else power_window_s)
         self.power_jitter_s = power_jitter_s
         self.counter_update_s, self.counter_phase_s = counter_update_s, counter_phase_s
         self.counter_resolution_j, self.counter_lag_s = counter_resolution_j, counter_lag_s

@@ -87,7 +87,8 @@ class Channel:
     kind = "power"
     name = "channel"
     reading = ""  # a key of READINGS (see hardware.power_semantics)
-    semantics: PowerSemantics | None = None
+    semantics: PowerSemantics | None = None  # device 0's (the figures used for timing)
+    per_device: list[PowerSemantics] = []   # every device's (a sensor profile per device: harness.energy.profiles)
     handles: list = []
 
     def read_one(self, handle) -> float:
@@ -110,6 +111,7 @@ class NvmlCounter(Channel):
 
     def __init__(self, nvml, devices: list[GpuDevice]):
         self.nvml, self.handles = nvml, [d.handle for d in devices]
+        self.semantics = power_semantics(devices[0].architecture if devices else "", "", "counter")
 
     def read_one(self, handle) -> float:
         return self.nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0

@@ -18,6 +18,7 @@ import math
 import random
 from typing import Callable
 
+from harness.energy import profiles
 from harness.energy.config import EnergyConfig
 from harness.energy.gpustate import StateWatch, cool_down, gpu_state
 from harness.energy.hardware import UNKNOWN, apply_profile, power_semantics
@@ -59,6 +60,7 @@ class MeterState:
         self.activity = activity or contextlib.nullcontext
         self.host, self.exact, self.exact_net = host, exact, exact_net
         self.rng = random.Random(cfg.seed)
+        self.profile_notes = profiles.apply(sources)
         self.profile_note = apply_gpu_profile(sources, cfg.gpu)
         use_counter = cfg.source in ("auto", "counter", "simulated") and sources.counter is not None
         self.primary: Channel = sources.counter if use_counter else sources.power
@@ -67,10 +69,17 @@ class MeterState:
         self.devices = len(self.primary.handles)
         self.sensors = {c.name: Sensor(c.name, c.kind, c.semantics.update_s if c.semantics else None)
                         for c in self.channels}
+        for c in self.channels:  # a lag measured by harness-gpu-check (sensor profile): where the tests start
+            lag = c.semantics.lag_s if c.semantics is not None else None
+            if c.kind == "energy" and lag is not None:
+                sensor = self.sensors[c.name]
+                sensor.lag_lo, sensor.lag_hi, sensor.lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+        self._device_sensors: dict[str, dict[int, Sensor]] = {}
         self.idle = IdleTracker(self.devices)
         self.idle.settle_s = cfg.idle_settle_s
         self.idle_power_w, self.idle_reason = NAN, None
         self.mean_power_w = NAN  # of the last measured window (a first guess for the next)
+        self.cross_idle_ratio = NAN  # cross-check reading ÷ primary at the settled idle baseline
         self.cooldown: dict = {}
         self.state_start = None
         self.watch: StateWatch | None = None
@@ -96,6 +105,7 @@ class MeterState:
                          sensors=self.sensors)
         for channel in self.channels:
             self.sampler.set_update_period(channel.name, self.update_period(channel))
+            self._share_grid(channel)
         self.idle_power_w, self.idle_reason = self._baseline(started)
 
     def _host_tick(self) -> None:
@@ -141,6 +151,9 @@ class MeterState:
         failure = self.sampler.failure(channel.name, end)
         if failure is not None or not all(math.isfinite(w) for w in watts):
             return NAN, failure or f"{channel.name} gave too few readings in the idle baseline"
+        if self.cross is not None and channel is not self.cross:  # the second opinion at settled idle
+            cross = sum(self.device_powers(self.cross, begin + (self.power_window(self.cross) or 0.0), end))
+            self.cross_idle_ratio = cross / sum(watts) if sum(watts) > 0 and math.isfinite(cross) else NAN
         if cfg.idle_settle_s > 0:
             self.idle.add_settled((begin + end) / 2, watts)
         else:
@@ -148,8 +161,27 @@ class MeterState:
         return sum(watts), None
 
     # ---- what the sensors mean --------------------------------------------------------------
-    def update_period(self, channel: Channel) -> float:
-        return self.sensors[channel.name].update_period()
+    def update_period(self, channel: Channel, device: int | None = None) -> float:
+        """Device 0's update period (the timing reference), ``device``'s, or (``device=-1``) the longest."""
+        sensor = self.sensors[channel.name]
+        if device is None or not sensor.device_update_s:
+            return sensor.update_period()
+        periods = [p if math.isfinite(p) else sensor.update_period() for p in sensor.device_update_s]
+        return max(periods) if device == -1 else periods[min(device, len(periods) - 1)]
+
+    def device_sensor(self, channel: Channel, device: int) -> Sensor:
+        """The sensor of ``channel`` on ``device`` (its own lag tests; device 0's is ``sensors[name]``)."""
+        if device == 0:
+            return self.sensors[channel.name]
+        per = self._device_sensors.setdefault(channel.name, {})
+        if device not in per:
+            base = self.sensors[channel.name]
+            per[device] = Sensor(channel.name, channel.kind, self.update_period(channel, device),
+                                 resolution_j=base.resolution_j, resolution_note=base.resolution_note)
+            lag = channel.per_device[device].lag_s if len(channel.per_device) > device else None
+            if lag is not None:
+                per[device].lag_lo, per[device].lag_hi, per[device].lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+        return per[device]
 
     @staticmethod
     def power_window(channel: Channel) -> float | None:
@@ -158,6 +190,14 @@ class MeterState:
 
     def note(self, channel: Channel, seen: list[list[Refresh]]) -> None:
         self.sensors[channel.name].note(seen[0] if seen else [])
+        self._share_grid(channel)
+
+    def _share_grid(self, channel: Channel) -> None:
+        """Give the sampler device 0's refresh grid once it is well fitted (regular refreshes)."""
+        grid = self.sensors[channel.name].grid()
+        if grid.points >= 8 and math.isfinite(grid.t_ref) and grid.jitter < self.cfg.interval_s / 8 and \
+                grid.ref_sigma < self.cfg.interval_s / 8:
+            self.sampler.set_grid(channel.name, grid.t_ref, grid.period)
 
     def spacing(self, channel: Channel, first: Refresh, second: Refresh) -> float:
         """Time between two refreshes: on the fitted grid where that agrees with the observed times
@@ -319,11 +359,30 @@ class MeterState:
         return {"throttled": bool(reasons), "throttle_reasons": ",".join(reasons) or None, "shared": bool(pids),
                 "other_pids": ",".join(pids) or None}
 
+    def semantics_line(self, channel: Channel) -> str:
+        """What ``channel``'s figures in use are and where each comes from (measured here, a sensor
+        profile, documented or assumed)."""
+        sem, sensor = channel.semantics, self.sensors[channel.name]
+        ms = lambda x: "unknown" if x is None or not math.isfinite(x) else f"{x * 1e3:.0f} ms"  # noqa: E731
+        update = (f"update {ms(sensor.inferred_update_s)} (measured at start)" if math.isfinite(sensor.inferred_update_s)
+                  else f"update {ms(self.update_period(channel))}")
+        window = f", window {ms(sem.window_s)}" if channel.kind == "power" and sem is not None else ""
+        lag_text = f", lag {ms(sem.lag_s if sem is not None else None)}"
+        if channel.kind == "energy" and sensor.lag_tests:
+            hi = f"{sensor.lag_hi * 1e3:.0f} ms" if math.isfinite(sensor.lag_hi) else "?"
+            lag_text = f", lag {sensor.lag_lo * 1e3:.0f}..{hi} (bracketed on the meter's windows)"
+        elif channel.kind == "energy" and self.coarse() and sem is not None and sem.lag_s is None:
+            lag_text = ", lag hidden by the counter's steps: up to one update assumed (harness-gpu-check measures it)"
+        return f"{channel.name}: {update}{window}{lag_text}; {sem.provenance if sem is not None else 'nothing known'}"
+
     def sensor_fields(self) -> dict:
         counter = self.sensors.get(self.primary.name)
-        out = {"refresh_jitter_s": counter.jitter() if counter else NAN}
+        out = {"refresh_jitter_s": counter.jitter() if counter else NAN,
+               "sensor_semantics": " | ".join(self.semantics_line(c) for c in self.channels)}
         if self.primary.kind == "energy":
-            out.update({"counter_resolution_j": counter.resolution_j, "counter_lag_s": counter.lag_estimate()})
+            lags = [self.device_sensor(self.primary, d).lag_reported() for d in range(self.devices)]
+            out.update({"counter_resolution_j": counter.resolution_j,
+                        "counter_lag_s": max(lags) if all(math.isfinite(x) for x in lags) else NAN})
         return out
 
     def close(self) -> None:

@@ -34,6 +34,8 @@ def console_table(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
                      "tokens/s": g(s["tokens_per_s"]), "speed-up [95% CI]": ci(r, "speedup") if len(r) else "n/a",
                      "block eff.": g(s["block_efficiency"]), "acceptance": g(s["acceptance_rate"]),
                      "ppl": g(s["output_ppl"]), "J/token": g(s["j_per_token"]),
+                     "net J/token": g(s.get("net_j_per_token", float("nan"))) + (
+                         " (idle-dominated)" if s.get("idle_dominated") is True else ""),
                      "interleaved": "yes" if bool(s.get("interleaved", False)) else "no"})
     return pd.DataFrame(rows)
 

@@ -66,8 +66,9 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
         prim = quality.primary(a.cells[a.cells["dataset"] == key[1]], a.records)
         axes = [(prim.column, prim.higher_is_better, "")] + [(quality.PPL, False, "_ppl")] * (prim.column != quality.PPL)
         for (qcol, hib, tag), (cost, label) in [(q, c) for q in axes for c in (
-                ("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)"))]:
-            if g[cost].notna().any() and qcol in g and g[qcol].notna().any():
+                ("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)"),
+                ("net_j_per_token", "net J/token above idle (lower is better)"))]:
+            if cost in g and g[cost].notna().any() and qcol in g and g[qcol].notna().any():
                 slug = "_".join(str(x) for x in key if str(x)).replace(" ", "").replace("·", "_").replace("/", "_")
                 doc.fig(f"dsbd_front{tag}_{slug}_{cost}", plots.pareto(g, qcol, cost, label, hib,
                                                                       fronts=paper_dsbd.front_masks(g, qcol, hib, cost)),

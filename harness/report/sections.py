@@ -108,6 +108,7 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
         "prompts": o["n_prompts"], "speed-up (ratio of totals)": [ci(x, "speedup") for _, x in o.iterrows()],
         "speed-up (geo. mean)": [ci(x, "speedup_geo") for _, x in o.iterrows()],
         "J/token ratio": [ci(x, "energy_ratio") for _, x in o.iterrows()],
+        "net J/token ratio": [ci(x, "net_energy_ratio") if "net_energy_ratio" in x else "n/a" for _, x in o.iterrows()],
         "note": [x.get("reason") or "" for _, x in o.iterrows()],
         "trust": [("⚠ " + a.distrust(x["cell_id"])) if a.distrust(x["cell_id"]) else "no flag"
                   for _, x in o.iterrows()]})
@@ -126,7 +127,7 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
 def _fmt_across(across: pd.DataFrame) -> pd.DataFrame:
     keep = [k for k in ("pair", "dataset", "gpu", "method_name", "regime", "category", "n_seeds") if k in across]
     out = across[keep].copy()
-    for v in ("speedup", "speedup_geo", "energy_ratio"):
+    for v in ("speedup", "speedup_geo", "energy_ratio", "net_energy_ratio"):
         if f"{v}_mean" in across:
             out[v] = [f"{m:.3g} ± {s:.2g}" if np.isfinite(m) and np.isfinite(s) else "n/a"
                       for m, s in zip(across[f"{v}_mean"], across[f"{v}_sd"])]
@@ -170,6 +171,24 @@ def sec_energy(doc: Doc, a: Analysis) -> None:
             "Paired J/token ratio with 95 % bootstrap CIs, one panel per decoding regime")
     doc.fig("j_per_token", plots.forest(s, "j_per_token", "J/token (total energy ÷ total tokens; whiskers: 95 % CI)"),
             "J/token per cell")
+    _net_energy(doc, s, o)
+
+
+def _net_energy(doc: Doc, s: pd.DataFrame, o: pd.DataFrame) -> None:
+    """Net J/token (above the measured idle) beside gross: ratio and per cell, and the idle-dominated cells."""
+    if "net_energy_ratio" in o and o["net_energy_ratio"].notna().any():
+        doc.fig("net_energy_ratio", plots.forest(o, "net_energy_ratio", "net J/token (above idle) relative to the "
+                                                 "baseline (log scale; whiskers: 95 % CI)", reference=1.0, ratio=True),
+                "Paired net J/token ratio (energy above the measured idle) beside the gross one above")
+    if "net_j_per_token" in s and s["net_j_per_token"].notna().any():
+        doc.fig("net_j_per_token", plots.forest(s, "net_j_per_token", "net J/token (energy above the measured idle "
+                                                                      "÷ total tokens; whiskers: 95 % CI)"),
+                "Net J/token per cell, beside gross")
+    idle = s[s.get("idle_dominated", pd.Series(False, index=s.index)).fillna(False).astype(bool)]
+    if len(idle):
+        doc.note("Idle-dominated (net < 10 % of gross: gross J/token measures the idle GPU more than the method): "
+                 + ", ".join(f"{r['label']} ({r['pair']}, net {100 * r['net_share']:.1f} % of gross)"
+                             for _, r in idle.iterrows()) + ".")
 
 
 PPL_DIAGNOSTIC = ("Under sampling, the output's perplexity under the target is a distance-from-the-target "
@@ -207,6 +226,8 @@ def _quality_table(a: Analysis) -> tuple[pd.DataFrame, str]:
                                    for _, x in s.iterrows()]
     show["tokens/s"] = [ci(x, "tokens_per_s") for _, x in s.iterrows()]
     show["J/token"] = [ci(x, "j_per_token") for _, x in s.iterrows()]
+    show["net J/token"] = [ci(x, "net_j_per_token") + (" (idle-dominated)" if x.get("idle_dominated") is True else "")
+                           if "net_j_per_token" in x else "n/a" for _, x in s.iterrows()]
     show["interleaved"] = ["yes" if bool(v) else "no" for v in s.get("interleaved", pd.Series(False, index=s.index))]
     return compact(show, keep=("method", "decoding"))
 
@@ -251,8 +272,9 @@ def sec_quality(doc: Doc, a: Analysis) -> None:
                 continue
             hib = prim.higher_is_better if q == prim.column else False
             for cost, label in (("tokens_per_s", "tokens/s (higher is better)"),
-                                ("j_per_token", "J/token (lower is better)")):
-                if not s[cost].notna().any() or q not in s or not s[q].notna().any():
+                                ("j_per_token", "J/token (lower is better)"),
+                                ("net_j_per_token", "net J/token above idle (lower is better)")):
+                if cost not in s or not s[cost].notna().any() or q not in s or not s[q].notna().any():
                     continue
                 pts = pareto.front_points(s, q, cost, hib)
                 name = "_".join(str(x) for x in ("pareto", dataset, q.replace(".", "_"), cost))

@@ -157,6 +157,18 @@ def energy_breakdown(attribute: Callable | None, stats, enabled: bool, prefix: s
     return out
 
 
+def _breakdown_reason(records, summary) -> str | None:
+    """Why the cell's energy breakdown fields that are null are null (None where none is)."""
+    missing = [k for k in BREAKDOWN_ENERGY if not math.isfinite(summary[f"energy.{k}"])]
+    if not missing:
+        return None
+    reasons = sorted({str(r.get("energy.breakdown_reason")) for r in records if r.get("energy.breakdown_reason")})
+    only_draft = set(missing) <= {"draft_j", "verify_j", "rest_j"}
+    why = "; ".join(reasons) if reasons else ("not applicable: no draft-model calls (a method without a draft)"
+                                              if only_draft else "no prompt recorded a breakdown")
+    return f"{', '.join(missing)} null: {why}"
+
+
 def _nanmean(values) -> float:
     vals = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
     return sum(vals) / len(vals) if vals else math.nan
@@ -175,7 +187,9 @@ def summarize_cell(records: list[Mapping[str, Any]]) -> dict[str, Any]:
                                      if r.get("peak_gpu_mem_bytes") is not None), default=math.nan)
     for k in BREAKDOWN_ENERGY:  # totals over prompts; NaN unless every prompt has one
         values = [r.get(f"energy.{k}", math.nan) for r in records]
+        values = [math.nan if v is None else v for v in values]
         out[f"energy.{k}"] = sum(values) if values and all(math.isfinite(v) for v in values) else math.nan
+    out["energy.breakdown_reason"] = _breakdown_reason(records, out)
     for k in sorted({k for r in records for k in r if k.startswith("metric.") or k.startswith("stat.")}):
         out[k] = _nanmean(r.get(k) for r in records)
     return out

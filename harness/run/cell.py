@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from harness.config import identity
+from harness.run import fingerprint
 
 from harness.results import store
 from harness.decoders.base import Decoder
@@ -225,13 +226,15 @@ def prompt_seed(seed: int, index: int) -> int:
 def verified_state(cell_dir: Path, cfg: Mapping[str, Any]) -> tuple[str, str]:
     """("done" | "corrupt" | "conflict" | "none", detail) of a cell folder for the config ``cfg``: "done" is a
     finished cell whose files verify (:func:`harness.results.store.finished_state`) and whose stored config has
-    ``cfg``'s identity; "conflict" a verified cell measured under another identity; "corrupt" a cell whose
+    ``cfg``'s identity and whose data and weights are still those of its records; "conflict" a verified cell
+    measured under another identity or from other inputs; "corrupt" a cell whose
     files fail verification (repaired on its own when it runs)."""
     state, detail = store.finished_state(cell_dir)
     if state != "done":
         return state, detail
     try:
         identity.check_reusable(cell_dir, cfg)
+        fingerprint.check_finished(cell_dir, cfg)  # its data file and weights are still those of its records
     except identity.CellConflict as e:
         return "conflict", str(e)
     return "done", ""

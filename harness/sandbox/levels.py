@@ -113,10 +113,14 @@ def cannot_enforce(level: str) -> list[str]:
     gaps = ["no mount view: Landlock (where present) limits which files it opens instead, but not what it learns "
             "with stat (any host file's size, owner and times, where its uid may search the folders; the audit "
             "hook reports Python-level stat calls)",
-            "no total disk quota: its folder is a host folder; each file is limited, and the checker kills "
-            "the program when the folder passes the quota (polled)",
             "no network namespace: seccomp (where present) refuses sockets instead",
             "no PID namespace: the checker kills whatever the program leaves behind"]
+    if not (seccomp_available() or landlock_abi()):
+        gaps.append("no total disk quota: its folder is a host folder where it can create files; each file is "
+                    "limited, and the checker kills the program when the folder passes the quota (polled)")
+    elif not seccomp_available():
+        gaps.append("disk quota: files it creates without a name (O_TMPFILE) are not counted (each within the "
+                    "file-size limit, at most max_open_files of them at once): seccomp refuses them")
     if not seccomp_available():
         gaps.append("no seccomp: native code (a C-extension bug) can make any system call: fork, sockets, "
                     "ptrace, mknod, mount, chmod, utime")
@@ -168,7 +172,8 @@ def isolation_layers(level: str, audit_guard: bool = True) -> tuple[str, ...]:
     if level == "namespaces":
         return (("namespaces", "mount view", "private tmpfs quota") + kernel + common
                 + (("audit hook",) if audit_guard else ()))
-    return kernel + common + ("disk quota (polled)",) + (("audit hook",) if audit_guard else ())
+    quota = "disk quota (no new files, file size)" if kernel else "disk quota (polled)"
+    return kernel + common + (quota,) + (("audit hook",) if audit_guard else ())
 
 
 def require_isolation(minimum: str, setting: str = "dataset.min_isolation") -> str:
@@ -217,9 +222,11 @@ def plan(level: str, tmp: str, limits) -> dict:
     mode = "namespaces" if level == "namespaces" else "fallback"
     root = os.geteuid() == 0
     abi = landlock_abi()
+    # the fallback's folder holds only program.py (nothing can be created there): its size limit is the quota
+    file_mb = limits.max_file_mb if mode == "namespaces" else min(limits.max_file_mb, limits.disk_mb)
     return {"mode": mode, "tmp": tmp, "disk_mb": limits.disk_mb, "view": v,
             "identity": {"root": root, "real_only": mode == "fallback" and not _reachable()},
-            "rlimits": rlimits.limits(limits.timeout_s, limits.memory_mb, limits.max_file_mb, limits.max_open_files,
+            "rlimits": rlimits.limits(limits.timeout_s, limits.memory_mb, file_mb, limits.max_open_files,
                                       limits.max_processes, own_uid=root),
             "landlock": abi, "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],
             "seccomp": seccomp_available()}

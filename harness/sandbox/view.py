@@ -109,9 +109,10 @@ def world_reachable(view: dict) -> bool:
 def landlock_rules(view: dict, tmp: str, mount_view: bool) -> list[tuple[str, str]]:
     """Landlock rules (see :mod:`harness.sandbox.kernel.landlock`). With a mount view (namespaces)
     everything visible may be read; without (fallback) the view is spelt out file by file, and the
-    program's folder (a host folder, not ``noexec``) is write-only: nothing it writes can be mapped."""
+    program's folder (a host folder, not ``noexec``) is write-only, and nothing can be created in it: nothing it
+    writes can be mapped, and it writes only the files the checker made there (the disk quota)."""
     loader_and_exe = [(view["exe"], "exec")] + [(p, "exec") for p in view["libs"] if "/ld-linux" in p or "/ld-" in p]
-    common = [*loader_and_exe, ("/dev/null", "device"), (tmp, "write" if mount_view else "write-only")]
+    common = [*loader_and_exe, ("/dev/null", "device"), (tmp, "write" if mount_view else "write-existing")]
     if mount_view:
         return [("/", "read"), *common]
     rules = [("/proc/self", "read"), *[(d, "read") for d in DEVICES[1:]], *[(p, "read") for p in view["libs"]],

@@ -39,11 +39,15 @@ def external_energy(log: list[tuple[float, float, str]], a: float, b: float) -> 
     return sum((at(t0) + at(t1)) / 2 * (t1 - t0) for t0, t1 in zip(knots, knots[1:]))
 
 
-def measure_cell(make_meter, prompts: list, generate, external=None, offset: float = 0.0) -> dict:
+def measure_cell(make_meter, prompts: list, generate, external=None, offset: float = 0.0, warmup: int = 1) -> dict:
     """Each prompt through ``meter.measure`` (as the runner does) with one meter: per-prompt readings
-    and the cell's J/token; the external meter's energy over the same windows where there is a log."""
+    and the cell's J/token; the external meter's energy over the same windows where there is a log.
+    The first prompt is measured ``warmup`` times first and left out (a cold first run is not the
+    method's energy), so every meter's figure covers the same prompts."""
     rows, energy, tokens, ext = [], 0.0, 0, 0.0
     with make_meter() as meter:
+        for i in range(warmup if prompts else 0):
+            meter.measure(f"warm-up {i}", lambda: generate(prompts[0], 0))
         for i, ids in enumerate(prompts):
             m = meter.measure(f"prompt {i}", lambda ids=ids, i=i: generate(ids, i))
             r = m.reading
@@ -61,12 +65,24 @@ def measure_cell(make_meter, prompts: list, generate, external=None, offset: flo
             "idle_definition": described.get("energy_idle_definition")}
 
 
+def _median(values: list[float]) -> float:
+    finite = sorted(v for v in values if math.isfinite(v))
+    return finite[len(finite) // 2] if len(finite) % 2 else (sum(finite[len(finite) // 2 - 1:len(finite) // 2 + 1]) / 2
+                                                             if finite else math.nan)
+
+
 def _compare(cells: dict, external) -> dict:
     base = cells.get("counter", {}).get("j_per_token", math.nan)
     counter = cells.get("counter", {})
     diffs = [p["cross_check_diff"] for p in counter.get("prompts", []) if math.isfinite(p["cross_check_diff"])]
-    out = {"cells": cells, "vs_counter": {k: c["j_per_token"] / base - 1 if base else math.nan
-                                          for k, c in cells.items() if k != "counter"},
+    per_prompt = {k: [p["j_per_token"] / q["j_per_token"] - 1 for p, q in zip(c["prompts"], counter.get("prompts", []))]
+                  for k, c in cells.items() if k != "counter"}
+    out = {"cells": cells, "same_prompts": len({len(c["prompts"]) for c in cells.values()}) == 1,
+           "warm_up_excluded": True,
+           "vs_counter": {k: c["j_per_token"] / base - 1 if base else math.nan
+                          for k, c in cells.items() if k != "counter"},
+           # the same prompts, each meter's J/token ÷ the counter's, prompt by prompt (median)
+           "vs_counter_per_prompt_median": {k: _median(v) for k, v in per_prompt.items()},
            # the same windows, polled power beside the counter: free of run-to-run variation of the workload
            "polled_vs_counter_same_windows": sum(diffs) / len(diffs) if diffs else math.nan}
     if external is None:
@@ -92,8 +108,7 @@ def cell_comparison(index: int, args, external, log) -> dict:
     offset = time.time() - time.perf_counter()
     cells = {}
     for name, cfg in _meters(args.quick).items():
-        subset = prompts[:2] if name == "polled" else prompts
-        cells[name] = measure_cell(lambda cfg=cfg: make_energy_meter(cfg, [index]), subset,
+        cells[name] = measure_cell(lambda cfg=cfg: make_energy_meter(cfg, [index]), prompts,  # the same prompts
                                    lambda ids, i: decoder.generate(ids, args.max_new_tokens, seed=i),
                                    external if name == "counter" else None, offset)
         log(f"    {name}: {cells[name]['j_per_token']:.4g} J/token")
@@ -114,6 +129,9 @@ def simulated_device(args, log) -> dict:
     nvml = SimulatedNVML([gpu], clock)
     sources = open_sources([0], "auto", nvml, by_index=True)
     figures = characterize_sources(sources, lambda s: gpu.run([(s, 300.0)]), clock, quick=args.quick)
+    from harness.energy.profiles import profile_of
+
+    profile = profile_of(sources, figures, sources.channels())  # simulated: shown, never saved for runs to load
     sources.close()
     pair = load_pair("tiny/target", "tiny/draft", device="cpu")
     decoder = build_decoder("ar_greedy", pair)
@@ -127,13 +145,12 @@ def simulated_device(args, log) -> dict:
 
     cells = {}
     for name, cfg in _meters(args.quick).items():
-        subset = prompts[:2] if name == "polled" else prompts
-        cells[name] = measure_cell(lambda cfg=cfg: make_energy_meter(cfg, [0], nvml=nvml, clock=clock), subset,
+        cells[name] = measure_cell(lambda cfg=cfg: make_energy_meter(cfg, [0], nvml=nvml, clock=clock), prompts,
                                    generate)
         log(f"    {name} (simulated): {cells[name]['j_per_token']:.4g} J/token")
     return {"name": "simulated H100 (virtual time)", "simulated": True,
             "figures": {k: {**f.as_dict(), "status": f"{f.status} (simulated)"} for k, f in figures.items()},
-            "cell": _compare(cells, None)}
+            "cell": _compare(cells, None), "sensor_profile": profile}
 
 
 def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bool, log) -> dict:
@@ -196,13 +213,17 @@ def _device_markdown(name: str, gpu: dict) -> list[str]:
     lines += [f"| {k} | {_fmt(f['value'], 4)} {f['unit'] if f['value'] is not None else ''} | {f['status']} | "
               f"{f['how']} |" for k, f in gpu["figures"].items()]
     cell = gpu["cell"]
-    lines += ["", "| protocol | J/token | vs counter | prompts | cross-check flags |", "|---|---|---|---|---|"]
+    lines += ["", "| protocol | J/token | vs counter | per prompt (median) | prompts | cross-check flags |",
+              "|---|---|---|---|---|---|"]
+    per_prompt = cell.get("vs_counter_per_prompt_median", {})
     for k, c in cell["cells"].items():
         flags = [p["cross_check_suspect"] for p in c["prompts"] if p["cross_check_flag"]]
         lines.append(f"| {k} | {_fmt(c['j_per_token'], 4)} | "
-                     f"{'—' if k == 'counter' else _fmt(100 * cell['vs_counter'][k], 3) + ' %'} | {len(c['prompts'])} | "
-                     f"{len(flags)} {('(' + ', '.join(sorted(set(flags))) + ')') if flags else ''} |")
-    lines += ["", f"Polled power vs counter over the same windows: {_fmt(100 * cell['polled_vs_counter_same_windows'], 3)} "
+                     f"{'—' if k == 'counter' else _fmt(100 * cell['vs_counter'][k], 3) + ' %'} | "
+                     f"{'—' if k == 'counter' else _fmt(100 * per_prompt.get(k, math.nan), 3) + ' %'} | "
+                     f"{len(c['prompts'])} | {len(flags)} {('(' + ', '.join(sorted(set(flags))) + ')') if flags else ''} |")
+    lines += ["", "Every protocol measured the same prompts, after a warm-up run of the first one that is left out.",
+              "", f"Polled power vs counter over the same windows: {_fmt(100 * cell['polled_vs_counter_same_windows'], 3)} "
               "% (the protocols' own cells above ran the workload separately: run-to-run variation included)"]
     ext = cell["external"]
     lines += ["", f"External meter: {_fmt(100 * ext['external_vs_counter'], 3)} % vs counter ({ext['note']})"

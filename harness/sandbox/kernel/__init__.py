@@ -9,6 +9,11 @@ interpreter — so they hold from the interpreter's first instruction, whatever 
 4. Landlock, where the kernel has it (:mod:`.landlock`);
 5. seccomp, deny by default (:mod:`.seccomp`) — last, as it forbids what the steps above use.
 
+In the fallback the program's folder is a host folder: before the uid changes, the one file the program
+writes there (``program.py``) is made for it, and then nothing more can be created there (Landlock's
+``write-existing``; seccomp refuses what Landlock does not see, or every creation without Landlock); with ``RLIMIT_FSIZE`` at most the disk quota
+(:func:`harness.sandbox.levels.plan`), what the folder holds stays within the quota by construction.
+
 Any failure ends the process with :data:`SETUP_FAILED` and the reason on its stderr: no layer, no run.
 """
 from __future__ import annotations
@@ -33,14 +38,32 @@ def confine(plan: dict) -> None:
             namespaces.isolate()
             owner = (identity["uid"], identity["gid"]) if identity else (0, 0)
             mounts.build(plan["view"], tmp, plan["disk_mb"], owner)
-        elif identity and not identity["real_only"]:
-            os.chown(tmp, identity["uid"], identity["gid"])
+        else:
+            _make_program_file(tmp, identity)
+            if identity and not identity["real_only"]:
+                os.chown(tmp, identity["uid"], identity["gid"])
         uid.drop(identity)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")  # after the uid change, which clears it
         if plan["landlock"]:
             landlock.restrict([tuple(r) for r in plan["landlock_rules"]], plan["landlock"])
         if plan["seccomp"]:
-            seccomp.install(os.getpid())
+            seccomp.install(os.getpid(), create="any" if plan["mode"] == "namespaces"
+                            else "named" if plan["landlock"] else "none")
     except BaseException as e:  # noqa: BLE001 — fail closed
         os.write(2, f"sandbox setup failed: {type(e).__name__}: {e}\n".encode())
         os._exit(SETUP_FAILED)
+
+
+PROGRAM_FILE = "program.py"  # the one file the program writes in its folder (its source, for tracebacks)
+
+
+def _make_program_file(tmp: str, identity: dict | None) -> None:
+    """Fallback: ``program.py`` made empty in the program's folder (and given to its uid), before the program
+    loses the right to create files there."""
+    fd = os.open(os.path.join(tmp, PROGRAM_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        if identity and not identity["real_only"]:
+            os.fchown(fd, identity["uid"], identity["gid"])
+    finally:
+        os.close(fd)

@@ -7,8 +7,11 @@ from :mod:`harness.sandbox.view`, as ``(path, right)`` with right one of:
 - ``device``: read and write this one device file (``/dev/null``);
 - ``write``: everything beneath but executing (the program's own temporary folder, namespaces
   mode: a ``noexec`` tmpfs);
-- ``write-only``: ``write`` without reading files (the fallback's temporary folder, a host folder:
-  what the program writes there it cannot map, so never load as native code).
+- ``write-only``: ``write`` without reading files;
+- ``write-existing``: ``write-only`` without creating anything (no file, folder, link, socket, FIFO,
+  device): the fallback's temporary folder, a host folder. What the program writes there it cannot map,
+  so never load as native code; and it writes only the files the checker made (``program.py``), each
+  at most ``RLIMIT_FSIZE``: the folder's disk quota by construction.
 
 Also, where the kernel's ABI has them: no TCP bind or connect (ABI ≥ 4), no device ``ioctl``
 outside the temporary folder (ABI ≥ 5), no signals and no abstract unix sockets out of the
@@ -26,6 +29,7 @@ NR_CREATE_RULESET, NR_ADD_RULE, NR_RESTRICT_SELF = 444, 445, 446  # the same on 
 _CREATE_RULESET_VERSION = 1
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1, 2, 4, 8
 _TRUNCATE, _IOCTL_DEV = 1 << 14, 1 << 15
+_MAKE = sum(1 << b for b in range(6, 13)) | 1 << 13  # make char/dir/reg/sock/fifo/block/sym, refer (links, moves)
 _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV  # what a rule on a file may hold
 
 
@@ -60,7 +64,7 @@ def restrict(rules: list[tuple[str, str]], version: int) -> None:
     handled = _handled(version)
     rights = {"list": _READ_DIR, "read": _READ_FILE | _READ_DIR, "exec": _READ_FILE | _EXECUTE,
               "device": _READ_FILE | _WRITE_FILE | _TRUNCATE, "write": handled & ~_EXECUTE,
-              "write-only": handled & ~_EXECUTE & ~_READ_FILE}
+              "write-only": handled & ~_EXECUTE & ~_READ_FILE, "write-existing": handled & ~_EXECUTE & ~_READ_FILE & ~_MAKE}
     attr = _RulesetAttr(handled, 3 if version >= 4 else 0, 3 if version >= 6 else 0)  # net: bind+connect TCP
     lib = libc()
     ruleset = check(lib.syscall(NR_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0),

@@ -12,6 +12,13 @@ memory is only a mapping of a file (the loader's libraries): with a folder the p
 but not map (a ``noexec`` tmpfs; in the fallback, Landlock lets it write but not read back its
 files), native code of its own never runs. Signals reach only the program itself; ``ioctl`` serves only a
 few terminal queries and close-on-exec; ``prctl`` only thread names; ``prlimit64`` only reads.
+In the fallback, whose folder is a host folder, the program writes only files the checker made, each at most
+``RLIMIT_FSIZE``, so its disk quota holds by construction: ``create="named"`` (Landlock refuses every named
+file, folder and link there) refuses what Landlock does not see: files without a name (``O_TMPFILE``) and
+``fallocate`` (which can reserve blocks past a file's end); ``create="none"`` (no Landlock) refuses every
+creation: ``open`` and ``openat`` only without ``O_CREAT`` (so even an existing file cannot be opened with
+it: ``open(path, "w")``), no ``creat``, ``mkdir``, ``link``, ``symlink``. ``openat2``, whose flags seccomp
+cannot see, is never allowed.
 ``clone3`` answers ``ENOSYS`` (glibc then creates threads with ``clone``, which is checked).
 System calls of another architecture kill the process.
 
@@ -61,6 +68,9 @@ _ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
 _EPERM, _ENOSYS = 0x00050000 | 1, 0x00050000 | 38
 _EQ, _MASKED_EQ = 4, 7
 PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS = 0x2, 0x4, 0x20
+O_CREAT, O_TMPFILE = 0o100, 0o20000000  # O_TMPFILE's own bit (the flag also holds O_DIRECTORY)
+CREATING = {"any": (), "named": ("open", "openat", "fallocate"),  # what each ``create`` level does not allow as is
+            "none": ("open", "openat", "creat", "mkdir", "mkdirat", "link", "linkat", "symlink", "symlinkat", "fallocate")}
 _FLTATR_ACT_BADARCH = 2
 
 
@@ -88,10 +98,12 @@ def library():
     return lib
 
 
-def install(own_pid: int, allow_exec: bool = True) -> None:
+def install(own_pid: int, allow_exec: bool = True, create: str = "any") -> None:
     """Load the filter into this process (inherited by its threads and kept across ``execve``).
     ``own_pid``: the process's pid as it sees itself (1 in a PID namespace), the one signal target;
-    ``allow_exec=False`` refuses ``execve`` too (a process that has nothing left to start)."""
+    ``allow_exec=False`` refuses ``execve`` too (a process that has nothing left to start);
+    ``create``: ``any``; ``named`` refuses files without a name and ``fallocate``; ``none`` every creation (the
+    fallback's disk quota, with and without Landlock)."""
     lib = library()
     ctx = lib.seccomp_init(_EPERM)
     if not ctx:
@@ -109,8 +121,12 @@ def install(own_pid: int, allow_exec: bool = True) -> None:
                 raise OSError(-rc, f"seccomp rule {name}")
 
         for name in ALLOWED:
-            if allow_exec or name != "execve":
+            if (allow_exec or name != "execve") and name not in CREATING[create]:
                 rule(_ALLOW, name)
+        if create != "any":  # open and openat that create no unnamed file (none: nothing; flags: argument 1, 2)
+            refused = O_TMPFILE | (O_CREAT if create == "none" else 0)
+            rule(_ALLOW, "open", _Cmp(1, _MASKED_EQ, refused, 0))
+            rule(_ALLOW, "openat", _Cmp(2, _MASKED_EQ, refused, 0))
         # a thread of this process, never a namespace: (flags & (CLONE_THREAD | namespaces)) == CLONE_THREAD
         rule(_ALLOW, "clone", _Cmp(0, _MASKED_EQ, CLONE_THREAD | NAMESPACE_FLAGS, CLONE_THREAD))
         rule(_ENOSYS, "clone3")
