@@ -61,7 +61,8 @@ def make_energy_meter(cfg=None, cuda_devices: list[int] | None = None, *, nvml=N
     if not cuda_devices:
         return NullMeter("no GPU in use: this cell ran on the CPU (GPU energy not applicable)", host)
     sources = open_sources(list(cuda_devices), config.source, nvml)
-    usable = sources.counter if config.source == "counter" else (sources.counter or sources.power)
+    usable = (sources.counter if config.source == "counter" else (sources.counter or sources.power)
+              if config.source == "auto" else sources.power)
     if usable is None:
         sources.close()
         missing = "; ".join(f"{k}: {v}" for k, v in sources.missing.items()) or "no source found"

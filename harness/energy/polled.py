@@ -16,11 +16,13 @@ nvidia-smi's Lack of Attention", arXiv 2312.02741; GUIDE §2): ``trials`` trials
   over-weighted trials of slower runs (+4 % with ±30 % run-time variation); how much the estimate
   would move between equal and time weights goes into the bound (``run_time_cv`` is recorded);
 * a trial in which a failed poll hid a sensor refresh is run again (``glitch_retries``).
+* trials whose phases do not verify to tile the period: the counter's figure for their windows
+  where the GPU has one, else the round is repeated at fresh phases (:mod:`.unverified`).
 
 Expected error (≈ 95 %), by case: part-time reading with phases verified to tile the update
 period — the readings' sampling noise within each trial plus the tiling mismatch; part-time, not
-verified — a t-interval over trials (or the readings' noise) plus the aliasing a part-time
-reading can suffer (the unseen fraction times the range from idle to the power limit); full
+verified (no counter, after the repeated rounds) — a t-interval over trials (or the readings' noise)
+plus the aliasing a part-time reading can suffer (the unseen fraction times the range from idle to the power limit); full
 coverage — a t-interval over trials; always the post-work idle's uncertainty over the extensions
 and the run-time weighting term.
 """
@@ -30,6 +32,7 @@ import math
 import statistics
 from typing import Callable
 
+from harness.energy import unverified
 from harness.energy.hardware import unevenness
 from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, largest_gap, next_open, phase_of
 from harness.energy.readout import build_reading
@@ -61,22 +64,68 @@ def phase_shifting(state) -> bool:
 
 
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
-    """Measure ``workload`` with polled power: phase-aimed trials, edge-exact integration."""
+    """Measure ``workload`` with polled power: phase-aimed trials, edge-exact integration. Where a
+    phase-shifted reading's trials do not verify to tile its period: the counter's figure for their
+    windows where there is a counter, else further rounds at fresh phases (:mod:`.unverified`)."""
+    cfg, power = state.cfg, state.primary
+    shifting = phase_shifting(state)
+    n_trials = max(cfg.trials, cfg.phase_shifts) if shifting else cfg.trials
+    refreshes: list[Refresh] = list(state.sensors[power.name].refreshes[-64:])  # device 0's, earlier and now
+    earlier = len(refreshes)
+    counter = unverified.counter_channel(state) if shifting else None
+    results: list = []
+    state.synchronize()
+    began = state.clock.now()
+    rounds, action = 0, None
+    while True:
+        reads: list = []
+        trials, retries, glitch = _round(state, workload, results, refreshes, n_trials, began, shifting,
+                                         reads if counter is not None else None)
+        rounds += 1
+        if not shifting or _verified(state, trials, refreshes):
+            if rounds > 1:
+                action = f"phases verified after {rounds} rounds of {n_trials} trials"
+            break
+        if counter is not None:
+            figure = unverified.counter_figure(state, counter, trials, reads)
+            if figure is not None:
+                state.note(power, [refreshes[earlier:]])
+                out = reading(state, label, trials, refreshes, glitch, retries, counter_figure=figure)
+                return results, out, trials
+        if rounds > unverified.PHASE_REPEATS:
+            action = (f"phases not verified to tile the update period after {rounds} rounds of {n_trials} trials "
+                      f"(no energy counter{'' if counter is None else ' figure: a read failed or went backwards'}): "
+                      "the wide aliasing bound is stated")
+            break
+        release(state.sampler, trials)  # a round that did not verify: run another at fresh phases
+        del results[:]
+    state.note(power, [refreshes[earlier:]])
+    return results, reading(state, label, trials, refreshes, glitch, retries, action=action), trials
+
+
+def _verified(state, trials: list[Trial], refreshes: list[Refresh]) -> bool:
+    """Whether the trials' phases are known to tile the (part-time or uneven) reading's period."""
+    power = state.primary
+    period, window = state.update_period(power), state.power_window(power)
+    if window is None or not math.isfinite(period):
+        return False
+    phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
+    return covers_period([p for p, _ in phases], [s for _, s in phases], min(window, period),
+                         fit_grid(refreshes, period, 1e-3).period)
+
+
+def _round(state, workload, results, refreshes, n_trials, began, shifting, reads) -> tuple[list[Trial], int, str | None]:
+    """One round of ``n_trials`` trials at evenly spaced phases from a random offset (a trial a failed
+    poll touched is rerun); with ``reads`` a list, the counter is read before each trial and after its tail."""
     cfg, clock, power = state.cfg, state.clock, state.primary
     period, window = state.update_period(power), state.power_window(power)
     p_eff = period if math.isfinite(period) else 0.1
     w_eff = window if window is not None else p_eff
-    shifting = phase_shifting(state)
-    n_trials = max(cfg.trials, cfg.phase_shifts) if shifting else cfg.trials
     phases = min(cfg.phase_shifts, n_trials)
     offset = state.rng.random()
-    refreshes: list[Refresh] = list(state.sensors[power.name].refreshes[-64:])  # device 0's, earlier and now
-    earlier = len(refreshes)
-    results: list = []
+    counter = unverified.counter_channel(state) if reads is not None else None
     trials: list[Trial] = []
     retries, glitch = 0, None
-    state.synchronize()
-    began = clock.now()
     while len(trials) < n_trials:
         k = len(trials)
         target = (offset + (k % phases) / phases) % 1.0 if shifting else None
@@ -88,6 +137,7 @@ def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, lis
         opened, aimed = aim(watcher, not_before, target, refreshes, p_eff)
         refreshes.extend(watcher.seen[0])
         trial = Trial(opened=opened, watched_from=began, aimed=aimed)
+        before = (clock.now(), unverified.read_counter(counter)[0]) if counter is not None else None
         runs = Runs(state, trial, workload, results)
         while True:
             runs.run()
@@ -103,9 +153,10 @@ def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, lis
                 release(state.sampler, [trial])
                 continue
             glitch = f"{why}; {retries} trial(s) rerun, the last still touched"
+        if before is not None:
+            reads.append((*before, clock.now(), unverified.read_counter(counter)[0]))
         trials.append(trial)
-    state.note(power, [refreshes[earlier:]])
-    return results, reading(state, label, trials, refreshes, glitch, retries), trials
+    return trials, retries, glitch
 
 
 def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: float) -> None:
@@ -203,9 +254,11 @@ def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple
 
 
 def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], glitch: str | None = None,
-            retries: int = 0) -> EnergyReading:
+            retries: int = 0, *, action: str | None = None,
+            counter_figure: tuple[list[float], float, str] | None = None) -> EnergyReading:
     """Polled trials: held readings over [a, b + W + 1.5 P], idle subtracted over the extension
-    (error bound: see the module docstring)."""
+    (error bound: see the module docstring); with ``counter_figure`` (phases unverified, a counter
+    present) the counter's per-trial energies and bound instead (:mod:`.unverified`)."""
     power = state.primary
     state.await_settled(max(t.ext_b for t in trials))
     period, window = state.update_period(power), state.power_window(power)
@@ -226,6 +279,11 @@ def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], gl
     terms = _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite)
     idle_term = idle_unc_j / total if finite and total > 0 and math.isfinite(idle_unc_j) else 0.0
     bound = terms["stat"] + terms["alias"] + terms["runtime"] + idle_term
+    if counter_figure is not None and reason is None:
+        polled_total, (energies, bound, counter_basis) = total, counter_figure
+        total, finite = sum(energies), True
+        action = (f"phases not verified to tile the update period ({terms['basis']}): the counter's figure for "
+                  f"the trials' windows is used (polled estimate {polled_total:.1f} J beside it)")
     durations = [d for t in trials for d in t.durations]
     cv_runs = statistics.stdev(durations) / statistics.mean(durations) if len(durations) > 1 else 0.0
     w_text = f"{window * 1e3:.0f} ms" if window is not None else "unknown (taken as one update)"
@@ -235,9 +293,14 @@ def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], gl
              f"of idle: {terms['basis']}; run-time weighting {100 * terms['runtime']:.2f} % (runs' cv "
              f"{100 * cv_runs:.0f} %); idle at the edges {100 * idle_term:.2f} %"
              + (f"; {retries} trial(s) rerun after failed polls" if retries else ""))
-    out = build_reading(state, label, "polled-trials", trials, energies, reason, bound, basis,
+    if counter_figure is not None and reason is None:
+        basis = f"{action}. Bound: {counter_basis}"
+    elif action is not None:
+        basis = f"{action}. {basis}"
+    mode = "polled-trials, counter figure" if counter_figure is not None and reason is None else "polled-trials"
+    out = build_reading(state, label, mode, trials, energies, reason, bound, basis,
                         total=total if finite else NAN, failed_polls=failed, phase_gap=terms["gap"],
-                        phases_verified=terms["verified"], run_time_cv=cv_runs)
+                        phases_verified=terms["verified"], run_time_cv=cv_runs, phases_action=action)
     release(state.sampler, trials)
     return out
 

@@ -57,6 +57,7 @@ class EnergyReading:
     missed_refreshes: float = NAN
     phase_gap: float = NAN
     phases_verified: bool | None = None
+    phases_action: str | None = None  # unverified phases: counter figure used, rounds repeated, or wide bound
     cross_check_diff: float = NAN
     cross_check_flag: bool | None = None
     cross_check_suspect: str | None = None

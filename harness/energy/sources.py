@@ -333,7 +333,8 @@ def _open_nvml(sources: Sources, nvml, cuda_devices: list[int], want: str, by_in
         sources.missing["nvml"] = f"NVML could not open CUDA devices {cuda_devices}: {e}"
         return
     handles = [d.handle for d in sources.devices]
-    if want in ("auto", "counter"):
+    if want in ("auto", "counter", "power", "power-usage"):  # under a power source: the fallback where phases
+        # cannot be verified (harness.energy.unverified), never the primary
         why = unsupported_reason(nvml, nvml.nvmlDeviceGetTotalEnergyConsumption, handles)
         if why is None:
             sources.counter = NvmlCounter(nvml, sources.devices)
