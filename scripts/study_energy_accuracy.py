@@ -278,8 +278,8 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
 def _row(gpus, results, reading, flagged: bool, touched: bool) -> dict:
     gross = sum(r[0] for r in results)
     net = sum(g.net_energy(r[1], r[2]) for r in results for g in gpus)
-    est_net = reading.net_energy_j * reading.repetitions
-    return {"gross": (reading.total_energy_j - gross) / gross,
+    est_net = reading.net_energy_all_runs_j
+    return {"gross": (reading.energy_all_runs_j - gross) / gross,
             "net": (est_net - net) / net if math.isfinite(est_net) and net > 0 else math.nan,
             "bound": getattr(reading, "error_bound", math.nan), "net_bound": getattr(reading, "net_error_bound", math.nan),
             "runs": len(results), "reason": reading.reason, "touched": touched, "truth_flag": flagged,

@@ -7,6 +7,12 @@ import torch
 
 from harness.models import TINY_PAIR_DIR
 
+# tests mirror the package (tests/config, tests/run, ...); a test module stays importable by its name from any test
+# (`from test_validation import composed`) whichever files a run collects
+for _room in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_room) not in sys.path:
+        sys.path.append(str(_room))
+
 # Tests run tiny models, where a second intra-op thread costs more than it gives (about 10x slower
 # per forward on a loaded 2-core machine). Benchmarks set their own thread count.
 torch.set_num_threads(1)

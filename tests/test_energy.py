@@ -43,7 +43,7 @@ def relative_error(cfg: dict, seed: int, run_s: float, runs_per_workload: int = 
     m = meter.measure("prompt", lambda: sum(gpu.run(llm_like_load(rng, run_s)) for _ in range(runs_per_workload)))
     results, reading = m.results, m.reading
     meter.close()
-    return (reading.total_energy_j - sum(results)) / sum(results)
+    return (reading.energy_all_runs_j - sum(results)) / sum(results)
 
 
 # ---- accuracy: protocol vs the seeds' naive 1 Hz sum -------------------------------------------------
@@ -79,7 +79,7 @@ def test_phase_shifting_undoes_a_workload_locked_to_the_sensor():
         m = meter.measure("locked", lambda: gpu.run([(0.075, 400.0), (0.025, 100.0)] * 10))
         results, reading = m.results, m.reading
         meter.close()
-        return (reading.total_energy_j - sum(results)) / sum(results)
+        return (reading.energy_all_runs_j - sum(results)) / sum(results)
 
     shifted = [abs(error(8, s)) for s in range(6)]
     unshifted = [abs(error(1, s)) for s in range(6)]
@@ -109,7 +109,7 @@ def test_counter_windows_exact_to_counter_resolution():
     overlap_reading = meter.stop_window(overlap)  # overlaps outer's end
     for reading in (inner_reading, outer_reading, overlap_reading):
         assert reading.source == "nvml-counter" and reading.reason is None
-        assert abs(reading.energy_j - 300.0 * reading.duration_s) <= 0.002  # 1 mJ counter steps at each end
+        assert abs(reading.energy_per_run_j - 300.0 * reading.duration_s) <= 0.002  # 1 mJ counter steps at each end
         assert reading.coverage == 1.0
     meter.close()
 
@@ -121,8 +121,8 @@ def test_counter_window_over_varying_load_is_within_one_update_of_truth():
     m = meter.measure("one run", lambda: gpu.run(llm_like_load(rng, 3.0)))
     results, reading = m.results, m.reading
     bound = 2 * 0.1 * 450.0  # at most one 100 ms update at each end, at the highest power
-    assert abs(reading.energy_j - results[0]) < bound
-    assert abs(reading.energy_j - results[0]) / results[0] < 0.01
+    assert abs(reading.energy_per_run_j - results[0]) < bound
+    assert abs(reading.energy_per_run_j - results[0]) / results[0] < 0.01
     meter.close()
 
 
@@ -152,12 +152,12 @@ def test_idle_baseline_gives_net_energy_and_update_periods_are_inferred():
     assert info["energy_update_period_s.nvml-power-instant"] == pytest.approx(0.1, abs=0.002)
     m = meter.measure("p", lambda: gpu.run([(0.4, 300.0)]))
     results, reading = m.results, m.reading
-    assert reading.net_energy_j == pytest.approx(reading.energy_j - reading.idle_power_w * reading.duration_s)
-    assert reading.net_energy_j == pytest.approx(230.0 * 0.4, rel=0.01)
+    assert reading.net_energy_per_run_j == pytest.approx(reading.energy_per_run_j - reading.idle_power_w * reading.duration_s)
+    assert reading.net_energy_per_run_j == pytest.approx(230.0 * 0.4, rel=0.01)
     assert reading.repetitions == len(results) and reading.trials == 2
     record = reading.as_record(new_tokens=10 * len(results))
-    assert record["energy.j_per_token"] == pytest.approx(reading.energy_j / 10)
-    assert record["energy.net_j_per_token"] == pytest.approx(reading.net_energy_j / 10)
+    assert record["energy.j_per_token"] == pytest.approx(reading.energy_per_run_j / 10)
+    assert record["energy.net_j_per_token"] == pytest.approx(reading.net_energy_per_run_j / 10)
     meter.close()
 
 
@@ -171,9 +171,9 @@ def test_protocol_repeats_discards_the_rise_and_divides():
     # per trial: one run in the rise (discarded), then 7 runs (2.1 s >= 2 s)
     assert len(calls) == 3 * 8 and len(results) == reading.repetitions == 3 * 7
     assert reading.duration_s == pytest.approx(0.3)
-    assert reading.energy_j == pytest.approx(statistics.mean(results), rel=0.005)
+    assert reading.energy_per_run_j == pytest.approx(statistics.mean(results), rel=0.005)
     assert reading.trial_spread < 0.01
-    assert reading.polled_energy_j == pytest.approx(reading.energy_j, rel=0.02)
+    assert reading.polled_energy_j == pytest.approx(reading.energy_per_run_j, rel=0.02)
     short = make_energy_meter({**cfg, "min_repetitions": 4}, [0], nvml=nvml, clock=clock)
     m = short.measure("p", lambda: gpu.run([(0.05, 300.0)]))
     results, reading = m.results, m.reading
@@ -193,7 +193,7 @@ def test_multi_gpu_energy_is_summed():
     m = meter.measure("two gpus", lambda: gpus[0].run([(4.0, 300.0)]))
     results, reading = m.results, m.reading
     truth = results[0] + gpus[1].energy(clock.now()) - gpus[1].energy(start)
-    assert reading.energy_j == pytest.approx(truth, rel=0.01)
+    assert reading.energy_per_run_j == pytest.approx(truth, rel=0.01)
     meter.close()
 
 
@@ -206,13 +206,13 @@ def test_nvml_failing_mid_run_gives_nan_and_reason_not_a_crash():
     m = meter.measure("p", lambda: gpu.run([(0.5, 300.0)]))
     results, reading = m.results, m.reading
     assert results and all(r > 0 for r in results)  # the workload itself ran to the end
-    assert math.isnan(reading.energy_j) and math.isnan(reading.total_energy_j)
+    assert math.isnan(reading.energy_per_run_j) and math.isnan(reading.energy_all_runs_j)
     assert "GPU is lost" in reading.reason
     record = reading.as_record(new_tokens=100)
     assert math.isnan(record["energy.j_per_token"]) and "GPU is lost" in record["energy.reason"]
     m = meter.measure("q", lambda: gpu.run([(0.5, 300.0)]))
     again, later = m.results, m.reading
-    assert again and math.isnan(later.energy_j) and "GPU is lost" in later.reason
+    assert again and math.isnan(later.energy_per_run_j) and "GPU is lost" in later.reason
     meter.close()
     assert nvml.shutdown_count == nvml.init_count == 1
 
@@ -228,7 +228,7 @@ def test_sampler_thread_starts_and_stops_cleanly_in_real_time():
         assert any(t.name == "harness-energy-sampler" for t in threading.enumerate())
         m = meter.measure("p", lambda: gpu.run([(0.4, 250.0)]))
         results, reading = m.results, m.reading
-        assert reading.reason is None and reading.energy_j == pytest.approx(results[0], rel=0.25)  # real-time jitter
+        assert reading.reason is None and reading.energy_per_run_j == pytest.approx(results[0], rel=0.25)  # real-time jitter
         meter.close()
         meter.close()  # idempotent
     time.sleep(0.05)
@@ -244,7 +244,7 @@ def test_failure_in_the_real_sampler_thread_is_reported():
                               nvml=nvml, clock=clock)
     nvml.fail_at(clock.now() + 0.1)
     reading = meter.measure("p", lambda: gpu.run([(0.3, 250.0)])).reading
-    assert math.isnan(reading.energy_j) and "GPU is lost" in reading.reason
+    assert math.isnan(reading.energy_per_run_j) and "GPU is lost" in reading.reason
     assert meter.sampler.driver.is_alive()  # the thread outlived the error
     meter.close()
 
@@ -276,10 +276,10 @@ def test_no_gpu_or_off_means_nan_with_reason():
     assert isinstance(meter, NullMeter) and "CPU" in meter.reason
     m = meter.measure("p", lambda: 42)
     results, reading = m.results, m.reading
-    assert results == [42] and math.isnan(reading.energy_j) and reading.reason == meter.reason
+    assert results == [42] and math.isnan(reading.energy_per_run_j) and reading.reason == meter.reason
     assert math.isnan(reading.as_record(new_tokens=5)["energy.j_per_token"])
     window = meter.start_window("cell")
-    assert math.isnan(meter.stop_window(window).energy_j)
+    assert math.isnan(meter.stop_window(window).energy_per_run_j)
     assert "off" in make_energy_meter({"name": "off", "source": "none"}, [0]).reason
     cpu_profile = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "gpu", "cpu.yaml")))
     assert "no power reading" in make_energy_meter({"gpu": cpu_profile}, [0]).reason
@@ -313,7 +313,7 @@ def test_gpu_profile_figures_apply_only_to_matching_gpus():
 
 
 def test_summary_of_records():
-    good = EnergyReading(source="nvml-counter", energy_j=10.0, net_energy_j=6.0, total_energy_j=40.0,
+    good = EnergyReading(source="nvml-counter", energy_per_run_j=10.0, net_energy_per_run_j=6.0, energy_all_runs_j=40.0,
                          measured_s=4.0, repetitions=4, coverage=1.0, idle_power_w=4.0)
     summary = summarize_records([good.as_record(new_tokens=80), good.as_record(new_tokens=120)])
     assert summary["energy.j_per_token"] == pytest.approx(80 / 200)

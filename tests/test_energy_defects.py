@@ -58,7 +58,7 @@ def test_phases_spread_without_knowing_the_period_to_a_millisecond(sensor_s, bel
         clock, gpu, meter, rng = make(seed, cfg, power_update_s=sensor_s)
         m, r = measure(meter, gpu, TEN_HZ)
         meter.close()
-        errors.append(rel(r.total_energy_j, sum(m.results)))
+        errors.append(rel(r.energy_all_runs_j, sum(m.results)))
         assert r.phase_gap < 0.125 + 0.03  # 8 trials at evenly spaced phases
         assert r.phases_verified
         assert abs(errors[-1]) <= r.error_bound
@@ -72,7 +72,7 @@ def test_uncertainty_does_not_shrink_when_phases_are_not_spread():
         clock, gpu, meter, rng = make(seed, {"source": "power", "phase_shifts": 1}, power_update_s=0.1003)
         m, r = measure(meter, gpu, TEN_HZ)
         meter.close()
-        error = rel(r.total_energy_j, sum(m.results))
+        error = rel(r.energy_all_runs_j, sum(m.results))
         assert r.phases_verified is False
         assert abs(error) <= r.error_bound and r.error_bound > 1.0  # anything from idle to the power limit
         assert "aliasing" in r.error_basis
@@ -109,7 +109,7 @@ def test_net_energy_tracks_idle_drifting_between_60_and_90_watts(source):
     for _ in range(8 if source == "counter" else 3):
         pieces = [(s, w - 75.0 + gpu.idle_power(clock.now())) for s, w in llm_like_load(rng, rng.uniform(1.0, 4.0))]
         m, r = measure(meter, gpu, pieces)
-        errors.append(rel(r.net_energy_j, r.simulated_exact_net_energy_j))
+        errors.append(rel(r.net_energy_per_run_j, r.simulated_exact_net_energy_j))
         clock.sleep(rng.uniform(0.5, 3.0))  # the runner's own work between prompts
     meter.close()
     assert statistics.mean(map(abs, errors)) < 0.01 and max(map(abs, errors)) < 0.02
@@ -129,7 +129,7 @@ def test_one_second_averaged_power_draw_has_no_edge_bias():
         assert meter.primary.semantics.window_s == 1.0
         m, r = measure(meter, gpu, llm_like_load(rng, 6.0))
         meter.close()
-        errors.append(rel(r.total_energy_j, sum(m.results)))
+        errors.append(rel(r.energy_all_runs_j, sum(m.results)))
         assert abs(errors[-1]) <= r.error_bound
     assert abs(statistics.mean(errors)) < 0.003 and max(map(abs, errors)) < 0.006
 
@@ -142,8 +142,8 @@ def test_counter_window_opening_on_a_prefill_plateau_is_exact():
         m, r = measure(meter, gpu, prefill_then_decode(rng, rng.uniform(1.2, 3.0)))
         meter.close()
         assert r.mode == "counter-aligned" and r.repetitions == 1
-        assert abs(rel(r.energy_j, m.results[0])) < 3e-4
-        assert abs(rel(r.energy_j, m.results[0])) <= r.error_bound < 0.01
+        assert abs(rel(r.energy_per_run_j, m.results[0])) < 3e-4
+        assert abs(rel(r.energy_per_run_j, m.results[0])) <= r.error_bound < 0.01
 
 
 # ---- 4. samples, coverage, poll rate, missed refreshes ----------------------------------------------
@@ -186,11 +186,11 @@ def test_naive_window_without_a_sample_is_nan_with_reason_not_zero():
     meter = make_energy_meter(naive, [0], nvml=SimulatedNVML([gpu], clock), clock=clock)
     clock.sleep(0.2)  # between two 1 Hz samples
     m = meter.measure("short", lambda: gpu.run([(0.3, 300.0)]))
-    assert math.isnan(m.reading.energy_j) and m.reading.energy_j != 0.0
+    assert math.isnan(m.reading.energy_per_run_j) and m.reading.energy_per_run_j != 0.0
     assert "no sample fell inside" in m.reading.reason
     clock.sleep(0.5)
     longer = meter.measure("long", lambda: gpu.run([(3.0, 300.0)])).reading
-    assert longer.reason is None and longer.energy_j > 0
+    assert longer.reason is None and longer.energy_per_run_j > 0
     meter.close()
 
 
@@ -208,13 +208,13 @@ def test_an_open_cell_window_keeps_bounded_history_and_stays_exact():
     retained = []
     for minute in range(60):
         m = meter.measure("prompt", lambda: gpu.run([(2.0, 300.0)]))
-        assert abs(rel(m.reading.energy_j, m.results[0])) < 0.01
+        assert abs(rel(m.reading.energy_per_run_j, m.results[0])) < 0.01
         clock.sleep(58.0)
         retained.append(meter.sampler.retained())
     end = clock.now()
     reading = meter.stop_window(cell)
     assert max(retained) <= 4 * 5.0 * 10 and retained[-1] <= retained[0] + 10  # ~keep_s × rate × series
-    assert rel(reading.energy_j, gpu.energy(reading.duration_s + start) - gpu.energy(start)) == pytest.approx(0, abs=1e-3)
+    assert rel(reading.energy_per_run_j, gpu.energy(reading.duration_s + start) - gpu.energy(start)) == pytest.approx(0, abs=1e-3)
     assert end - start > 3600
     meter.close()
 
@@ -232,7 +232,7 @@ def test_counter_measures_generations_of_a_second_or_more_once():
         calls = []
         m = meter.measure("p", lambda: calls.append(1) or gpu.run(llm_like_load(rng, seconds)))
         assert len(calls) == 1 and m.repetitions == 1 and m.reading.trials == 1
-        errors.append(rel(m.reading.energy_j, m.result))
+        errors.append(rel(m.reading.energy_per_run_j, m.result))
         assert abs(errors[-1]) <= m.reading.error_bound < 0.005
     short_calls = []
     m = meter.measure("short", lambda: short_calls.append(1) or gpu.run(llm_like_load(rng, 0.05)))
@@ -266,7 +266,7 @@ def test_every_reading_states_a_bound_that_holds(source):
     for seconds in (0.4, 2.5):
         m, r = measure(meter, gpu, llm_like_load(rng, seconds))
         assert r.error_basis and math.isfinite(r.error_bound)
-        assert abs(rel(r.total_energy_j, sum(m.results))) <= r.error_bound
+        assert abs(rel(r.energy_all_runs_j, sum(m.results))) <= r.error_bound
     meter.close()
 
 
@@ -275,8 +275,8 @@ def test_measurement_is_one_object():
     m = meter.measure("p", lambda: gpu.run([(0.25, 300.0)]))
     assert m.repetitions == len(m.results) == m.reading.repetitions > 1 and m.result is m.results[0]
     record = m.as_record(lambda joules: 10)
-    assert record["energy.tokens"] == 10 * m.repetitions
-    assert record["energy.j_per_token"] == pytest.approx(m.reading.total_energy_j / (10 * m.repetitions))
+    assert record["energy.tokens_all_runs"] == 10 * m.repetitions
+    assert record["energy.j_per_token"] == pytest.approx(m.reading.energy_all_runs_j / (10 * m.repetitions))
     with pytest.raises(TypeError):  # the former (results, reading) tuple is gone (issue 21.8)
         results, reading = m
     meter.close()
@@ -288,5 +288,5 @@ def test_net_energy_states_its_own_bound():
         pieces = [(s, w - 75.0 + gpu.idle_power(clock.now())) for s, w in llm_like_load(rng, rng.uniform(1.0, 3.0))]
         _, r = measure(meter, gpu, pieces)
         assert math.isfinite(r.net_error_bound) and r.net_error_bound >= r.error_bound
-        assert abs(rel(r.net_energy_j, r.simulated_exact_net_energy_j)) <= r.net_error_bound
+        assert abs(rel(r.net_energy_per_run_j, r.simulated_exact_net_energy_j)) <= r.net_error_bound
     meter.close()

@@ -63,8 +63,8 @@ def test_simulated_source_draws_power_while_the_workload_runs():
     meter = make_energy_meter({**QUICK, "source": "simulated", "gpu": profile}, [], clock=clock)
     m = meter.measure("p", lambda: clock.sleep(2.0))
     assert m.reading.simulated_exact_energy_j == pytest.approx(600.0, rel=1e-9)
-    assert m.reading.energy_j == pytest.approx(600.0, rel=1e-3)
-    assert m.reading.net_energy_j == pytest.approx(480.0, rel=2e-3)
+    assert m.reading.energy_per_run_j == pytest.approx(600.0, rel=1e-3)
+    assert m.reading.net_energy_per_run_j == pytest.approx(480.0, rel=2e-3)
     # issue 33.5: provenance (records' energy.source, the summary's energy_source) names the simulator
     assert m.reading.source == "simulated:nvml-counter"
     assert meter.describe()["energy_source"] == "simulated:nvml-counter"
@@ -306,7 +306,7 @@ def test_host_energy_is_recorded_per_window_beside_the_gpu_and_on_a_cpu_only_run
     set_uj(root, "intel-rapl:0", 21_000_000)       # +20 J
     set_uj(root, "intel-rapl:0:1", 7_000_000)      # +5 J
     reading = meter.stop_window(window)
-    assert math.isnan(reading.energy_j) and "CPU" in reading.reason
+    assert math.isnan(reading.energy_per_run_j) and "CPU" in reading.reason
     assert reading.host_cpu_energy_j == pytest.approx(20.0) and reading.host_dram_energy_j == pytest.approx(5.0)
     record = reading.as_record(new_tokens=50)
     assert record["energy.host_j_per_token"] == pytest.approx(25.0 / 50)
@@ -327,5 +327,5 @@ def test_host_energy_is_recorded_per_window_beside_the_gpu_and_on_a_cpu_only_run
         return e
     m = gpu_meter.measure("p", workload)
     gpu_meter.close()
-    assert m.reading.reason is None and math.isfinite(m.reading.energy_j)
+    assert m.reading.reason is None and math.isfinite(m.reading.energy_per_run_j)
     assert m.reading.host_cpu_energy_j == pytest.approx(30.0)

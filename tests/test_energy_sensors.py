@@ -77,7 +77,7 @@ def test_polled_h200_readings_hold_their_bound(source, load):
             pieces = llm_like_load(rng, rng.uniform(1, 3)) if load == "llm" else \
                 [(rng.uniform(0, 0.1), 110.0)] + square_wave(0.1, 0.5, 420.0, 100.0, 3.0)
             m = meter.measure("p", lambda: gpu.run(pieces))
-            errors.append(abs(rel(m.reading.total_energy_j, sum(m.results))))
+            errors.append(abs(rel(m.reading.energy_all_runs_j, sum(m.results))))
             bounds.append(m.reading.error_bound)
             assert errors[-1] <= m.reading.error_bound, (errors[-1], m.reading.error_basis)
             assert m.reading.trials == (1 if source == "power-usage" else 8)
@@ -128,7 +128,7 @@ def test_a_coarse_counters_lag_is_measured_and_corrected():
         clock, (gpu,), meter, rng = make(seed, {"source": "counter"}, counter_resolution_j=1.0, counter_lag_s=0.1)
         for _ in range(3):
             m = meter.measure("p", lambda: gpu.run(llm_like_load(rng, rng.uniform(1, 4))))
-            errors.append(rel(m.reading.total_energy_j, sum(m.results)))
+            errors.append(rel(m.reading.energy_all_runs_j, sum(m.results)))
             held += abs(errors[-1]) <= m.reading.error_bound
         lag = m.reading.counter_lag_s  # a point figure only where the meter's tests bracketed it
         assert math.isnan(lag) or 0.07 <= lag <= 0.13, lag
@@ -165,7 +165,7 @@ def test_selecting_a_simulated_gpu_selects_the_simulated_source():
 def _record(total: float, net: float, tokens: int, bound: float = 0.01, net_bound: float | None = 0.05) -> dict:
     from harness.energy.reading import EnergyReading
 
-    r = EnergyReading(source="nvml-counter", energy_j=total, net_energy_j=net, total_energy_j=total,
+    r = EnergyReading(source="nvml-counter", energy_per_run_j=total, net_energy_per_run_j=net, energy_all_runs_j=total,
                       measured_s=1.0, error_bound=bound, net_error_bound=math.nan if net_bound is None else net_bound,
                       idle_power_w=70.0, coverage=1.0)
     return r.as_record(tokens)
@@ -236,9 +236,9 @@ def test_every_device_has_its_own_lag_and_update_period(second):
             pieces = llm_like_load(rng, rng.uniform(1, 4))
             start = clock.now()
             m = meter.measure("p", lambda: run_all(devices, pieces))
-            errors.append(rel(m.reading.total_energy_j, sum(m.results)))
+            errors.append(rel(m.reading.energy_all_runs_j, sum(m.results)))
             exact_net = sum(g.net_energy(a, b) for a, b in m.windows for g in devices)
-            net_errors.append(rel(m.reading.net_energy_j * m.reading.repetitions, exact_net))
+            net_errors.append(rel(m.reading.net_energy_per_run_j * m.reading.repetitions, exact_net))
             held += abs(errors[-1]) <= m.reading.error_bound
             assert start <= m.windows[0][0]
         if "counter_update_s" in second:
@@ -258,7 +258,7 @@ def test_the_cross_check_names_a_longer_averaging_window_not_a_mis_scaled_source
 
     clock, (gpu,), meter, rng = make(0, {"source": "counter", "idle_every_s": 0.0}, power_window_s=1.0)
     m = meter.measure("p", lambda: gpu.run([(3.0, 400.0)]))
-    out = verdict(meter.state, m.reading.total_energy_j, 0.8 * m.reading.total_energy_j, 0.01,
+    out = verdict(meter.state, m.reading.energy_all_runs_j, 0.8 * m.reading.energy_all_runs_j, 0.01,
                   work_end=m.windows[-1][1])  # a flagged pair
     meter.close()
     assert out["cross_check_flag"] and out["cross_check_suspect"] == "window", out
@@ -268,7 +268,7 @@ def test_the_cross_check_names_a_longer_averaging_window_not_a_mis_scaled_source
     m = meter.measure("p", lambda: gpu.run([(3.0, 400.0)]))
     meter.state.idle.post.watts[-1] = [w * 0.8 for w in meter.state.idle.post.watts[-1]]
     meter.state.cross_idle_ratio = 1.25  # mis-scaled: the readings disagree at settled idle too
-    out = verdict(meter.state, m.reading.total_energy_j, 0.8 * m.reading.total_energy_j, 0.01,
+    out = verdict(meter.state, m.reading.energy_all_runs_j, 0.8 * m.reading.energy_all_runs_j, 0.01,
                   work_end=m.windows[-1][1])
     meter.close()
     assert out["cross_check_suspect"] == "either", out
@@ -290,7 +290,7 @@ def test_a_50_ms_sensor_under_a_10_hz_load_is_timed_on_its_refresh_grid():
         for _ in range(2):
             pieces = [(rng.uniform(0, 0.1), 110.0)] + square_wave(0.1, 0.5, 420.0, 100.0, 3.0)
             m = meter.measure("p", lambda: gpu.run(pieces))
-            errors.append(abs(rel(m.reading.total_energy_j, sum(m.results))))
+            errors.append(abs(rel(m.reading.energy_all_runs_j, sum(m.results))))
             held += errors[-1] <= m.reading.error_bound
         meter.close()
     assert held == len(errors) and max(errors) < 0.005, errors

@@ -43,7 +43,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 _FAILED: list[str] = []
 _NOT_APPLICABLE: list[str] = []  # single runs only: in a sweep, a method/decoding pair that does not apply is skipped
-_QUEUED: list[dict] = []  # runner.interleave under the basic launcher: jobs' configs, run as comparisons after the sweep
+_QUEUED: list = []  # runner.interleave under the basic launcher: jobs' typed cells, run as comparisons after the sweep
 _CELLS: list = []  # outcomes of this process's cells (a local sweep's results.json)
 _SWEEP: dict = {}  # the multirun's argv and Hydra sweep folder
 
@@ -59,19 +59,21 @@ def _hydra_app():
         from harness.run.runner import run_cell
 
         from harness.config.preflight import resolved_container
-        from harness.config.schema import runner_config
+        from harness.run.cell import Cell
 
-        container = resolved_container(cfg)  # bounded before resolving (harness.config.preflight)
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
+        try:  # the typed cell, each node validated by its schema once; from here on the cell is this object
+            cell = Cell.build(resolved_container(cfg))  # bounded before resolving (harness.config.preflight)
+        except ConfigError as e:
+            _config_error(e)
         if multirun and not _SWEEP:
             _SWEEP.update(argv=sys.argv[1:], sweep_dir=str(hc.sweep.dir), launcher=str(hc.launcher.get("_target_", "")))
-        if multirun and runner_config(container).interleave and \
-                "BasicLauncher" in str(hc.launcher.get("_target_", "")):
-            _QUEUED.append(container)  # runs after the sweep, interleaved with the jobs that differ only in method
+        if multirun and cell.runner.interleave and "BasicLauncher" in str(hc.launcher.get("_target_", "")):
+            _QUEUED.append(cell)  # runs after the sweep, interleaved with the jobs that differ only in method
             return
         try:
-            outcome = run_cell(container, container["results_dir"], force=container.get("force"))
+            outcome = run_cell(cell, cell.results_dir, force=cell.force)
         except ConfigError as e:  # found only at run time (e.g. a finished cell changed meanwhile): stop, no record
             _config_error(e)
         _report(outcome, multirun)
@@ -124,11 +126,13 @@ def _run_queued() -> None:
     from harness.run.plan import units
     from harness.run.runner import run_cells
 
-    for unit in units(_QUEUED):
-        ids = ", ".join(c["method"]["name"] for c in unit)
-        print(f"interleaved comparison of {len(unit)} cells: {ids}", flush=True)
+    by_config = {id(c.config): c for c in _QUEUED}
+    for unit in units([c.config for c in _QUEUED]):  # grouped by their configs (harness.run.plan.units)
+        cells = [by_config[id(config)] for config in unit]
+        ids = ", ".join(c.config["method"]["name"] for c in cells)
+        print(f"interleaved comparison of {len(cells)} cells: {ids}", flush=True)
         try:
-            outcomes = run_cells(unit, unit[0]["results_dir"], force=unit[0].get("force"))
+            outcomes = run_cells(cells, cells[0].results_dir, force=cells[0].force)
         except ConfigError as e:
             _config_error(e)
         for outcome in outcomes:

@@ -13,6 +13,13 @@ Not in the identity, by design: package versions and the git commit (recorded in
 orphan every finished cell), and the resolved ``gpu: auto`` (the runner replaces it by the machine's
 label before the id is taken, so the id names the hardware that measured it).
 
+Identity versions (``identity_version`` in each summary; absent = 1): version 1 hashes the config in release 0.2's
+layout (the γ policy and draft selection inside ``method``: :func:`harness.config.legacy.layout_0_2`), version 2 the
+config as composed. New cells are still measured under :data:`IDENTITY_VERSION` = 1, because the ids of existing
+results are pinned (tests/config/test_identity.py); switching it to 2 is this one constant: a cell measured under
+another version keeps its id (:func:`harness.run.cell.prepare_cell` finds it under its old id, and
+:func:`check_reusable` compares under the stored version).
+
 Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
 requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
 hand-edited or foreign summary, a summary without its config) → :class:`CellConflict`, and the run
@@ -21,6 +28,7 @@ another ``results_dir``).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -28,15 +36,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.config.legacy import layout_0_2
 
-# dotted key -> why it cannot change a result (tested: tests/test_identity.py)
+IDENTITY_VERSION = 1  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
+VERSION_KEY = "identity_version"  # in each summary.json (absent: 1)
+
+# dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)
 RESULT_NEUTRAL_KEYS: dict[str, str] = {
     "results_dir": "where the cell's files are written, not what it measures",
     "force": "whether a finished cell is rerun, not what it measures",
     "runner.progress": "progress bars on the terminal only",
     "runner.interleave": "when each prompt runs relative to the other methods' (every prompt is seeded on its own, so "
-                         "outputs and counts are equal: tests/test_interleave.py); the summary records `interleaved`",
+                         "outputs and counts are equal: tests/run/test_interleave.py); the summary records "
+                         "`interleaved`",
     "report": "what harness-report compares and which papers' tables it draws (baselines, iso pairs, tables), read "
               "from the stored config: the cell measures the same",
     "judge": "who grades the finished records (harness.judge): judgments go to their own files, tagged with the judge; "
@@ -46,6 +57,8 @@ RESULT_NEUTRAL_KEYS: dict[str, str] = {
 # dotted key -> why null is the same measurement as the key's absence (keys added after cells were measured:
 # null keeps every existing cell id; a value is in the identity like any other key)
 ABSENT_WHEN_NULL: dict[str, str] = {
+    "gamma_policy": "null = the method's fixed gamma, what every cell measured before the group existed",
+    "draft_selection": "null = the pair's draft, what every cell measured before the group existed",
     "pair.revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "pair.draft_revision": "null = the checkpoint as found, what every cell measured before the key existed",
     "method.prompt_lookup_num_tokens": "hf_assisted: null = the assistant model, what every hf_assisted cell measured "
@@ -87,11 +100,19 @@ def _drop(cfg: dict, dotted: str) -> None:
         node.pop(last, None)
 
 
-def identity_config(cfg: Mapping[str, Any]) -> dict:
+def _layout(cfg: Mapping[str, Any], version: int | None) -> dict:
+    if (version or IDENTITY_VERSION) == 1:
+        from harness.config.legacy import layout_0_2  # cells measured under identity version 1 only
+
+        return layout_0_2(cfg)
+    return copy.deepcopy(dict(cfg))
+
+
+def identity_config(cfg: Mapping[str, Any], version: int | None = None) -> dict:
     """The part of a cell config that defines the measurement: everything except :data:`RESULT_NEUTRAL_KEYS`
-    (and Hydra's own ``hydra`` node, when present), in release 0.2's layout (:func:`harness.config.legacy.layout_0_2`:
-    the γ policy and draft selection inside ``method``), so that ids do not change with the layout."""
-    out = layout_0_2(cfg)
+    (and Hydra's own ``hydra`` node, when present); under identity ``version`` 1 in release 0.2's layout
+    (:func:`harness.config.legacy.layout_0_2`), under 2 (the default, :data:`IDENTITY_VERSION`) as composed."""
+    out = _layout(cfg, version)
     out.pop("hydra", None)
     for key in RESULT_NEUTRAL_KEYS:
         _drop(out, key)
@@ -111,7 +132,7 @@ def identity_config(cfg: Mapping[str, Any]) -> dict:
 def comparison_config(cfg: Mapping[str, Any]) -> dict:
     """The identity config without the method's side (:data:`METHOD_SIDE_KEYS`): what a method and its baseline
     share (pair, dataset and its prompts, decoding, gpu, seed, runner and energy settings)."""
-    out = identity_config(cfg)
+    out = identity_config(cfg, version=1)  # stored configs of any identity version, compared in one layout
     for key in METHOD_SIDE_KEYS:
         out.pop(key, None)
     return out
@@ -139,13 +160,13 @@ def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**cfg, "method": {"name": target, **{k: v for k, v in method.items() if k != "name" and k in keys}}}
 
 
-def _canonical(cfg: Mapping[str, Any], aliases: bool = True) -> str:
-    ident = identity_config(resolve_alias(cfg) if aliases else cfg)
+def _canonical(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
+    ident = identity_config(resolve_alias(cfg) if aliases else cfg, version)
     return json.dumps(ident, sort_keys=True, default=str, separators=(",", ":"))
 
 
-def config_hash(cfg: Mapping[str, Any], aliases: bool = True) -> str:
-    return hashlib.sha256(_canonical(cfg, aliases).encode()).hexdigest()[:HASH_CHARS]
+def config_hash(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
+    return hashlib.sha256(_canonical(cfg, version, aliases).encode()).hexdigest()[:HASH_CHARS]
 
 
 def id_component(value: Any) -> str:
@@ -155,18 +176,24 @@ def id_component(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
 
 
-def cell_id(cfg: Mapping[str, Any], aliases: bool = True) -> str:
+def cell_id(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = True) -> str:
     """``method[__decoding]__pair__dataset__gpu__s<seed>__<hash>``, one folder name: each readable part is
-    sanitised (:func:`id_component`); the hash covers :func:`identity_config` (the decoding label too is 0.2's:
-    ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids). An alias method is named and hashed as the
-    decoder it resolves to (:func:`resolve_alias`); ``aliases=False`` gives the id such a cell had before
-    (release 0.3.0.dev0), under which a finished one is still found (:func:`harness.run.cell.prepare_cell`)."""
-    labels = layout_0_2(resolve_alias(cfg) if aliases else cfg)
+    sanitised (:func:`id_component`); the hash covers :func:`identity_config` under identity ``version`` (under 1 the
+    decoding label too is 0.2's: such ``sampling_dsbd`` cells keep their ``sampling_seed000`` ids). An alias method
+    is named and hashed as the decoder it resolves to (:func:`resolve_alias`); ``aliases=False`` gives the id such a
+    cell had before (release 0.3.0.dev0), under which a finished one is still found
+    (:func:`harness.run.cell.prepare_cell`)."""
+    labels = _layout(resolve_alias(cfg) if aliases else cfg, version)
     parts = [labels["method"]["name"]]
     if labels.get("decoding"):
         parts.append(labels["decoding"].get("name", "custom"))
     parts += [cfg["pair"]["name"], cfg["dataset"]["name"], cfg["gpu"]["name"], f"s{cfg['seed']}"]
-    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, aliases)])
+    return "__".join([*(id_component(p) for p in parts), config_hash(cfg, version, aliases)])
+
+
+def version_of(cid: str, cfg: Mapping[str, Any]) -> int:
+    """The identity version under which ``cid`` is ``cfg``'s id (the current one when both give it)."""
+    return IDENTITY_VERSION if cid == cell_id(cfg) else 1
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -183,10 +210,10 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: cfg}
 
 
-def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
-    """``key: stored X, requested Y`` for every identity key whose values differ."""
-    a = flatten(json.loads(json.dumps(identity_config(resolve_alias(stored)), default=str)))
-    b = flatten(json.loads(json.dumps(identity_config(resolve_alias(requested)), default=str)))
+def differences(stored: Mapping[str, Any], requested: Mapping[str, Any], version: int | None = None) -> list[str]:
+    """``key: stored X, requested Y`` for every identity key whose values differ (under identity ``version``)."""
+    a = flatten(json.loads(json.dumps(identity_config(resolve_alias(stored), version), default=str)))
+    b = flatten(json.loads(json.dumps(identity_config(resolve_alias(requested), version), default=str)))
     missing = object()
     return [f"{k}: stored {a.get(k, '<absent>')!r}, requested {b.get(k, '<absent>')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
@@ -205,7 +232,7 @@ def check_reusable(cell_dir: Path, cfg: Mapping[str, Any]) -> None:
     if not isinstance(stored, dict):
         raise CellConflict(f"cell {Path(cell_dir).name}: {path} holds no config, so it cannot be shown to match "
                            f"the requested one. Rerun it with force={Path(cell_dir).name}, or use another results_dir")
-    diff = differences(stored, cfg)
+    diff = differences(stored, cfg, summary.get(VERSION_KEY, 1) if isinstance(summary, dict) else 1)
     if diff:
         shown = "; ".join(diff[:8]) + (f"; ... ({len(diff)} keys)" if len(diff) > 8 else "")
         raise CellConflict(f"cell {Path(cell_dir).name} finished under a different configuration ({shown}). "

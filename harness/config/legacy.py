@@ -21,7 +21,8 @@ of old and new results read the same columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
 (:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
-written before a rename still load and no other module knows an old name. Where two fields once shared a
+written before a rename still load; the writers (the energy reading, the record) use the current names at the
+source. Where two fields once shared a
 vocabulary but not a scope: ``new_tokens`` counts the tokens of one generation, while an energy reading may run
 the workload several times (``energy.repetitions``); the energy fields say which they mean —
 ``energy.energy_per_run_j`` / ``energy.net_energy_per_run_j`` (one run), ``energy.energy_all_runs_j`` and
@@ -212,8 +213,6 @@ RENAMED: dict[str, str] = {
     "energy.total_energy_j": "energy.energy_all_runs_j",
     "energy.tokens": "energy.tokens_all_runs",
 }
-#: the energy reading's own field names (:meth:`harness.energy.reading.EnergyReading.as_record`) -> record names
-ENERGY_FIELDS: dict[str, str] = {old: new for old, new in RENAMED.items() if old.startswith("energy.")}
 
 
 def current_names(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -224,14 +223,3 @@ def current_names(fields: Mapping[str, Any]) -> dict[str, Any]:
             value = out.pop(old)
             out.setdefault(new, value)
     return out
-
-
-def energy_record(reading_fields: Mapping[str, Any]) -> dict[str, Any]:
-    """An energy reading's ``energy.*`` fields under the record's (scoped) names."""
-    return {ENERGY_FIELDS.get(k, k): v for k, v in reading_fields.items()}
-
-
-def reading_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's ``energy.*`` fields under the energy reading's own names (what its summaries read)."""
-    back = {new: old for old, new in ENERGY_FIELDS.items()}
-    return {back.get(k, k): v for k, v in record.items() if k.startswith("energy.")}

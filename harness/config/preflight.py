@@ -335,8 +335,11 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
     register_configs()
     try:
         cfg = _compose(args, conf_dir)
-    except Exception:  # noqa: BLE001 — a composition error: Hydra reports it itself, with its own message
-        return []
+    except Exception as e:  # noqa: BLE001 — a composition error: Hydra reports it itself, with its own message,
+        from harness.config.keys import composition_key_error  # but for an unknown key: the nearest valid one
+
+        known = composition_key_error(f"{e} {e.__cause__ or ''}")
+        return [str(known)] if known is not None else []
     return (callback_problems(cfg) if args.cfg is None else []) + hydra_problems(cfg, conf_dir) + config_problems(cfg)
 
 

@@ -174,12 +174,17 @@ def runner_config(cfg: Mapping[str, Any]) -> RunnerConfig:
 
 def as_cell_dict(cfg) -> dict:
     """The composed config as the runner takes it: converted by ``OmegaConf.to_object`` (a :class:`CellConfig`,
-    its group nodes by their own schemas) and back to plain data, the ``hydra`` node left out."""
+    its group nodes by their own schemas) and back to plain data, the ``hydra`` node left out. A key no node's
+    schema knows (``+method.gama=3``, which ``to_object`` would drop) raises
+    :class:`harness.config.keys.UnknownKeys` first."""
     from omegaconf import OmegaConf, open_dict
+
+    from harness.config.keys import check_keys
 
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.pop("hydra", None)
+    check_keys(cfg)
     obj = OmegaConf.to_object(cfg)
     return _plain(obj)
 

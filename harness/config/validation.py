@@ -172,13 +172,13 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     def add(key: str, message: str) -> None:
         problems.append(Problem(key, message, label))
 
-    if cfg.get("energy") is not None:
-        try:
-            from harness.energy import EnergyConfig
+    from harness.energy import EnergyConfig
 
-            EnergyConfig.from_any(dict(cfg["energy"]))
-        except (ConfigError, TypeError, ValueError) as e:
-            add(getattr(e, "key", None) or "energy", str(e))
+    energy = None
+    try:
+        energy = EnergyConfig.from_any(dict(cfg["energy"]) if cfg.get("energy") is not None else None)
+    except (ConfigError, TypeError, ValueError) as e:
+        add(getattr(e, "key", None) or "energy", str(e))
     plan = _plan(cfg, add, single)
     task, examples = _dataset(cfg.get("dataset") or {}, cache, add)
     if plan is not None and task is not None and examples:
@@ -197,7 +197,20 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
         add("results_dir", cache.writable[results_dir])
     elif plan is not None:
         _check_cell_folder(cfg, results_dir, add)
+    if not problems and plan is not None and task is not None and energy is not None:
+        _remember(cfg, plan, task, energy)
     return problems
+
+
+def _remember(cfg: Mapping[str, Any], plan, task, energy) -> None:
+    """The typed cell from the nodes validated here, for the CLI to run as it is (:meth:`harness.run.cell.Cell.build`
+    of this config returns it: each node validated once)."""
+    from harness.run.cell import Cell
+
+    try:
+        Cell.assemble(cfg, plan, task, energy)
+    except ConfigError:  # a node validation does not build (gpu, judge, report): Cell.build reports it
+        pass
 
 
 def _plan(cfg: Mapping[str, Any], add, single: bool):
@@ -362,6 +375,8 @@ def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
             try:
                 composed = loader.load_sweep_config(master_config=config, sweep_overrides=list(job_overrides))
                 cells.append((label, job_container(composed)))
+            except ConfigError as e:  # keys no schema knows (+method.gama=3): each with its key
+                failures += [Problem(err.key or "config", str(err), label) for err in getattr(e, "errors", [e])]
             except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key, wrong type), size bounds
                 text = f"{e} ({e.__cause__})" if e.__cause__ is not None else str(e)
                 failures.append(Problem(_hydra_key(text), " ".join(text.split()), label))
@@ -389,6 +404,8 @@ class ValidateCells(Callback):
             cfg = job_container(config)
         except ConfigTooLarge as e:
             exit_on_problems([Problem("config", str(e))], 1)
+        except ConfigError as e:  # keys no schema knows (+method.gama=3): each with its key
+            exit_on_problems([Problem(err.key or "config", str(err)) for err in getattr(e, "errors", [e])], 1)
         exit_on_problems(validate_cells([("", cfg)], single=True), 1)
 
     def on_multirun_start(self, config, **kwargs) -> None:

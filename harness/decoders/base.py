@@ -327,7 +327,8 @@ def _host_ids(prompt_ids) -> tuple[int, ...] | None:
     return tuple(int(t) for t in rows)
 
 
-DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders")
+DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders", entry_points="harness.decoders",
+                                             base=Decoder)
 register = DECODERS.register
 
 

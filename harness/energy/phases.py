@@ -90,15 +90,6 @@ class RefreshWatcher:
         self.clock.sleep(self.poll_s if sleep_s is None else max(0.0, sleep_s))
         return self._read()
 
-    def until_refreshes(self, want: int, timeout_s: float) -> list[list[Refresh]]:
-        """Poll until every device showed ``want`` refreshes since this watcher began (or timeout);
-        the refreshes seen, per device."""
-        deadline = self.clock.now() + timeout_s
-        while any(len(s) < want for s in self.seen) and self.clock.now() < deadline:
-            if not self.step():
-                break
-        return self.seen
-
 
 @dataclass(frozen=True)
 class Grid:
@@ -177,12 +168,6 @@ def _least_squares(numbered: list[tuple[int, float, float]], newest: float) -> G
     ref_n = round((newest - t0) / slope)  # the grid point nearest the newest refresh
     ref_sigma = 3 * noise * math.sqrt(1 / len(ns) + (ref_n - mean_n) ** 2 / sxx)
     return Grid(slope, 3 * noise / math.sqrt(sxx), t0 + slope * ref_n, ref_sigma, jitter, len(ns))
-
-
-def refine_period(refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:
-    """(period, its uncertainty) from :func:`fit_grid`."""
-    grid = fit_grid(refreshes, period, sigma)
-    return grid.period, grid.sigma
 
 
 def phase_of(t: float, refreshes: list[Refresh], period: float, sigma: float) -> tuple[float, float]:

@@ -11,9 +11,9 @@ NAN = math.nan
 class EnergyReading:
     """Energy of one measured workload. NaN fields, with ``reason`` set, where not measurable.
 
-    ``energy_j`` is per run of the workload (a repeated measurement runs it ``repetitions`` times
-    over ``trials`` trials and divides); ``total_energy_j`` covers all measured runs. Gross energy
-    is what the GPUs drew; net subtracts idle power tracked through the cell (``idle_power_w`` is
+    ``energy_per_run_j`` (``net_energy_per_run_j``) is per run of the workload (a repeated measurement runs it
+    ``repetitions`` times over ``trials`` trials and divides); ``energy_all_runs_j`` covers all measured runs.
+    Gross energy is what the GPUs drew; net subtracts idle power tracked through the cell (``idle_power_w`` is
     its mean over the measured time).
 
     How it was measured and how far off it may be: ``mode`` ("counter-aligned": one or more
@@ -35,9 +35,9 @@ class EnergyReading:
     """
 
     source: str = "none"
-    energy_j: float = NAN
-    net_energy_j: float = NAN
-    total_energy_j: float = NAN
+    energy_per_run_j: float = NAN
+    net_energy_per_run_j: float = NAN
+    energy_all_runs_j: float = NAN
     mean_power_w: float = NAN
     idle_power_w: float = NAN
     duration_s: float = NAN
@@ -84,8 +84,8 @@ class EnergyReading:
     reason: str | None = None
 
     @property
-    def total_net_energy_j(self) -> float:
-        return self.net_energy_j * self.repetitions
+    def net_energy_all_runs_j(self) -> float:
+        return self.net_energy_per_run_j * self.repetitions
 
     def as_record(self, new_tokens: int | None = None, prefix: str = "energy.") -> dict:
         """``energy.*`` fields; with ``new_tokens`` (summed over ALL runs ``measure`` returned),
@@ -94,9 +94,9 @@ class EnergyReading:
         if new_tokens is None:
             return record
         per_token = (lambda joules: joules * self.repetitions / new_tokens) if new_tokens else (lambda joules: NAN)
-        record[prefix + "tokens"] = new_tokens
-        record[prefix + "j_per_token"] = self.total_energy_j / new_tokens if new_tokens else NAN
-        record[prefix + "net_j_per_token"] = self.total_net_energy_j / new_tokens if new_tokens else NAN
+        record[prefix + "tokens_all_runs"] = new_tokens
+        record[prefix + "j_per_token"] = self.energy_all_runs_j / new_tokens if new_tokens else NAN
+        record[prefix + "net_j_per_token"] = self.net_energy_all_runs_j / new_tokens if new_tokens else NAN
         record[prefix + "host_j_per_token"] = per_token(self.host_energy_j)
         if not new_tokens and self.reason is None:
             record[prefix + "reason"] = "no new tokens: J/token is undefined"
@@ -116,9 +116,9 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
     def get(r, k, default=NAN):  # a record read back from JSON holds null where NaN was written
         v = r.get(prefix + k, default)
         return default if v is None else v
-    unmeasured = [r for r in records if not _finite(get(r, "total_energy_j")) or not get(r, "tokens")]
+    unmeasured = [r for r in records if not _finite(get(r, "energy_all_runs_j")) or not get(r, "tokens_all_runs")]
     reasons = sorted({get(r, "reason", None) or "not measured" for r in unmeasured})
-    tokens = sum(get(r, "tokens", 0) or 0 for r in records)
+    tokens = sum(get(r, "tokens_all_runs", 0) or 0 for r in records)
     host = [get(r, "host_energy_j") * get(r, "repetitions", 1) for r in records]
     host_reasons = sorted({get(r, "host_reason", None) for r in records if not _finite(get(r, "host_energy_j"))} - {None})
     bounds = [get(r, "error_bound") for r in records if _finite(get(r, "error_bound"))]
@@ -141,14 +141,14 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         why = f"{len(unmeasured)} of {len(records)} prompts not measured: " + "; ".join(reasons) if records \
             else "no prompts"
         summary.update({prefix + k: NAN for k in ("j_per_token", "net_j_per_token", "mean_power_w", "coverage",
-                                                   "total_energy_j", "idle_power_w", "net_share", "net_error_bound",
+                                                   "energy_all_runs_j", "idle_power_w", "net_share", "net_error_bound",
                                                    "max_net_error_bound")})
         summary[prefix + "idle_dominated"] = None
         summary[prefix + "net_reason"] = "gross not measured on every prompt"
         summary[prefix + "reason"] = why
         return summary
-    total = sum(get(r, "total_energy_j") for r in records)
-    nets = [get(r, "net_energy_j") * get(r, "repetitions", 1) for r in records]
+    total = sum(get(r, "energy_all_runs_j") for r in records)
+    nets = [get(r, "net_energy_per_run_j") * get(r, "repetitions", 1) for r in records]
     net = sum(nets)
     seconds = sum(get(r, "measured_s") for r in records)
     idle = [get(r, "idle_power_w") for r in records if _finite(get(r, "idle_power_w"))]
@@ -157,7 +157,7 @@ def summarize_records(records: list[dict], prefix: str = "energy.") -> dict:
         prefix + "net_j_per_token": net / tokens,
         prefix + "mean_power_w": total / seconds if seconds > 0 else NAN,
         prefix + "coverage": sum(get(r, "coverage") for r in records) / len(records),
-        prefix + "total_energy_j": total,
+        prefix + "energy_all_runs_j": total,
         prefix + "idle_power_w": sum(idle) / len(idle) if idle else NAN,
         prefix + "reason": None,
         **net_fields(records, total, nets, get, prefix),

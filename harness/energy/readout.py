@@ -85,8 +85,8 @@ def build_reading(state, label: str, mode: str, trials, energies: list[float], r
     if math.isfinite(total) and measured > 0:
         state.mean_power_w = total / measured
     return EnergyReading(
-        source=source_name(state), energy_j=total / total_runs, net_energy_j=net / total_runs,
-        total_energy_j=total, mean_power_w=total / measured if measured > 0 else NAN,
+        source=source_name(state), energy_per_run_j=total / total_runs, net_energy_per_run_j=net / total_runs,
+        energy_all_runs_j=total, mean_power_w=total / measured if measured > 0 else NAN,
         idle_power_w=idle / measured if measured > 0 else NAN, duration_s=measured / total_runs,
         measured_s=measured, samples=round(seen) if math.isfinite(seen) else 0,
         coverage=coverage if reason is None else NAN, repetitions=total_runs, trials=len(spans),

@@ -310,11 +310,6 @@ class Sampler:
         with self.lock:
             return [s.snapshot() for s in self.series[name]]
 
-    def latest_time(self, name: str) -> float:
-        """Time of the oldest of the devices' latest readings."""
-        with self.lock:
-            return min(s.times[-1] if s.times else float("-inf") for s in self.series[name])
-
     def max_poll_gap(self, name: str, since: float) -> float:
         """Longest gap between two polls of channel ``name`` since ``since`` (the sampler's lag)."""
         with self.lock:

@@ -4,7 +4,8 @@ In memory a record is a :class:`Record` and a summary a :class:`CellSummary`, ea
 quality, energy, selection, ...); :meth:`Record.flat` / :meth:`CellSummary.flat` give the flat objects of
 ``records.jsonl`` and ``summary.json`` (and so of the parquet tables), the only place sections become dotted
 names (``metric.<name>``, ``energy.<field>``, ``selection.<field>``, ``stat.<extra>``). Field meanings are
-in :mod:`harness.stats` and the README's metrics table; renamed fields are mapped in :mod:`harness.config.legacy`.
+in :mod:`harness.stats` and the README's metrics table; fields renamed since release 0.2 are mapped by the file
+readers (:mod:`harness.config.legacy`).
 The summary's statistics are totals over the records and the ratios of :func:`harness.stats.ratios` applied
 to those totals (pooled), plus per-prompt means where named so (``mean_prompt_tokens_per_s``,
 ``output_ppl``, ``metric.*``, ``stat.*``).
@@ -15,7 +16,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.config.legacy import energy_record, reading_fields
 from harness.stats import COUNT_FIELDS, pooled_totals, ratios
 
 
@@ -56,7 +56,7 @@ class Record:
                 "prompt_tokens_original": self.prompt_tokens_original, **_prefixed("meta.", self.meta),
                 **self.stats, **_prefixed("selection.", self.selection),
                 "output_ppl": quality.pop("output_ppl", math.nan), **_prefixed("metric.", quality),
-                **energy_record(self.energy), **_prefixed("host.", self.host),
+                **self.energy, **_prefixed("host.", self.host),
                 "peak_gpu_mem_bytes": self.peak_gpu_mem_bytes,
                 "output_text": self.output_text, "prompt": self.prompt}
 
@@ -211,8 +211,8 @@ class CellSummary:
     def of(cls, records: list[Mapping[str, Any]], summarize_energy: Callable[[list[dict]], dict], *,
            identity: dict, run: dict, integrity: dict) -> "CellSummary":
         """The summary of ``records``; ``summarize_energy`` is the energy package's totals over records in its
-        own field names (:func:`harness.energy.summarize_records`)."""
-        energy = energy_record(summarize_energy([reading_fields(r) for r in records]))
+        field names, the records' (:func:`harness.energy.summarize_records`)."""
+        energy = summarize_energy([{k: v for k, v in r.items() if k.startswith("energy.")} for r in records])
         return cls(summarize_cell(records), energy, identity, run, integrity)
 
     def flat(self) -> dict[str, Any]:

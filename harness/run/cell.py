@@ -1,6 +1,8 @@
 """What a cell is — method × decoding × pair × dataset × gpu × seed — before anything runs.
 
-From a composed cell config this module gives the cell's plan (method and decoding resolved, parameters and
+:class:`Cell` is the cell, typed: built once where the CLI (or the Python API) receives its config, each node by
+its own schema (:meth:`Cell.build`), and handed as it is to the runner, the meter and the store. From a composed
+cell config this module also gives the cell's plan (method and decoding resolved, parameters and
 pair config validated: :func:`plan_cell`), its gpu label (:func:`gpu_label`), its id (:mod:`harness.config.identity`)
 and its folder (:func:`cell_folder`, always one folder directly under ``<results_dir>/cells``), whether a
 finished cell may be reused (:func:`verified_state`) and whether ``force`` reruns it (:func:`forced`).
@@ -13,7 +15,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from harness.config import identity
 from harness.run import fingerprint
@@ -21,10 +23,17 @@ from harness.run import fingerprint
 from harness.results import store
 from harness.decoders.base import Decoder
 from harness.decoding import Decoding, as_decoding
-from harness.errors import ConfigError
+from harness.errors import ConfigError, NotApplicable
 from harness.methods import MethodSpec, cell_method_spec
 from harness.models import PairSpec
 from harness.resources import conf_dir
+
+if TYPE_CHECKING:
+    from harness.config.schema import ReportConfig, RunnerConfig
+    from harness.energy.config import EnergyConfig
+    from harness.energy.hardware import GpuProfile
+    from harness.judge.config import JudgeConfig
+    from harness.tasks import Task
 
 log = logging.getLogger("harness")
 FORCE_CORRUPT = "corrupt"  # force=corrupt: rerun only the cells that fail verification or conflict
@@ -51,6 +60,101 @@ def plan_cell(cfg: Mapping[str, Any]) -> CellPlan:
     decoding = cfg.get("decoding")
     return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
                     PairSpec.from_config(cfg["pair"]))
+
+
+Force = Union[bool, str, list]  # true | false | "corrupt" | a cell id | a list of cell ids (:func:`forced`)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell, typed: method × decoding × pair (the :class:`CellPlan`) × dataset (its task) × gpu × seed, the
+    energy protocol, the judge and how it runs, each node built and validated by its own schema once
+    (:meth:`build`). ``config`` is the composed config as plain data: what the cell id hashes
+    (:mod:`harness.config.identity`) and ``summary.json`` stores. ``not_applicable``: why the method cannot
+    decode the requested way (a sweep skips such a cell; ``plan`` is then None)."""
+
+    config: Mapping[str, Any]
+    plan: CellPlan | None
+    dataset: Task
+    gpu: GpuProfile
+    energy: EnergyConfig
+    judge: JudgeConfig | None
+    runner: RunnerConfig
+    report: ReportConfig
+    seed: int
+    max_new_tokens: int | None
+    results_dir: str
+    force: Force
+    not_applicable: str | None = None
+
+    @classmethod
+    def build(cls, config: Mapping[str, Any]) -> Cell:
+        """The typed cell of a composed config (plain data, interpolations resolved; its keys already checked
+        against the schemas when it came from Hydra: :mod:`harness.config.keys`). Raises the first
+        :class:`~harness.errors.ConfigError` of its nodes; loads nothing."""
+        from harness.config.schema import field_problems
+        from harness.energy.config import EnergyConfig
+        from harness.tasks import load_task
+
+        built = _VALIDATED.pop(_key(config), None)
+        if built is not None:  # validation built it in this process (harness.config.validation): not twice
+            return built
+        config = dict(config)
+        problems = field_problems(config)
+        if problems:
+            raise problems[0]
+        try:
+            plan, not_applicable = plan_cell(config), None
+        except NotApplicable as e:
+            plan, not_applicable = None, str(e)
+        return cls.assemble(config, plan, load_task(dict(config["dataset"])),
+                            EnergyConfig.from_any(config.get("energy")), not_applicable, remember=False)
+
+    @classmethod
+    def assemble(cls, config: Mapping[str, Any], plan: CellPlan | None, dataset: Task, energy: EnergyConfig,
+                 not_applicable: str | None = None, remember: bool = True) -> Cell:
+        """The cell from its nodes already built (validation builds the plan, the task and the energy config
+        while it collects every problem); ``remember``: the next :meth:`build` of the same config in this process
+        (the CLI's, once validation passed) returns it instead of building it again."""
+        from harness.config.schema import ReportConfig, runner_config
+        from harness.energy.hardware import GpuProfile
+
+        config = dict(config)
+        cell = cls(config=config, plan=plan, dataset=dataset, gpu=_node(GpuProfile, "gpu", config.get("gpu")),
+                   energy=energy, judge=_judge(config.get("judge")), runner=runner_config(config),
+                   report=_node(ReportConfig, "report", config.get("report")), seed=int(config.get("seed", 0)),
+                   max_new_tokens=config.get("max_new_tokens"), results_dir=str(config.get("results_dir", "results")),
+                   force=config.get("force", False), not_applicable=not_applicable)
+        if remember:
+            _VALIDATED[_key(config)] = cell
+        return cell
+
+
+_VALIDATED: dict[str, Cell] = {}  # cells validation built, by config, until the CLI takes each (once)
+
+
+def _key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def as_cell(cell: Cell | Mapping[str, Any]) -> Cell:
+    """``cell`` if it is a :class:`Cell`, else the Cell of a plain composed config (the Python API's)."""
+    return cell if isinstance(cell, Cell) else Cell.build(cell)
+
+
+def _node(schema: type, key: str, values: Mapping[str, Any] | None) -> Any:
+    try:
+        return schema(**dict(values or {}))
+    except TypeError as e:
+        raise ConfigError(f"{key}: {e}", key=key) from e
+
+
+def _judge(values: Mapping[str, Any] | None) -> Any:
+    if values is None:
+        return None
+    from harness.judge.config import JudgeConfig
+
+    return _node(JudgeConfig, "judge", values)
 
 
 def gpu_label(gpu_cfg: Mapping[str, Any]) -> str:
@@ -99,10 +203,11 @@ def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") ->
     cfg = labelled(cfg)
     cid = identity.cell_id(cfg)
     folder = cell_folder(results_dir, cid)
-    if not folder.exists():  # an alias cell measured before aliases were named by their decoder keeps its id
-        old = identity.cell_id(cfg, aliases=False)
-        if old != cid and cell_folder(results_dir, old).exists():
-            return cfg, old, cell_folder(results_dir, old)
+    if not folder.exists():  # a cell measured under identity version 1 (harness.config.identity) keeps its id, and
+        # so does an alias cell measured before aliases were named by their decoder
+        for old in (identity.cell_id(cfg, version=1), identity.cell_id(cfg, version=1, aliases=False)):
+            if old != cid and cell_folder(results_dir, old).exists():
+                return cfg, old, cell_folder(results_dir, old)
     return cfg, cid, folder
 
 
@@ -158,7 +263,7 @@ def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[s
     ids = []
     for cfg in cfgs:
         try:
-            ids.append(identity.cell_id(labelled(cfg)))
+            ids += [identity.cell_id(labelled(cfg)), identity.cell_id(labelled(cfg), version=1)]
         except (KeyError, TypeError):
             pass
     return sorted(named - set(ids)), ids

@@ -30,8 +30,8 @@ from typing import Any
 from harness.run import context
 
 from harness.results import store
-from harness.run.cell import CellPlan, forced, plan_cell, prepare_cell, verified_state
-from harness.errors import ConfigError, NotApplicable
+from harness.run.cell import Cell, CellPlan, forced, prepare_cell, verified_state
+from harness.errors import ConfigError
 from harness.run.fingerprint import InputsChanged, changed_inputs
 from harness.config.identity import CellConflict
 from harness.results.record import record_problems
@@ -73,8 +73,9 @@ class CellRun:
     """One cell of a run (alone, or one method of an interleaved comparison): its lock, writer and decoder,
     the records it has so far, and its outcome once it has one."""
 
-    def __init__(self, cfg: dict, results_dir: str | Path):
-        self.cfg, self.cid, self.cell_dir = prepare_cell(cfg, results_dir)
+    def __init__(self, cell: Cell, results_dir: str | Path):
+        self.cell = cell  # the typed cell (validated once, when it was built)
+        self.cfg, self.cid, self.cell_dir = prepare_cell(cell.config, results_dir)  # the gpu label resolved
         self.plan: CellPlan | None = None
         self.lock: store.CellLock | None = None
         self.writer: store.RecordWriter | None = None
@@ -133,11 +134,11 @@ class CellRun:
     def open(self, force: Any) -> CellOutcome | None:
         """Plan, skip, lock, repair and open the writer; returns the outcome when the cell will not run.
         A ConfigError (bad parameters, a conflicting finished cell) is raised, never recorded as a failure."""
-        try:
-            self.plan = plan_cell(self.cfg)
-        except NotApplicable as e:
-            log.debug("cell %s is not applicable: %s", self.cid, e)  # announced by its outcome's line
-            return self.finish("n/a", str(e))
+        if self.cell.plan is None:
+            # announced by its outcome's line
+            log.debug("cell %s is not applicable: %s", self.cid, self.cell.not_applicable)
+            return self.finish("n/a", self.cell.not_applicable)
+        self.plan = self.cell.plan
         if self._skip(force):
             return self.finish("skipped")
         try:

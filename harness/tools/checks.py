@@ -52,10 +52,10 @@ def measure_cell(make_meter, prompts: list, generate, external=None, offset: flo
             m = meter.measure(f"prompt {i}", lambda ids=ids, i=i: generate(ids, i))
             r = m.reading
             n = sum(g.stats.new_tokens for g in m.results)
-            energy, tokens = energy + r.total_energy_j, tokens + n
+            energy, tokens = energy + r.energy_all_runs_j, tokens + n
             if external is not None:
                 ext += sum(external_energy(external, a + offset, b + offset) for a, b in m.windows)
-            rows.append({"j_per_token": r.total_energy_j / n if n else math.nan, "error_bound": r.error_bound,
+            rows.append({"j_per_token": r.energy_all_runs_j / n if n else math.nan, "error_bound": r.error_bound,
                          "mode": r.mode, "repetitions": r.repetitions, "cross_check_diff": r.cross_check_diff,
                          "cross_check_flag": r.cross_check_flag, "cross_check_suspect": r.cross_check_suspect,
                          "reason": r.reason})

@@ -96,7 +96,8 @@ class BoundedPolicy(GammaPolicy):
         return f"{type(self).__name__}({self.params}, gamma_init={self.gamma_init})"
 
 
-POLICIES: Registry[type[PolicyParams]] = Registry("gamma policy", "name", "harness.adaptive.policies")
+POLICIES: Registry[type[PolicyParams]] = Registry("gamma policy", "name", "harness.adaptive.policies",
+                                                  entry_points="harness.gamma_policies", base=PolicyParams)
 
 
 def register_policy(cls: type[PolicyParams]) -> type[PolicyParams]:

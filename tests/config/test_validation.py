@@ -191,7 +191,7 @@ def test_long_prompt_is_truncated_by_the_rule_and_flagged(tmp_path):
     kept, the record says so, and the perplexity is computed inside the context."""
     from harness.analysis.load import read_cell as validate_store
 
-    words = (Path(__file__).parents[1] / "tasks" / "kjv_heldout" / "heldout.jsonl").read_text().split()
+    words = (Path(__file__).parents[2] / "tasks" / "kjv_heldout" / "heldout.jsonl").read_text().split()
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"text": " ".join((words * 3)[:2400]), "citation": "long"}) + "\n")
     cfg = {**CELL, "method": {"name": "sd", "gamma": 3, "temperature": 0.0},

@@ -87,7 +87,7 @@ def test_absolute_results_dir_makes_one_hydra_folder_per_job(tmp_path):
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all("results_dir" not in j and "runner.interleave" not in j for j in jobs), jobs
     assert not any(p.name == "tmp" for p in sweep.rglob("*"))  # no tree mirroring the absolute path
-    for cid in (p.name for p in (results / "cells").iterdir()):  # issue 33.5: each cell announced once, with numbers
+    for cid in (p.name for p in (results / "cells").iterdir() if p.is_dir()):  # issue 33.5: each cell announced once, with numbers
         assert (r.stdout + r.stderr).count(cid) == 1 and f"[done] {cid} (1 prompts, " in r.stdout, r.stdout
     doc = json.loads((results / "results.json").read_text())  # one results.json per sweep
     assert sorted(c["method_name"] for c in doc["cells"]) == ["ar_greedy", "sd"]
