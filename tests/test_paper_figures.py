@@ -80,7 +80,7 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     built = " ".join(reg.loc[reg["status"] == "built", "where / why"])
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
-    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig5", "mcsd_fig6"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
+    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
                 "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
@@ -262,3 +262,19 @@ def test_mcsd_fig6_width_against_alpha_and_speed(mcsd):
     _filled(f6)
     fig = paper_figures.lines(f6, 1, ["α", "tokens/s"], "W")
     assert fig is not None and len(fig.axes) == 2
+
+
+def test_mcsd_fig4_static_grid_heat_map(mcsd):
+    """Fig. 4: tokens/s of (2, a, b, 1, 1) at T 0.7, rows a, columns b, one cell each (Table 2's (2, 4, 3, 1, 1)
+    among them; Table 1's n_t 3 and other shapes stay out), drawn as a heat map."""
+    from harness.analysis import paper_figures
+
+    res, s = mcsd
+    c = res.cells
+    f4 = paper_mcsd.fig4(s)
+    assert [r[1] for r in f4.text.index] == ["2", "4"] and list(f4.text.columns) == ["2", "3"]
+    for a, b in ((2, 2), (2, 3), (4, 2), (4, 3)):
+        cid = _find(c, "mcsd_target_init", T07, k_config=f"[2, {a}, {b}, 1, 1]")
+        assert _sources(f4, (f4.text.index[0][0], str(a)), str(b)) == {cid}
+    _filled(f4)
+    assert paper_figures.heatmap(f4, "b", "a") is not None

@@ -82,3 +82,27 @@ def scatter(t: PaperTable, x: str, y: str, level: int, ylabel: str = "", xlabel:
     fig.suptitle(t.title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def heatmap(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
+    """One heat map per block (row level 0): row level 1 against the columns, the entries' values annotated."""
+    v = t.values
+    if v is None or v.empty or not np.isfinite(v.to_numpy(float)).any():
+        return None
+    blocks_ = list(v.groupby(level=0, sort=False))
+    fig, axes = plt.subplots(1, len(blocks_), figsize=(3.4 * len(blocks_), 2.8), squeeze=False)
+    for ax, (block, g) in zip(axes[0], blocks_):
+        data = g.to_numpy(float)
+        im = ax.imshow(data, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(g.columns)), [_name(c) for c in g.columns])
+        ax.set_yticks(range(len(g.index)), [_name(r[1]) for r in g.index])
+        for (i, j), x in np.ndenumerate(data):
+            if np.isfinite(x):
+                ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7, color="w")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(str(block), fontsize=8)
+        fig.colorbar(im, ax=ax)
+    fig.suptitle(t.title, fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -290,3 +290,28 @@ def _width(k) -> int | None:
     ks = json.loads(k) if isinstance(k, str) else k
     ok = isinstance(ks, (list, tuple)) and len(ks) == 6 and all(int(x) == 1 for x in ks[1:])
     return int(ks[0]) if ok else None
+
+
+def fig4(summary: pd.DataFrame) -> PaperTable:
+    """Fig. 4 (App. A): the static grid search — tokens/s of the target-initialised tree at T 0.7 with k_config
+    (2, a, b, 1, 1) (n_t 2, as §4 fixes it), rows a, columns b, per block where more than one configuration ran
+    (the paper finds (2, 4, 3, 1, 1) fastest on MT-Bench)."""
+    import json
+
+    s = summary[(summary["regime"].map(_temperature) == 0.7) & MethodSpec.parse("mcsd_target_init").mask(summary)]
+    ks = s.get("param.k_config", pd.Series(None, index=s.index)).map(lambda k: json.loads(k) if isinstance(k, str) else None)
+    grid = ks.map(lambda k: isinstance(k, list) and len(k) == 5 and k[0] == 2 and k[3:] == [1, 1])
+    s, ks = s[grid], ks[grid]
+    entries, any_lossy = [], False
+    found = [(k, g) for k, g in blocks(s, ["pair", "dataset", "gpu", "regime"]) if len(g) > 1]
+    names, common = block_names([k for k, _ in found], ["pair", "dataset", "gpu", "regime"])
+    for key, g in found:
+        for (a, b), gab in sorted(g.groupby([ks[g.index].map(lambda k: k[1]), ks[g.index].map(lambda k: k[2])]),
+                                  key=lambda t: t[0]):
+            rows, why = choose(gab, f"(2, {a}, {b}, 1, 1)")
+            any_lossy |= lossy(rows)
+            entries.append(column_entry(rows, "tokens_per_s", (names[key], f"{a}"), (f"{b}",), True, why=why))
+    return assemble("mcsd.fig4", "MCSD Fig. 4: tokens/s across static configurations (2, a, b, 1, 1), T 0.7" +
+                    (f" {LOSSY_MARK}" if any_lossy else ""), "Rows: a, the draft's children per target-initialised "
+                    f"root; columns: b, per second-level node (k_config (2, a, b, 1, 1)). {common}.", entries,
+                    ["block", "a"], ["b"], best="col", notes=[LOSSY_NOTE] * any_lossy)

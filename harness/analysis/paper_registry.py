@@ -53,7 +53,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("Table 4 (α at T 0 and 1)", BUILT, "mcsd.table4 (both T 0 rows: one argmax root, and the paper's top-n_t)"),
         ("Fig. 3 (speed-ups over AR, T 0.7, static)", BUILT, "mcsd.fig3 and the figure mcsd_fig3"),
         ("Fig. 5 (speed-ups over AR, T 1, dynamic D 5 W 16)", BUILT, "mcsd.fig5 and the figure mcsd_fig5"),
-        ("Fig. 4 (static k-config heat map)", TODO, "needs a grid of static k-configs in mcsd_tables"),
+        ("Fig. 4 (static k-config heat map)", BUILT, "mcsd.fig4 and the figure mcsd_fig4 (grid fig4_static_grid: "
+         "(2, a, b, 1, 1) at T 0.7; the axes a, b are this harness's reading of the heat map)"),
         ("Fig. 6 (width against α and speed)", BUILT, "mcsd.fig6 and the figure mcsd_fig6 (grid fig6_width: "
          "k_config [W, 1, 1, 1, 1, 1] at T 1; W 16 is Tables 3-4's cell)"),
         ("Figs. 7-8 (decision model predictions, on/off)", TODO,

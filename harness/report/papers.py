@@ -116,7 +116,7 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3, 5 and 6.")
+    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3-6.")
     _show(doc, a, paper_mcsd.table1(s, a.records))
     t2 = paper_mcsd.table2(s)
     _show(doc, a, t2)
@@ -128,6 +128,10 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
         _show(doc, a, t)
         if _has_cells(t):
             doc.fig(t.key.replace(".", "_"), paper_figures.bars(t, "speed-up over AR", reference=1.0), t.title)
+    f4 = paper_mcsd.fig4(s)
+    _show(doc, a, f4)
+    if _has_cells(f4):
+        doc.fig("mcsd_fig4", paper_figures.heatmap(f4, "b", "a"), f4.title)
     f6 = paper_mcsd.fig6(s)
     _show(doc, a, f6)
     if _has_cells(f6):
