@@ -80,7 +80,8 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     built = " ".join(reg.loc[reg["status"] == "built", "where / why"])
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
-    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6"], "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
+    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6"],
+                "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
                 "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
@@ -146,7 +147,8 @@ def test_adaptive_table9_breakdown_from_synchronised_cells_only(adaptive):
     synced = set(e2[paper_adaptive.synced(e2)]["cell_id"])
     assert len(synced) == 2 and len(e2) == 4  # Table 8's two cells stay out
     bare = paper_adaptive.table9(s, res.records)
-    assert all(t.startswith("n/a: draft_time_s not recorded") for t in bare.text[("cpu", "speculation (draft tokens/s)")])
+    spec = bare.text[("cpu", "speculation (draft tokens/s)")]
+    assert all(t.startswith("n/a: draft_time_s not recorded") for t in spec)
     recs = res.records.copy()
     recs["draft_time_s"], recs["verify_time_s"] = recs["wall_time_s"] * 0.25, recs["wall_time_s"] * 0.5
     recs["draft_nodes"], recs["draft_positions"] = 24 + recs["index"], 6  # trees of 24+ nodes, depth 6 in all

@@ -254,11 +254,13 @@ def table8(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
     return assemble("adaptive.table8", "Adaptive Table 8: adaptive speculation improving EAGLE-2 (adaptive depth)",
                     "EAGLE-2 at its fixed depth and with the online policy choosing the tree's depth, over AR on the "
                     f"same prompts; ratio of totals [95 % bootstrap CI over prompts]; not Table 9's cells (run with "
-                    f"runner.sync_timing or runner.breakdown). {common}.", entries, ["pair · dataset"], ["gpu", "measure"])
+                    f"runner.sync_timing or runner.breakdown). {common}.", entries, ["pair · dataset"],
+                    ["gpu", "measure"])
 
 
 #: Table 9's measures: (header, numerator, denominator) — ratios of totals over the cell's prompts
-TABLE9 = (("serving (tokens/s)", "new_tokens", "wall_time_s"), ("speculation (draft tokens/s)", "draft_nodes", "draft_time_s"),
+TABLE9 = (("serving (tokens/s)", "new_tokens", "wall_time_s"),
+          ("speculation (draft tokens/s)", "draft_nodes", "draft_time_s"),
           ("verification (draft tokens/s)", "draft_nodes", "verify_time_s"),
           ("acceptance rate", "accepted_tokens", "draft_positions"))
 SYNCED = ("runner.sync_timing", "runner.breakdown")
@@ -300,7 +302,8 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                                          "", True))
     return assemble("adaptive.table9", "Adaptive Table 9: latency breakdown and acceptance, EAGLE-2 vs adaptive depth",
                     "Serving: generated tokens ÷ wall time; speculation: draft tokens proposed ÷ drafting time; "
-                    "verification: draft tokens proposed ÷ verification time (the paper's 'Toks/sec'); acceptance rate: "
+                    "verification: draft tokens proposed ÷ verification time (the paper's 'Toks/sec'); "
+                    "acceptance rate: "
                     "accepted ÷ draft positions; ratios of totals over the cell's prompts. Only cells run with "
                     f"runner.sync_timing or runner.breakdown (device synchronised at each boundary). {common}.",
                     entries, ["block", "method"], ["gpu", "measure"])
@@ -360,7 +363,8 @@ def fig3(summary: pd.DataFrame) -> PaperTable:
     hist = pd.to_numeric(sd.get("param.acc_history", pd.Series(None, index=sd.index)), errors="coerce")
     sd = sd[hist.isna() | (hist == float(_defaults()["acc_history"]))]
     found = [(k, g) for k, g in blocks(sd, ["pair", "dataset", "regime"], laid_out=["gpu"])
-             if "param.gamma_max" in g and g[g["param.gamma_policy"].isin(FIG3_POLICIES)]["param.gamma_max"].nunique() > 1]
+             if "param.gamma_max" in g
+             and g[g["param.gamma_policy"].isin(FIG3_POLICIES)]["param.gamma_max"].nunique() > 1]
     names, common = block_names([k for k, _ in found], ["pair", "dataset", "regime"])
     for k, g in found:
         for gpu, gg in g.groupby("gpu", sort=False):
@@ -378,4 +382,5 @@ def fig3(summary: pd.DataFrame) -> PaperTable:
     return assemble("adaptive.fig3", "Adaptive Fig. 3: throughput and acceptance rate against γ (fixed) / γ_max",
                     f"x: γ for fixed-γ SD, γ_max (the cap) for each adaptive policy; tokens/s (ratio of totals) and "
                     f"acceptance rate (accepted ÷ draft positions). The paper's 'upper bound' line (verification "
-                    f"skipped) is not a decoder here. {common}.", entries, ["block", "method", "γ or γ_max"], ["measure"])
+                    f"skipped) is not a decoder here. {common}.", entries, ["block", "method", "γ or γ_max"],
+                    ["measure"])

@@ -299,7 +299,8 @@ def fig4(summary: pd.DataFrame) -> PaperTable:
     import json
 
     s = summary[(summary["regime"].map(_temperature) == 0.7) & MethodSpec.parse("mcsd_target_init").mask(summary)]
-    ks = s.get("param.k_config", pd.Series(None, index=s.index)).map(lambda k: json.loads(k) if isinstance(k, str) else None)
+    ks = s.get("param.k_config", pd.Series(None, index=s.index))
+    ks = ks.map(lambda k: json.loads(k) if isinstance(k, str) else None)
     grid = ks.map(lambda k: isinstance(k, list) and len(k) == 5 and k[0] == 2 and k[3:] == [1, 1])
     s, ks = s[grid], ks[grid]
     entries, any_lossy = [], False

@@ -140,7 +140,8 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
     s, boot = a.summary, a.boot
-    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8-11, Fig. 3, App. C.2; the §3 per-prompt γ oracle is the section 'Fixed-γ oracle'.")
+    doc.p(f"{ref('adaptive').cite()} — Tables 2-4 and 8-11, Fig. 3, App. C.2; the §3 per-prompt γ oracle is the "
+          "section 'Fixed-γ oracle'.")
     _show(doc, a, paper_adaptive.table2(s, a.records, **boot))
     _show(doc, a, paper_adaptive.table3(s, a.records, a.excluded, **boot))
     _show(doc, a, paper_adaptive.table4(s, a.records, **boot))
