@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,15 +43,15 @@ def _any(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
     return mask & _no_selection(cells) if ("draft_selection", "none") in spec.params else mask & spec.mask(cells)
 
 
-def _defaults() -> dict[str, object]:
+def _defaults() -> dict[str, float]:
     """App. C.5's swept parameters and their defaults (the policy's and the selection's own)."""
     from dataclasses import fields
 
     from harness.adaptive.policies.online import OnlineParams
     from harness.selection import SelectionParams
 
-    own = {f.name: f.default for cls in (OnlineParams, SelectionParams) for f in fields(cls)}
-    return {k: own[k] for k in ("acc_history", "gamma_max", "features")}
+    own: dict[str, Any] = {f.name: f.default for cls in (OnlineParams, SelectionParams) for f in fields(cls)}
+    return {k: float(own[k]) for k in ("acc_history", "gamma_max", "features")}
 
 
 def _spec(spec: MethodSpec, cells: pd.DataFrame) -> pd.Series:
