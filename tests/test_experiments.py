@@ -100,7 +100,9 @@ def test_every_cell_of_every_experiment_validates(hydra_ctx, name):
     for overrides, cell in cells:
         plan = plan_cell(cell)  # Params built, pair config validated (no weights, no hub)
         assert plan.pair.target
-        keys = ("method", "decoding", "gamma_policy", "draft_selection", "pair", "dataset", "seed", "max_new_tokens")
+        # the runner's timing synchronisation is part of a cell's identity (adaptive Table 9's cells: sync_timing)
+        keys = ("method", "decoding", "gamma_policy", "draft_selection", "pair", "dataset", "seed", "max_new_tokens",
+                "runner")
         ids[json.dumps({k: cell.get(k) for k in keys}, sort_keys=True)] += 1
         if name.endswith("_tiny"):
             assert cell["pair"]["target"] == "tiny/target" and cell["dataset"]["name"] == "kjv_heldout"
