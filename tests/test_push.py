@@ -27,7 +27,7 @@ def test_push_to_a_folder_copies_finished_cells_tables_and_a_card(results, tmp_p
     before = _tree(results)
     assert _subcommand("push", ["--results", str(results), "--to", str(tmp_path / "out")]) == 0
     out = tmp_path / "out"
-    cells = sorted(p.name for p in (out / "cells").iterdir())
+    cells = sorted(p.name for p in (out / "cells").iterdir() if p.is_dir())  # not the folder's .integrity.key
     assert len(cells) == 2 and "unfinished_cell" not in cells
     assert all((out / "cells" / c / "summary.json").is_file() for c in cells)
     assert sorted(pd.read_parquet(out / "cells.parquet")["cell_id"]) == cells
@@ -67,6 +67,7 @@ def test_push_to_the_hub_uploads_the_staged_folder_as_a_dataset(results, monkeyp
     assert ukw["repo_id"] == "me/bench" and ukw["repo_type"] == "dataset"
     assert {"README.md", "cells.parquet", "records.parquet", "results.json"} <= set(files)
     assert sum(f.endswith("/summary.json") for f in files) == 2
+    assert not any(f.endswith(".integrity.key") for f in files)  # the staged folder's secret stays here
 
 
 def test_a_failed_hub_upload_is_one_line_and_status_1(results, monkeypatch, capsys):

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.results.integrity import KEY_FILE
+
 CARD = """---
 configs:
 - config_name: cells
@@ -69,6 +71,8 @@ def push_hub(results: Path, repo_id: str, private: bool = False, message: str | 
     url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-push-") as tmp:
         counts = stage(results, Path(tmp), title=repo_id)
+        # the staged folder's integrity key is a secret (whoever holds it can re-seal edited records): never upload it
+        (Path(tmp) / "cells" / KEY_FILE).unlink(missing_ok=True)
         api.upload_folder(folder_path=tmp, repo_id=repo_id, repo_type="dataset",
                           commit_message=message or f"harness push: {counts['cells']} cells")
     return str(url)
