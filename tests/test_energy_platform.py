@@ -35,7 +35,7 @@ def test_cli_on_a_simulated_gpu_writes_j_per_token_matching_the_exact_integral(t
            f"results_dir={tmp_path}"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
-    [cell] = list((tmp_path / "cells").iterdir())
+    [cell] = [p for p in (tmp_path / "cells").iterdir() if p.is_dir()]  # not .integrity.key
     records = [json.loads(line) for line in (cell / "records.jsonl").read_text().splitlines()]
     summary = json.loads((cell / "summary.json").read_text())
     assert len(records) == 2

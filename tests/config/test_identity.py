@@ -156,8 +156,11 @@ def test_cli_stops_before_loading_when_a_finished_cell_has_another_config(tmp_pa
     assert _cli(*args).returncode == 0
     (summary_path,) = tmp_path.glob("cells/*/summary.json")
     summary = json.loads(summary_path.read_text())
-    summary["config"]["dataset"]["num_prompts"] = 7
-    summary_path.write_text(json.dumps(summary))
+    summary["config"]["dataset"]["num_prompts"] = 7  # a foreign config sealed with this folder's key (a collision)
+    from harness.results import integrity
+
+    key = integrity.folder_key(summary_path.parent.parent)
+    summary_path.write_text(json.dumps(integrity.seal(summary_path.parent, summary, key)))
     r = _cli(*args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "dataset.num_prompts: stored 7, requested 1" in r.stderr and "force=" in r.stderr

@@ -72,7 +72,7 @@ def test_config_error_raises_and_writes_nothing(tmp_path):
     bad = dict(CELL, method={"name": "beam_sampling", "temperature": 0.0})
     with pytest.raises(ConfigError, match="beam_search"):
         run_cell(bad, tmp_path)
-    assert not (tmp_path / "cells").exists() or not any((tmp_path / "cells").iterdir())
+    assert not (tmp_path / "cells").exists() or not any(p.is_dir() for p in (tmp_path / "cells").iterdir())
 
 
 def test_partial_cells_are_never_read(tmp_path):
