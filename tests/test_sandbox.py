@@ -21,17 +21,8 @@ from harness.sandbox.sql import GRACE_S, QueryKilled, first_statement
 FAST = PythonLimits(timeout_s=3.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _root_opt_in():
-    """The fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in
-    (tests/test_sandbox_hold.py checks the refusal without it)."""
-    before = os.environ.get("HARNESS_SANDBOX_ROOT")
-    os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
-    yield
-    if before is None:
-        os.environ.pop("HARNESS_SANDBOX_ROOT", None)
-    else:
-        os.environ["HARNESS_SANDBOX_ROOT"] = before
+# the fallback runs here as root (CI): opted in, once for the module (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("sandbox_root_opt_in")
 
 KERNEL_LAYERS = seccomp_available() and bool(landlock_abi())  # what the fallback needs
 HAS_NAMESPACES = namespaces_available() and seccomp_available()

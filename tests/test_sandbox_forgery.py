@@ -19,17 +19,8 @@ from test_sandbox import HAS_NAMESPACES, KERNEL_LAYERS, MODES, process_with_secr
 FAST = PythonLimits(timeout_s=3.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _root_opt_in():
-    """The fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in
-    (tests/test_sandbox_hold.py checks the refusal without it)."""
-    before = os.environ.get("HARNESS_SANDBOX_ROOT")
-    os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
-    yield
-    if before is None:
-        os.environ.pop("HARNESS_SANDBOX_ROOT", None)
-    else:
-        os.environ["HARNESS_SANDBOX_ROOT"] = before
+# the fallback runs here as root (CI): opted in, once for the module (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("sandbox_root_opt_in")
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = '''

@@ -1,5 +1,8 @@
 """Validation of every cell of a run or sweep before the first model loads.
 
+(This module is long because it is the one contract a cell passes before anything loads — each check reports
+every problem of every cell at once, with its key — and a sweep's expansion shares its problem type.)
+
 ``harness`` (single run or ``-m`` sweep) composes each cell's config exactly as Hydra's launcher will
 (:class:`ValidateCells`, a Hydra callback: ``on_run_start`` / ``on_multirun_start``, i.e. before Hydra
 creates any output folder) and checks it here without loading weights. Each value's own range is its

@@ -351,9 +351,8 @@ def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finit
         # study (issue 30: the full noise term stated bounds 30-300× the errors; this one 3-40×, all holding)
         seen = sum(n for _, n in stats) / max(sum(seconds) / ref_period, 1.0)  # share of refreshes the sampler saw
         # (a window longer than the update overlaps its neighbours unevenly: its noise cancels less, ÷ √K)
-        cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 else 1.0  # a starved sampler: no tiling
-        if varied:  # runs of varying length are not identical strata: the full noise, as before
-            cancel = 1.0
+        # a starved sampler: no tiling; runs of varying length are not identical strata: the full noise, as before
+        cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 and not varied else 1.0
         sampling, tiling = sampling / cancel, (2 if cancel > 1 else 1) * tiling
         return {**out, "stat": sampling + tiling, "basis": f"stratified over {k} phases verified to tile the update "
                 f"period: readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %"}
