@@ -153,7 +153,7 @@ def test_timed_out_submitit_job_is_requeued_up_to_max_num_timeout(cluster, tmp_p
     assert proc.returncode == 1, proc.stderr[-3000:]  # the cell never finishes in time: its job fails, and the sweep
     (job,) = [p.name for p in results.rglob(".submitit/*") if p.is_dir()]
     state = cluster.wait_done(job)[0]  # the launcher returns on the job's result file, before SLURM ends the job
-    cell = next(results.glob("cells/*"))
+    cell = next(p for p in results.glob("cells/*") if p.is_dir())  # not the folder's .integrity.key
     error = json.loads((cell / store.ERROR).read_text())
     segments = json.loads((cell / "segments.json").read_text())
     written = _lines(cell / store.PARTIAL)
