@@ -15,8 +15,8 @@ _SHIPPED = {"conf": "conf", "data": "tasks"}
 
 
 def package_dir() -> Path:
-    """The ``harness`` package folder (installed or in a checkout)."""
-    return Path(str(files("harness")))
+    """The ``harness`` package folder (installed or in a checkout; a symlinked package resolves to its checkout)."""
+    return Path(str(files("harness"))).resolve()
 
 
 def _shipped(name: str) -> Path:
