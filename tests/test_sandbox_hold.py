@@ -66,17 +66,9 @@ print("environment", sorted(os.environ))
 '''
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _root_opt_in():
-    """The fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in,
-    except where a test checks the refusal."""
-    before = os.environ.get("HARNESS_SANDBOX_ROOT")
-    os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
-    yield
-    if before is None:
-        os.environ.pop("HARNESS_SANDBOX_ROOT", None)
-    else:
-        os.environ["HARNESS_SANDBOX_ROOT"] = before
+# the fallback runs here as root (CI): opted in for the module (tests/conftest.py), except where a test checks the
+# refusal
+pytestmark = pytest.mark.usefixtures("sandbox_root_opt_in")
 
 
 @pytest.fixture()
