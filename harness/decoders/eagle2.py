@@ -26,8 +26,8 @@ import torch
 from harness.decoders.base import param, register
 from harness.decoders.head_drafting import HeadDecoder
 from harness.decoders.speculative import SpeculativeParams
-from harness.heads.eagle import (DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL_TOKENS, check_tree_params,
-                                 eagle_draft_tree, load_eagle, new_head_cache)
+from harness.heads.eagle import (DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL_TOKENS, check_parents_kept,
+                                 check_tree_params, eagle_draft_tree, load_eagle, new_head_cache)
 from harness.primitives.spec_state import DraftTree
 
 
@@ -78,4 +78,8 @@ class Eagle2(HeadDecoder[Eagle2Params]):
                                 tokens, top_k=self.params.tree_top_k, depth=depth,
                                 total_tokens=self.params.nodes(depth), cache=spec.state,
                                 vocab_size=self.pair.vocab_size)
-        return DraftTree(tree.tokens, tree.parents.tolist(), None, None, 0, depth=int(tree.depths.max()))
+        shape = torch.cat([tree.parents, tree.depths]).tolist()  # the tree's shape in one read
+        n = tree.parents.numel()
+        parents, depths = shape[:n], shape[n:]
+        check_parents_kept(parents, depths)
+        return DraftTree(tree.tokens, parents, None, None, 0, depth=max(depths))

@@ -99,9 +99,13 @@ class Window:
         dtree = DraftTree(ids[:n_verify], parents[:n_verify], None, None, 0, depth=max(map(len, grams), default=0))
         return Proposal(dtree, TokenTree(ids, parents), None, children_lists(parents[:n_verify]))
 
-    def advance(self, node_logits: torch.Tensor) -> None:
-        """One Jacobi iteration: the newest level's outputs become a level; full columns go to the pool."""
-        self.levels.append(node_logits[self.newest].argmax(-1).tolist())
+    def outputs(self, node_logits: torch.Tensor) -> torch.Tensor:
+        """The newest level's outputs (the target's argmax after each of its nodes), on the device."""
+        return node_logits[self.newest[0]:self.newest[-1] + 1].argmax(-1)  # the level's nodes are consecutive
+
+    def advance(self, outputs: list[int]) -> None:
+        """One Jacobi iteration: the newest level's ``outputs`` become a level; full columns go to the pool."""
+        self.levels.append(list(outputs))
         if len(self.levels) == self.n:
             for column in zip(*self.levels):
                 grams = self.pool.setdefault(column[0], [])
@@ -121,8 +125,11 @@ class LookaheadAcceptance:
     select: SelectionRule
 
     def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
-        self.window.advance(v.node_logits)
-        return TreeWalk(self.select)(v, generator)
+        v.extra = self.window.outputs(v.node_logits)  # read with the walk's outcome
+        out = TreeWalk(self.select)(v, generator)
+        assert v.extra_host is not None  # the walk read the outputs with its outcome
+        self.window.advance(v.extra_host)
+        return out
 
     def greedy(self) -> LookaheadAcceptance:
         return LookaheadAcceptance(self.window, greedy_select)

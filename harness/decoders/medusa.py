@@ -25,6 +25,7 @@ from harness.decoders.speculative import P, SpeculativeParams
 from harness.errors import ConfigError
 from harness.heads.medusa import MC_SIM_7B_63, MedusaTree, load_medusa, medusa_tree, medusa_tree_tokens
 from harness.primitives.spec_state import DraftTree
+from harness.primitives.tree_attention import SlicedTreeMask
 
 TREES = {"mc_sim_7b_63": MC_SIM_7B_63}
 
@@ -78,6 +79,8 @@ class MedusaDecoder(HeadDecoder[P]):
         if not paths:
             raise ConfigError(f"method.choices: no path of the tree fits a vocabulary of {vocab} tokens")
         self.tree: MedusaTree = medusa_tree(paths, heads.config.num_heads)
+        # the static tree's verification mask, built once and sliced at the round's depth (nodes sorted by depth)
+        self.verify_mask = SlicedTreeMask(self.tree.parents, dtype=dtype, device=device)
         return heads
 
     def max_depth(self) -> int:

@@ -37,4 +37,4 @@ class SpecInfer(SpeculativeDecoder[MultiDraftParams]):
 
     def propose(self, spec, depth):
         widths = [self.params.num_drafts] + [1] * (depth - 1) if depth else []
-        return merge_duplicates(spec.draft_tree(widths))
+        return merge_duplicates(spec.draft_tree(widths), distinct=spec.warp.is_greedy)

@@ -142,20 +142,28 @@ class EagleTree:
 
 
 def rerank(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, depths: torch.Tensor,
-           total_tokens: int) -> EagleTree:
+           total_tokens: int, check: bool = True) -> EagleTree:
     """EAGLE-2's re-ranking: keep the ``total_tokens`` nodes of highest score, in their original order.
 
     The input is every generated node in generation order (parents first). Ties are broken by that
-    order (stable sort), so a kept node's parent, whose score is never lower, is always kept too."""
+    order (stable sort), so a kept node's parent, whose score is never lower, is always kept too (``check``:
+    asserted here, a host read; without it the caller checks where it reads the tree: a node is a root iff its
+    depth is 1, :func:`check_parents_kept`)."""
     order = torch.sort(scores, descending=True, stable=True).indices[:total_tokens]
     keep = torch.sort(order).values
     remap = torch.full((tokens.numel(),), -1, dtype=torch.long, device=tokens.device)
     remap[keep] = torch.arange(keep.numel(), device=tokens.device)
     old = parents[keep]
     new = torch.where(old >= 0, remap[old.clamp_min(0)], old)
-    if bool(((old >= 0) & (new < 0)).any()):
+    if check and bool(((old >= 0) & (new < 0)).any()):
         raise AssertionError("re-ranking dropped the parent of a kept node")
     return EagleTree(tokens[keep], new, scores[keep], depths[keep])
+
+
+def check_parents_kept(parents: list[int], depths: list[int]) -> None:
+    """:func:`rerank`'s invariant on a tree read to the host: a node is a root (parent −1) iff its depth is 1."""
+    if any((p < 0) != (d == 1) for p, d in zip(parents, depths)):
+        raise AssertionError("re-ranking dropped the parent of a kept node")
 
 
 def _log_probs(lm_head: nn.Module, hidden: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
@@ -223,4 +231,5 @@ def eagle_draft_tree(head: EagleHead, embed: nn.Module, lm_head: nn.Module, feat
         tree_allowed = torch.cat([tree_allowed[rows], torch.eye(k, dtype=torch.bool, device=device)], dim=1)
     truncate(cache, n)
     depths = torch.cat([torch.full_like(t, d + 1) for d, t in enumerate(pool_tokens)])
-    return rerank(torch.cat(pool_tokens), torch.cat(pool_parents), torch.cat(pool_scores), depths, total_tokens)
+    return rerank(torch.cat(pool_tokens), torch.cat(pool_parents), torch.cat(pool_scores), depths, total_tokens,
+                  check=False)  # the caller checks the kept parents where it reads the tree (check_parents_kept)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -151,6 +152,12 @@ def medusa_tree_tokens(tree: MedusaTree, head_logits: torch.Tensor) -> torch.Ten
     if max(tree.depths) > head_logits.size(0):
         raise ConfigError(f"the tree is {max(tree.depths)} deep but there are only {head_logits.size(0)} heads")
     top = torch.topk(head_logits, tree.top_k, dim=-1).indices  # (K, top_k)
-    depth = torch.tensor(tree.depths, device=top.device) - 1
-    rank = torch.tensor(tree.ranks, device=top.device)
-    return top[depth, rank]
+    return top.reshape(-1).index_select(0, _flat_index(tree, str(top.device)))
+
+
+@lru_cache(maxsize=8)
+def _flat_index(tree: MedusaTree, device: str) -> torch.Tensor:
+    """(N,) each node's (head, rank) as an index into the heads' flattened top-k: copied to the device once per
+    tree, not per round (issue 28 item 2)."""
+    return torch.tensor([(d - 1) * tree.top_k + r for d, r in zip(tree.depths, tree.ranks)], dtype=torch.long,
+                        device=device)

@@ -39,6 +39,7 @@ from harness.primitives.sampling import residual
 ChainRule = Callable[..., tuple[int, torch.Tensor]]
 SelectionRule = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor, "torch.Generator | None"],
                          tuple["int | None", torch.Tensor]]
+RowRule = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator) -> tuple[int, int]:
@@ -83,15 +84,17 @@ def greedy_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=No
     return n, _row(logits, n)
 
 
-def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> int:
-    """η = max{j : min(1, p(x_{1:j}) / q(x_{1:j})) > τ}, 0 if no prefix passes (mtad Alg. 1 lines 6-13).
+def longest_accepted_prefix(p_joint_logp: torch.Tensor, q_joint_logp: torch.Tensor, tau: float) -> torch.Tensor:
+    """η = max{j : min(1, p(x_{1:j}) / q(x_{1:j})) > τ}, 0 if no prefix passes (mtad Alg. 1 lines 6-13), as a 0-d
+    long tensor on the device (no host read: the round reads its outcome once, issue 28 item 2).
 
     Inputs are joint log-likelihoods of the prefixes j = 1..γ; compared in log space.
     """
     log_ratio = torch.clamp(p_joint_logp - q_joint_logp, max=0.0)
     passes = log_ratio > (math.log(tau) if tau > 0 else float("-inf"))
-    hits = torch.nonzero(passes).flatten()
-    return int(hits[-1]) + 1 if hits.numel() else 0
+    j = torch.arange(1, passes.numel() + 1, device=passes.device)
+    return (passes.long() * j).max(0).values if passes.numel() else torch.zeros((), dtype=torch.long,
+                                                                                  device=passes.device)
 
 
 def mtad_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, tau: float) -> tuple[int, torch.Tensor]:
@@ -99,14 +102,15 @@ def mtad_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator
     min(1, p(x_{1:η}) / q(x_{1:η})) passes τ (raw, unwarped likelihoods, mtad §3.2 footnote 3; q from the
     draft's beam, ``dtree.joint_logq``); the next token comes from T∘p after it."""
     p_cond = torch.log_softmax(logits[:-1], -1).gather(1, tokens[:, None]).squeeze(1)
-    eta = longest_accepted_prefix(torch.cumsum(p_cond, 0), dtree.joint_logq, tau) if tokens.numel() else 0
-    return eta, warp.probs(logits[eta])
+    eta = (longest_accepted_prefix(torch.cumsum(p_cond, 0), dtree.joint_logq, tau) if tokens.numel()
+           else torch.zeros((), dtype=torch.long, device=logits.device))
+    return eta, warp.probs(_row(logits, eta))
 
 
-def first_rollback(target_nll: torch.Tensor, threshold: float) -> int:
-    """Index of the first draft whose target NLL exceeds τ2, or the number of drafts if none does."""
-    bad = torch.nonzero(target_nll > threshold).flatten()
-    return int(bad[0]) if bad.numel() else target_nll.numel()
+def first_rollback(target_nll: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Index of the first draft whose target NLL exceeds τ2, or the number of drafts if none does: a 0-d long
+    tensor on the device (no host read)."""
+    return (target_nll <= threshold).long().cumprod(0).sum()
 
 
 def bild_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *,
@@ -116,7 +120,7 @@ def bild_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator
     p = warp.probs(logits)
     nll = -torch.log(p[:-1].gather(1, tokens[:, None]).squeeze(1))
     kept = first_rollback(nll, threshold)
-    return kept, p[kept]
+    return kept, _row(p, kept)
 
 
 def typical_mask(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, epsilon: float,
@@ -178,28 +182,64 @@ def parameterised(rule: ChainRule, **params) -> ChainRule:
     return partial(rule, **params)
 
 
+def multi_step_rows(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, valid: torch.Tensor, generator,
+                    replacement: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-step speculative sampling (SpecInfer, Miao et al. 2024) at M nodes at once, on the device.
+
+    Row r: distributions ``p[r]``, ``q[r]`` (V,), candidates ``tokens[r]`` (K,) in draw order, ``valid[r]`` which
+    of them exist (a row's candidates first, padding after). Candidate i is accepted with probability
+    min(1, p_i(x_i)/q_i(x_i)); on rejection p_{i+1} = norm(max(0, p_i − q_i)). With replacement q_i = q (i.i.d.
+    candidates); without (MCSD, Yang et al. 2024, Alg. 2) q_{i+1} is q_i with x_i removed and renormalised (a row
+    whose q has no mass left stops). ``q`` None: deterministic candidates, q_i = δ_{x_i}
+    (:func:`point_mass_select`). Returns (M,) long, the accepted candidate's index or −1, and (M, V) the
+    correction distribution of the rows that accepted none. Exact for any K by induction on the candidates;
+    every row draws its own uniforms, so rows are independent (a tree walk reads only the rows it visits)."""
+    m, k = tokens.shape
+    u = torch.rand((m, k), generator=generator, device=p.device)
+    acc = torch.full((m,), -1, dtype=torch.long, device=p.device)
+    live = torch.ones(m, dtype=torch.bool, device=p.device)
+    for i in range(k):
+        x = tokens[:, i:i + 1]
+        tries = valid[:, i] & live
+        qx = q.gather(1, x)[:, 0] if q is not None else 1.0
+        ok = tries & (u[:, i] * qx < p.gather(1, x)[:, 0])
+        acc = torch.where(ok, i, acc)
+        rejected = tries & ~ok
+        live = live & ~ok
+        if q is None:  # p̃ without x: norm(max(0, p̃ − δ_x)); nothing left (rounding only): the row stops
+            rest, alive = _without_rows(p, x)
+            p = torch.where((rejected & alive)[:, None], rest, p)
+            live = live & alive
+            continue
+        p = torch.where(rejected[:, None], residual(p, q), p)
+        if not replacement:
+            rest, alive = _without_rows(q, x)
+            q = torch.where((rejected & alive)[:, None], rest, q)
+            live = live & (alive | ~rejected)
+    return acc, p
+
+
+def _without_rows(dist: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of ``dist`` without its token ``x[r]``, renormalised, and whether any mass was left."""
+    out = dist.scatter(1, x, 0.0)
+    total = out.sum(-1, keepdim=True)
+    return out / total.clamp_min(1e-30), total[:, 0] > 0
+
+
+def _one_node(rows, p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, generator,
+              **kw) -> tuple[int | None, torch.Tensor]:
+    """A row rule at one node: (index of the accepted candidate or None, correction distribution)."""
+    tokens = tokens.reshape(1, -1)
+    acc, dist = rows(p[None], None if q is None else q[None], tokens, torch.ones_like(tokens, dtype=torch.bool),
+                     generator, **kw)
+    i = int(acc[0])
+    return (None if i < 0 else i), dist[0]
+
+
 def multi_step_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator,
                       replacement: bool = True) -> tuple[int | None, torch.Tensor]:
-    """Multi-step speculative sampling over k candidates of one node (SpecInfer, Miao et al. 2024).
-
-    Candidate i is accepted with probability min(1, p_i(x_i)/q_i(x_i)); on rejection
-    p_{i+1} = norm(max(0, p_i − q_i)). With replacement q_i = q (candidates i.i.d. from q);
-    without replacement (MCSD, Yang et al. 2024, Alg. 2) q_{i+1} is q_i with x_i removed and
-    renormalised. Returns (index of the accepted candidate or None, distribution to draw the
-    correction from when none is accepted). Exact for any k by induction on the candidates.
-    """
-    toks = tokens.tolist()
-    u = torch.rand(len(toks), generator=generator, device=p.device).tolist()
-    for i, x in enumerate(toks):
-        px, qx = float(p[x]), float(q[x])
-        if u[i] * qx < px:
-            return i, p
-        p = residual(p, q)
-        if not replacement:
-            q = without(q, x)
-            if q is None:
-                break
-    return None, p
+    """:func:`multi_step_rows` at one node (SpecInfer's selection; ``replacement=False``: MCSD's)."""
+    return _one_node(multi_step_rows, p, q, tokens, generator, replacement=replacement)
 
 
 def multi_step_select_without_replacement(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
@@ -209,67 +249,71 @@ def multi_step_select_without_replacement(p: torch.Tensor, q: torch.Tensor, toke
 
 
 def k_sequential_rho(p: torch.Tensor, q: torch.Tensor, k: int, grid: int = 24) -> float:
-    """Spectr's ρ*: the smallest ρ ∈ [1, k] with 1 − (1 − β(ρ))^k ≤ ρ β(ρ), β(ρ) = Σ min(q, p/ρ).
+    """Spectr's ρ* at one node (:func:`k_sequential_rho_rows`)."""
+    return float(k_sequential_rho_rows(p[None], q[None], torch.tensor([float(k)], device=p.device), grid)[0])
+
+
+def k_sequential_rho_rows(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, grid: int = 24) -> torch.Tensor:
+    """Spectr's ρ* per row, on the device: the smallest ρ ∈ [1, k] with 1 − (1 − β(ρ))^k ≤ ρ β(ρ),
+    β(ρ) = Σ min(q, p/ρ); ``k`` (M,) float.
 
     Both sides are monotone in ρ and ρ = k always qualifies, so two vectorised grid passes
     bracket ρ* from above (a slightly larger ρ stays exact, it only accepts a bit less).
     """
-    lo, hi = 1.0, float(k)
+    lo, hi = torch.ones_like(k, dtype=p.dtype), k.to(p.dtype)
+    steps = torch.linspace(0, 1, grid, device=p.device, dtype=p.dtype)
     for _ in range(2):
-        rhos = torch.linspace(lo, hi, grid, device=p.device, dtype=p.dtype)
-        beta = torch.minimum(q[None], p[None] / rhos[:, None]).sum(-1)
-        feasible = 1 - (1 - beta).pow(k) <= rhos * beta + 1e-7
-        first = int(torch.nonzero(feasible)[0, 0]) if bool(feasible.any()) else grid - 1
-        lo, hi = float(rhos[max(first - 1, 0)]), float(rhos[first])
-        if first == 0:
-            break
+        rhos = torch.where(steps == 1, hi[:, None], lo[:, None] + (hi - lo)[:, None] * steps)  # (M, G)
+        beta = torch.minimum(q[:, None], p[:, None] / rhos[..., None]).sum(-1)
+        feasible = 1 - (1 - beta).pow(k[:, None]) <= rhos * beta + 1e-7
+        first = torch.where(feasible.any(-1), feasible.to(torch.int8).argmax(-1), grid - 1)[:, None]
+        lo, hi = rhos.gather(1, (first - 1).clamp_min(0))[:, 0], rhos.gather(1, first)[:, 0]
     return hi
+
+
+def k_sequential_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
+                      generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spectr's K-SEQ selection (Sun et al. 2023, Alg. 3) at M nodes at once (rows as :func:`multi_step_rows`),
+    over each row's k i.i.d. candidates from q.
+
+    Candidate i is accepted with probability min(1, p(x_i)/(ρ q(x_i))); if none is,
+    draw from p_res ∝ p − min(q, p/ρ)·(1 − (1 − β)^k)/β, which makes the output exactly p.
+    """
+    k = valid.sum(-1).to(p.dtype)
+    rho = torch.where(k > 1, k_sequential_rho_rows(p, q, k.clamp_min(1)), torch.ones_like(k))
+    u = torch.rand(tokens.shape, generator=generator, device=p.device)
+    ok = valid & (u * rho[:, None] * q.gather(1, tokens) < p.gather(1, tokens))
+    acc = torch.where(ok.any(-1), ok.to(torch.int8).argmax(-1), -1)
+    m = torch.minimum(q, p / rho[:, None])
+    beta = m.sum(-1, keepdim=True)
+    scale = torch.where(beta > 0, (1 - (1 - beta) ** k[:, None]) / beta.clamp_min(1e-30), k[:, None])
+    return acc, residual(p, m * scale)
 
 
 def k_sequential_select(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
                         generator) -> tuple[int | None, torch.Tensor]:
-    """Spectr's K-SEQ selection (Sun et al. 2023, Alg. 3) over k i.i.d. candidates from q.
-
-    Candidate i is accepted with probability min(1, p(x_i)/(ρ q(x_i))); if none is,
-    draw from p_res ∝ p − min(q, p/ρ)·(1 − (1 − β)^k)/β, which makes the output exactly p.
-    Returns (index or None, p_res).
-    """
-    k = tokens.numel()
-    rho = k_sequential_rho(p, q, k) if k > 1 else 1.0
-    u = torch.rand(k, generator=generator, device=p.device)
-    ok = u * rho * q[tokens] < p[tokens]
-    if bool(ok.any()):
-        return int(torch.nonzero(ok)[0, 0]), p
-    m = torch.minimum(q, p / rho)
-    beta = m.sum()
-    scale = (1 - (1 - beta) ** k) / beta if beta > 0 else torch.tensor(float(k))
-    return None, residual(p, m * scale)
+    """:func:`k_sequential_rows` at one node (Spectr's K-SEQ)."""
+    return _one_node(k_sequential_rows, p, q, tokens, generator)
 
 
 def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
                       generator) -> tuple[int | None, torch.Tensor]:
     """Deterministic candidates (a lookup, a trained head's top tokens: their draft distribution is a point mass
     on each): candidate x is accepted with probability p̃(x); on rejection p̃ ← norm(max(0, p̃ − δ_x)), x
-    removed. Multi-step speculative sampling with q_i = δ_{x_i}, so exact for any candidates (EAGLE's
-    ``evaluate_posterior``). ``q`` is unused."""
-    toks = tokens.tolist()
-    u = torch.rand(len(toks), generator=generator, device=p.device).tolist()
-    for i, x in enumerate(toks):
-        if u[i] < float(p[x]):
-            return i, p
-        rest = without(p, x)
-        if rest is None:  # every token with mass was tried (reachable only through rounding)
-            break
-        p = rest
-    return None, p
+    removed. Multi-step speculative sampling with q_i = δ_{x_i} (:func:`multi_step_rows` with no q), so exact
+    for any candidates (EAGLE's ``evaluate_posterior``). ``q`` is unused."""
+    return _one_node(multi_step_rows, p, None, tokens, generator)
 
 
-def without(dist: torch.Tensor, token: int) -> torch.Tensor | None:
-    """``dist`` with ``token``'s mass removed and the rest renormalised; None when no mass is left."""
-    out = dist.clone()
-    out[token] = 0.0
-    total = out.sum()
-    return None if total <= 0 else out / total
+def point_mass_rows(p, q, tokens, valid, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`point_mass_select` at M nodes at once (``q`` unused)."""
+    return multi_step_rows(p, None, tokens, valid, generator)
+
+
+def greedy_rows(p, q, tokens, valid, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`greedy_select` at M nodes at once: each row's first valid candidate equal to p's argmax."""
+    hit = valid & (tokens == p.argmax(-1, keepdim=True))
+    return torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1), p
 
 
 def point_mass_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, warp=None,
@@ -294,5 +338,12 @@ def point_mass_chain(logits: torch.Tensor, tokens: torch.Tensor, dtree=None, war
 def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
                   generator) -> tuple[int | None, torch.Tensor]:
     """Greedy selection: the first candidate equal to the target's argmax (p is one-hot when greedy)."""
-    hits = torch.nonzero(tokens == p.argmax()).flatten()
-    return (int(hits[0]) if hits.numel() else None), p
+    return _one_node(greedy_rows, p, q, tokens, generator)
+
+
+#: every selection rule's form over M nodes at once (``(p (M, V), q (M, V) | None, tokens (M, K), valid (M, K),
+#: generator) -> (accepted index or −1 (M,), correction distributions (M, V))``): what the tree walk runs
+ROWS: dict[Callable, RowRule] = {multi_step_select: multi_step_rows,
+                                 multi_step_select_without_replacement: partial(multi_step_rows, replacement=False),
+                                 k_sequential_select: k_sequential_rows, point_mass_select: point_mass_rows,
+                                 greedy_select: greedy_rows}

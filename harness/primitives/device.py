@@ -11,10 +11,13 @@ default device set to ``meta`` under :class:`~harness.testing.host_sync.DeviceGu
 * :func:`ids_on` — token ids from host ints as a long tensor on a device (one host-to-device copy: on a GPU a
   synchronising call, :mod:`harness.testing.host_sync`; keep tokens on the device where they came from it);
 * :func:`make_generator` — a seeded generator on a device (None without a seed: torch's global stream);
-* :func:`seed_from` — a seed drawn from a generator, on the generator's own device.
+* :func:`seed_from` — a seed drawn from a generator, on the generator's own device;
+* :func:`host_constant` — a long tensor of host ints on a device, copied once per distinct value and kept (a
+  tree's shape, a walk's index: the shapes a decoder's rounds repeat cost no copy after the first).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 import torch
@@ -48,3 +51,16 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
 def seed_from(generator: torch.Generator) -> int:
     """A seed in [0, 2^62) drawn from ``generator`` on its own device (e.g. to seed a library's global stream)."""
     return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+
+
+def host_constant(values: tuple, device: torch.device | str | None) -> torch.Tensor:
+    """``values`` (a tuple of ints, or of equal-length tuples of ints) as a long tensor on ``device``, copied to the
+    device the first time these values are asked for and the same tensor returned after (never modify it). On a
+    GPU a host-to-device copy synchronises (:mod:`harness.testing.host_sync`); a shape a decoder's rounds repeat
+    (a static tree, a merged tree seen before, the same walk) then costs none."""
+    return _constant(values, str(torch.device(device)) if device is not None else "cpu")
+
+
+@lru_cache(maxsize=256)
+def _constant(values: tuple, device: str) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long, device=device)

@@ -66,7 +66,7 @@ class DraftStop(Protocol):
 
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
-               stop: DraftStop | None = None) -> DraftTree:
+               stop: DraftStop | None = None, defer_invalid: bool = False) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -77,7 +77,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     ``widths`` being the draft's levels below them (no widths: the draft does not run); ``masks``, a
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
-    draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes).
+    draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
+    ``defer_invalid``, children a row without enough support could not give (draws without replacement) stay in
+    the tree, marked in ``DraftTree.valid`` (no read per level; the tree keeps its full shape, whose masks are
+    sliced): :func:`merge_duplicates` drops them, and everything below them, where it reads the tokens.
     """
     device = caches.draft_pending.device
     if not widths:
@@ -99,9 +102,13 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     root_q = None if greedy or roots is not None else probs[0]
     if roots is not None and not greedy:
         fed_q.append(probs)
-    stopped = last = False
+    stopped = last = deferred = False
+    valid: list[torch.Tensor] = [] if roots is None else [torch.ones_like(roots, dtype=torch.bool)]
     for depth, k in enumerate(widths):
-        kids, owner = _draw_level(probs, logits, frontier, k, warp, replacement, generator)
+        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid)
+        deferred = deferred or ok is not None
+        if defer_invalid:
+            valid.append(ok if ok is not None else torch.ones_like(kids, dtype=torch.bool))
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -122,20 +129,23 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     node_q = torch.cat(fed_q) if fed_q else None
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels,
-                     n_roots=0 if roots is None else roots.numel())
+                     n_roots=0 if roots is None else roots.numel(), valid=torch.cat(valid) if deferred else None)
 
 
-def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool,
-                generator) -> tuple[torch.Tensor, list[int]]:
+def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool, generator,
+                defer: bool = False) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
     """The next level: k children of every frontier node (:func:`draw_children`; the valid ones), flattened,
-    and each child's parent."""
+    each child's parent, and (``defer``: every child kept) which children are valid (None: all)."""
     kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
-    if valid is None:  # every child valid: the parents are known on the host, nothing is read from the device
-        return kids.reshape(-1), [f for f in frontier for _ in range(kids.size(-1))]
-    owner = torch.tensor(frontier, device=kids.device)[:, None].expand_as(kids)
-    if not bool(valid.all()):
-        kids, owner = kids[valid], owner[valid]
-    return kids.reshape(-1), owner.reshape(-1).tolist()
+    k = kids.size(-1)
+    if valid is None or defer:  # the parents are known on the host, nothing is read from the device
+        return kids.reshape(-1), [f for f in frontier for _ in range(k)], None if valid is None else valid.reshape(-1)
+    if bool(valid.all()):  # the usual case: one read, the parents known on the host
+        return kids.reshape(-1), [f for f in frontier for _ in range(k)], None
+    ok = valid.reshape(-1).tolist()
+    keep = [i for i, v in enumerate(ok) if v]
+    index = torch.tensor(keep, dtype=torch.long, device=kids.device)  # a short row: its valid children
+    return kids.reshape(-1).index_select(0, index), [frontier[i // k] for i in keep], None
 
 
 def _feed_level(draft, cache, kids: torch.Tensor, parents: list[int], chain: bool, base: int, first: int,
@@ -207,14 +217,29 @@ class Proposal:
         return path if self.draft_node is None else [self.draft_node[n] for n in path]
 
 
-def merge_duplicates(dtree: DraftTree) -> Proposal:
-    """Merge draft nodes with the same parent and token (SpecInfer's token-tree merge)."""
+def merge_duplicates(dtree: DraftTree, distinct: bool = False) -> Proposal:
+    """Merge draft nodes with the same parent and token (SpecInfer's token-tree merge).
+
+    A tree with nothing to merge is verified as drafted (:meth:`Proposal.of`: the same candidates in the same
+    order, level-ordered, its shape's mask a repeated one): ``distinct`` says so without reading the tokens (greedy
+    top-k children are distinct), else the tokens are read once and looked at."""
+    if distinct and dtree.valid is None:
+        return Proposal.of(dtree)
+    n = len(dtree.parents)
+    values = torch.cat([dtree.tokens.reshape(-1), *([] if dtree.valid is None else [dtree.valid.long()])]).tolist()
+    alive = [True] * n if dtree.valid is None else [bool(v) for v in values[n:]]
+    for i, par in enumerate(dtree.parents):  # a deferred invalid child drops with everything below it
+        alive[i] = alive[i] and (par < 0 or alive[par])
+    dtree.n_dead = n - sum(alive)
     key_to_id: dict[tuple[int, int], int] = {}
     merged_of: list[int] = []
     m_tokens: list[int] = []
     m_parents: list[int] = []
     rep: list[int] = []
-    for i, (tok, par) in enumerate(zip(dtree.tokens.tolist(), dtree.parents)):
+    for i, (tok, par) in enumerate(zip(values[:n], dtree.parents)):
+        if not alive[i]:
+            merged_of.append(-1)
+            continue
         key = (merged_of[par] if par >= 0 else -1, tok)
         if key not in key_to_id:
             key_to_id[key] = len(m_tokens)
@@ -222,13 +247,16 @@ def merge_duplicates(dtree: DraftTree) -> Proposal:
             m_parents.append(key[0])
             rep.append(i)
         merged_of.append(key_to_id[key])
-    tree, new_index = TokenTree.depth_first(torch.tensor(m_tokens, dtype=torch.long, device=dtree.tokens.device),
-                                            m_parents)
+    if len(rep) == n:
+        return Proposal.of(dtree)
+    tree, new_index = TokenTree.depth_first(m_tokens, m_parents, device=dtree.tokens.device)  # one upload
     draft_node = [0] * len(rep)
     for old, d in enumerate(rep):
         draft_node[new_index[old]] = d
     candidates: dict[int, list[int]] = {}
     for i, par in enumerate(dtree.parents):
+        if not alive[i]:
+            continue
         owner = new_index[merged_of[par]] if par >= 0 else -1
         candidates.setdefault(owner, []).append(new_index[merged_of[i]])
     return Proposal(dtree, tree, draft_node, candidates)

@@ -29,7 +29,7 @@ import torch
 
 from harness.primitives.acceptance import SelectionRule, greedy_select
 from harness.primitives.drafting import draw_children
-from harness.primitives.spec_loop import Verified, accept_walk
+from harness.primitives.spec_loop import Verified, walk_tree
 from harness.primitives.spec_state import SpeculativeCaches
 from harness.primitives.tree_attention import SlicedTreeMask
 from harness.primitives.warping import Warp
@@ -89,15 +89,12 @@ class BestRootWalk:
     state: TargetInit
 
     def __call__(self, v: Verified, generator) -> tuple[list[int], None]:
-        children, tokens = v.proposal.candidates, v.proposal.tree.tokens
-        best: list[int] | None = None
-        for root in children[-1]:
-            below, dist_i = accept_walk(root, children, tokens, v.p, v.q, self.select, generator)
-            if best is None or len(below) + 1 > len(best):
-                best, dist = [root] + below, dist_i
-        self.state.r = dist
-        self.state.other_root_wins += int(best[0] != 0)
-        return best, None
+        roots = v.proposal.candidates[-1]
+        walk = walk_tree(v, self.select, generator, roots, draw_next=False)  # every root's subtree, one read
+        best = max(range(len(roots)), key=lambda i: (len(walk.paths[i]), -i))
+        self.state.r = walk.dists[walk.ends[best] + walk.offset]
+        self.state.other_root_wins += int(roots[best] != 0)
+        return [roots[best]] + walk.paths[best], None
 
     def greedy(self) -> BestRootWalk:
         return BestRootWalk(greedy_select, self.state)

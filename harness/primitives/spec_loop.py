@@ -8,7 +8,7 @@
   optional sliced mask) → acceptance → commit both caches → one :class:`~harness.primitives.round.Round`;
 * acceptances — how a verified tree is accepted: :class:`ChainAcceptance` (a chain rule of
   :mod:`~harness.primitives.acceptance`), :class:`TreeWalk` (a selection rule at every node, walked from
-  the root; :func:`accept_walk`); target-rooted trees add theirs (:mod:`~harness.primitives.multi_candidate`).
+  the root; :func:`walk_tree`); target-rooted trees add theirs (:mod:`~harness.primitives.multi_candidate`).
   Each has a :meth:`greedy` form (the target's argmax), which every decoder uses under greedy decoding;
 * :func:`speculative_loop` — rounds until ``max_new_tokens``, EOS or a stop string, γ from a
   :class:`~harness.primitives.gamma_policy.GammaPolicy`; it returns the rounds (the decoder's base records them).
@@ -20,18 +20,19 @@ token is accepted iff it is the target's argmax, so the output is the target's g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Protocol
 
 import torch
 
-from harness.primitives.acceptance import ChainRule, SelectionRule, greedy_chain, greedy_select
+from harness.primitives.acceptance import ROWS, ChainRule, SelectionRule, greedy_chain, greedy_select
+from harness.primitives.device import host_constant
 from harness.primitives.drafting import DraftStop, Proposal, draft_tree
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
 from harness.primitives.sampling import sample
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches, commit_draft, commit_target
 from harness.primitives.stopping import StopCondition
-from harness.primitives.tree_attention import SlicedTreeMask, tree_forward
+from harness.primitives.tree_attention import SlicedTreeMask, level_masks, tree_forward
 from harness.primitives.warping import Warp
 
 
@@ -67,6 +68,8 @@ class Speculation:
         """The draft's tree for this round (:func:`~harness.primitives.drafting.draft_tree`)."""
         if self.draft_stop is not None:
             options.setdefault("stop", self.draft_stop)
+        if options.get("roots") is None and "masks" not in options and max(widths, default=1) > 1:  # sliced masks
+            options["masks"] = level_masks(widths, next(self.draft.model.parameters()).dtype, self.draft.device)
         return draft_tree(self.draft, self.caches, widths, self.warp, self.generator, replacement, **options)
 
 
@@ -83,6 +86,10 @@ class Verified:
     #: tokens on the host, and the next token still on the device, (1, 1) — the round then reads nothing more
     tree_tokens: list[int] | None = None
     next_ids: torch.Tensor | None = None
+    #: long values (1-D, on the device) a decoder needs on the host this round, read with the round's outcome by
+    #: the tree walks (:func:`walk_tree`, :func:`greedy_walk`) into ``extra_host``: no read of their own
+    extra: torch.Tensor | None = None
+    extra_host: list[int] | None = None
 
     def p(self, node: int) -> torch.Tensor:
         return self.warp.probs(self.stem_logits[-1] if node < 0 else self.node_logits[node])
@@ -127,7 +134,7 @@ class ChainAcceptance:
 
 @dataclass(frozen=True)
 class TreeWalk:
-    """A tree walked from the root with a :data:`~harness.primitives.acceptance.SelectionRule` (:func:`accept_walk`);
+    """A tree walked from the root with a :data:`~harness.primitives.acceptance.SelectionRule` (:func:`walk_tree`);
     the correction or bonus token is drawn where the walk stops."""
 
     select: SelectionRule
@@ -135,22 +142,26 @@ class TreeWalk:
     def __call__(self, v: Verified, generator) -> tuple[list[int], int]:
         if self.select is greedy_select and v.stem_logits.size(0):
             return greedy_walk(v)
-        path, dist = accept_walk(-1, v.proposal.candidates, v.proposal.tree.tokens, v.p, v.q, self.select, generator)
-        return path, draw(dist, v.warp, generator)
+        walk = walk_tree(v, self.select, generator, [-1], draw_next=True)
+        row = walk.ends[0] + walk.offset
+        assert walk.next_ids is not None and walk.next_tokens is not None  # drawn (draw_next)
+        v.next_ids = walk.next_ids[row:row + 1].reshape(1, 1)
+        return walk.paths[0], walk.next_tokens[row]
 
     def greedy(self) -> TreeWalk:
         return TreeWalk(greedy_select)
 
 
 def greedy_walk(v: Verified) -> tuple[list[int], int]:
-    """:func:`accept_walk` with :func:`~harness.primitives.acceptance.greedy_select` from the committed sequence,
+    """:func:`walk_tree` with :func:`~harness.primitives.acceptance.greedy_select` from the committed sequence,
     with one read: the target's argmax after the sequence and after every node, and the tree's tokens, come to
     the host in one transfer and the walk runs there (the same path: at each node the first candidate, in draw
     order, that is the target's argmax). Sets ``v.tree_tokens`` and ``v.next_ids``."""
     tokens = v.proposal.tree.tokens.reshape(-1)
     best = torch.cat([v.stem_logits[-1:], v.node_logits]).argmax(-1)  # best[u + 1]: the argmax after node u
-    values = torch.cat([best, tokens]).tolist()
-    best_h, v.tree_tokens = values[:best.numel()], values[best.numel():]
+    values = torch.cat([best, tokens, *_extra(v)]).tolist()
+    best_h, v.tree_tokens = values[:best.numel()], values[best.numel():best.numel() + tokens.numel()]
+    _take_extra(v, values)
     children = v.proposal.candidates
     path: list[int] = []
     node = -1
@@ -168,28 +179,100 @@ def _split(values: list[int]) -> tuple[list[int], list[int]]:
     return values[:2], values[2:]
 
 
-def accept_walk(start: int, candidates: Mapping[int, list[int]], tokens: torch.Tensor,
-                p_at: Callable[[int], torch.Tensor], q_at: Callable[[int], torch.Tensor | None], select: SelectionRule,
-                generator) -> tuple[list[int], torch.Tensor]:
-    """Walk down a verified token tree from ``start`` (−1: the committed sequence), accepting with ``select``.
+def _extra(v: Verified) -> list[torch.Tensor]:
+    return [] if v.extra is None else [v.extra.reshape(-1).to(torch.long)]
 
-    At node u the candidates ``candidates[u]`` (children in draw order) go through
-    ``select(p_at(u), q_at(u), their tokens, generator)``; the walk moves to the accepted child, or stops
-    where none is accepted (the rule's correction distribution) or at a leaf (``p_at(leaf)``, the bonus
-    distribution). Returns (accepted nodes below ``start``, distribution of the next token).
-    """
-    path: list[int] = []
-    node = start
-    while True:
-        p = p_at(node)
-        cands = candidates.get(node)
-        if not cands:
-            return path, p
-        idx, dist = select(p, q_at(node), tokens[cands], generator)
-        if idx is None:
-            return path, dist
-        node = cands[idx]
-        path.append(node)
+
+def _take_extra(v: Verified, values: list[int]) -> None:
+    """The round's read ends with ``v.extra``'s values: hand them over as ``v.extra_host``."""
+    if v.extra is not None:
+        n = v.extra.numel()
+        v.extra_host = values[len(values) - n:] if n else []
+
+
+@dataclass
+class Walk:
+    """The outcome of :func:`walk_tree`: per start, the accepted nodes below it (``paths``) and the node where its
+    walk stopped (``ends``, the start itself when nothing was accepted); ``dists`` (offset + N, V) on the device,
+    row ``u + offset`` the distribution of the next token were the walk to stop at node u (the rule's correction
+    where u has candidates, p̃ after u at a leaf; ``offset`` 1 when the committed sequence's row −1 is there);
+    ``next_ids`` (offset + N,) a token drawn from every row and ``next_tokens`` the same on the host (with
+    ``draw_next``)."""
+
+    paths: list[list[int]]
+    ends: list[int]
+    dists: torch.Tensor
+    offset: int
+    next_ids: torch.Tensor | None = None
+    next_tokens: list[int] | None = None
+
+
+def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool) -> Walk:
+    """THE tree walk: down a verified token tree from each of ``starts`` (−1: the committed sequence), accepting
+    with ``select`` — with one host-to-device copy and ONE read (issue 28 item 2).
+
+    At node u the candidates ``v.proposal.candidates[u]`` (children in draw order) go through the rule; the walk
+    moves to the accepted child, or stops where none is accepted (the rule's correction distribution) or at a leaf
+    (p̃ after it, the bonus distribution). The rule runs at every node with candidates at once
+    (:data:`~harness.primitives.acceptance.ROWS`, each node with its own uniforms), a token is drawn from every
+    node's stop distribution (``draw_next``), and the outcome and the tree's tokens come to the host in one
+    transfer, where the walk follows it: the nodes it does not visit are never looked at, so every visited node's
+    decision and the drawn token are as the sequential walk's (the same law). Sets ``v.tree_tokens``."""
+    rows_rule = ROWS[select]
+    cands, tokens = v.proposal.candidates, v.proposal.tree.tokens.reshape(-1)
+    off = min(v.stem_logits.size(0), 1)
+    p_all = v.warp.probs(torch.cat([v.stem_logits[-1:], v.node_logits]))  # row u + off: p̃ after node u
+    rows = [u for u in cands if u >= 0 or -1 in starts]
+    width = max((len(cands[u]) for u in rows), default=0)
+    q_all, q_row = _q_rows(v)
+    packed = [(u + off, q_row(u), *cands[u], *[0] * (width - len(cands[u])),
+               *[1] * len(cands[u]), *[0] * (width - len(cands[u]))) for u in rows]
+    dists = p_all
+    acc = torch.empty(0, dtype=torch.long, device=p_all.device)
+    if rows:  # the walk's one upload: which rows, their q̃ and their candidates
+        idx = host_constant(tuple(packed), p_all.device)
+        q = None if q_all is None else q_all.index_select(0, idx[:, 1])
+        acc, corr = rows_rule(p_all.index_select(0, idx[:, 0]), q, tokens.to(p_all.device)[idx[:, 2:2 + width]],
+                              idx[:, 2 + width:].bool(), generator)
+        dists = p_all.index_copy(0, idx[:, 0], corr)
+    next_ids = None
+    if draw_next:
+        next_ids = dists.argmax(-1) if v.warp.is_greedy else sample(dists, generator)[:, 0]
+    out = torch.cat([acc, tokens, *([] if next_ids is None else [next_ids]), *_extra(v)]).tolist()  # THE read
+    _take_extra(v, out)
+    n_rows, n = len(rows), tokens.numel()
+    v.tree_tokens = out[n_rows:n_rows + n]
+    row_of = {u: r for r, u in enumerate(rows)}
+    paths, ends = [], []
+    for start in starts:
+        node, path = start, []
+        while node in row_of and out[row_of[node]] >= 0:
+            node = cands[node][out[row_of[node]]]
+            path.append(node)
+        paths.append(path)
+        ends.append(node)
+    return Walk(paths, ends, dists, off, next_ids, out[n_rows + n:n_rows + 2 * n + off] if draw_next else None)
+
+
+def _q_rows(v: Verified):
+    """(the draft's q̃ rows on the device or None, row of q̃ after target node u): None when greedy or when the
+    drafts are deterministic (a point mass each); row 0 is q̃ at the committed sequence where there is one."""
+    dtree = v.proposal.dtree
+    if v.warp.is_greedy or (dtree.root_q is None and dtree.node_q is None):
+        return None, lambda u: 0
+    if dtree.node_q is None:
+        assert dtree.root_q is not None
+        return dtree.root_q[None], lambda u: 0
+    head = 0 if dtree.root_q is None else 1
+    q_all = dtree.node_q if dtree.root_q is None else torch.cat([dtree.root_q[None], dtree.node_q])
+
+    def row(u: int) -> int:
+        d = v.proposal.draft_of(u)
+        if d < 0 and not head:
+            raise ValueError("the walk needs q̃ at the committed sequence, which this draft did not keep")
+        return d + head
+
+    return q_all, row
 
 
 def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Proposal], accept: Acceptance,

@@ -117,6 +117,10 @@ class DraftTree:
     depth: int = 0
     n_roots: int = 0
     joint_logq: torch.Tensor | None = None
+    #: (N,) bool on the device: which nodes are real draws, where the drafting kept children a row could not give
+    #: (``draft_tree(defer_invalid=True)``); ``n_dead``: how many nodes the merge dropped for it (not drafts)
+    valid: torch.Tensor | None = None
+    n_dead: int = 0
 
     def q_after(self, node: int) -> torch.Tensor | None:
         """T∘q after ``node`` (−1: the committed sequence); None where the drafts were not drawn from a
@@ -131,7 +135,7 @@ class DraftTree:
     @property
     def draft_nodes(self) -> int:
         """Tokens the draft proposed (target-sampled roots excluded)."""
-        return len(self.parents) - self.n_roots
+        return len(self.parents) - self.n_roots - self.n_dead
 
     @classmethod
     def chain(cls, tokens: torch.Tensor, num_fed: int, joint_logq: torch.Tensor | None = None) -> DraftTree:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.primitives.device import host_constant
 from harness.primitives.kv_cache import keep_positions, truncate
 
 
@@ -70,12 +71,12 @@ def tree_topology(parents, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     copied to ``device`` in ONE transfer (no per-level reads of device values: issue 28 item 2)."""
     plist = check_parents(parents)
     n = len(plist)
-    rows: list[list[int]] = []
+    rows: list[tuple[int, ...]] = []
     for i, p in enumerate(plist):  # parents come first: a node's row is its parent's plus itself, depth last
-        row = rows[p][:] if p >= 0 else [0] * (n + 1)
+        row = list(rows[p]) if p >= 0 else [0] * (n + 1)
         row[i], row[n] = 1, row[n] + 1
-        rows.append(row)
-    both = torch.tensor(rows, dtype=torch.long, device=device).reshape(n, n + 1)
+        rows.append(tuple(row))
+    both = host_constant(tuple(rows), device).reshape(n, n + 1)  # a tree shape seen before: no copy
     return both[:, :n].bool(), both[:, n]
 
 
@@ -165,11 +166,11 @@ class TokenTree:
         return cls(tokens.reshape(-1), list(range(-1, tokens.numel() - 1)))
 
     @classmethod
-    def depth_first(cls, tokens: torch.Tensor, parents) -> tuple[TokenTree, list[int]]:
+    def depth_first(cls, tokens: torch.Tensor | list[int], parents, device=None) -> tuple[TokenTree, list[int]]:
         """Reorder any topologically ordered tree (e.g. drafted level by level) depth-first.
 
-        Returns the tree and ``new_index`` (a host list, N): the depth-first index of each input node.
-        Children keep their relative order.
+        ``tokens``: on the device, or a host list (then copied once, reordered, to ``device``). Returns the tree and
+        ``new_index`` (a host list, N): the depth-first index of each input node. Children keep their relative order.
         """
         plist = check_parents(parents)
         kids: list[list[int]] = [[] for _ in range(len(plist) + 1)]  # kids[-1] = roots
@@ -185,6 +186,8 @@ class TokenTree:
         for new, old in enumerate(order):
             new_index[old] = new
         new_parents = [new_index[plist[old]] if plist[old] >= 0 else -1 for old in order]
+        if not isinstance(tokens, torch.Tensor):
+            return cls(torch.tensor([tokens[o] for o in order], dtype=torch.long, device=device), new_parents), new_index
         perm = torch.tensor(order, dtype=torch.long, device=tokens.device)
         return cls(tokens[perm], new_parents), new_index
 
@@ -212,4 +215,5 @@ def commit_path(cache, keep_len: int, path_positions) -> None:
         truncate(cache, keep_len + len(path))
         return
     device = cache.layers[0].keys.device if getattr(cache, "layers", None) else None
-    keep_positions(cache, torch.tensor([*range(keep_len), *path], dtype=torch.long, device=device))
+    below = host_constant(tuple(p - keep_len for p in path), device)  # the path below the prefix: a repeated shape
+    keep_positions(cache, torch.cat([torch.arange(keep_len, device=below.device), below + keep_len]))

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import bisect
+from functools import lru_cache
 
 import torch
 
@@ -99,6 +100,21 @@ def fork_parents(width: int, depth: int) -> list[int]:
     if width < 1 or depth < 1:
         raise ValueError(f"a fork needs width >= 1 and depth >= 1, got width={width}, depth={depth}")
     return level_order_parents([width] + [1] * (depth - 1))
+
+
+def level_masks(widths, dtype: torch.dtype, device) -> SlicedTreeMask | None:
+    """The :class:`SlicedTreeMask` of the level-ordered tree of ``widths`` (every node at depth d gets
+    ``widths[d]`` children), built once per shape, dtype and device and kept: a drafting loop slices each level's
+    mask from it instead of building and copying one per level (issue 28 item 2). None for fewer than 2 levels
+    (a single level needs no tree mask)."""
+    if len(widths) < 2:
+        return None
+    return _level_masks(tuple(int(w) for w in widths), dtype, str(torch.device(device)))
+
+
+@lru_cache(maxsize=16)
+def _level_masks(widths: tuple[int, ...], dtype: torch.dtype, device: str) -> SlicedTreeMask:
+    return SlicedTreeMask.for_k_config(widths, dtype=dtype, device=device)
 
 
 class SlicedTreeMask:

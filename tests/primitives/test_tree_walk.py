@@ -1,0 +1,103 @@
+"""The tree walk on the device (issue 28 item 2): every selection rule's row form is exact row by row, rows of
+different widths included, and a walk reads the device once (one upload of its index, none for a shape seen before).
+
+The row rules run many independent nodes in one call, so N samples of one node are one call over N rows; each
+group of rows must emit tokens distributed as p (TV below the n-sample bound and a chi-square test) while q is
+far from p. The per-node rules of tests/primitives/test_acceptance.py are these rules on one row.
+"""
+import pytest
+import torch
+
+from harness.primitives.acceptance import (ROWS, greedy_select, k_sequential_select, multi_step_select,
+                                           multi_step_select_without_replacement, point_mass_select)
+from harness.primitives.drafting import Proposal, draw_children
+from harness.primitives.sampling import make_generator, sample
+from harness.primitives.spec_loop import Verified, walk_tree
+from harness.primitives.spec_state import DraftTree
+from harness.primitives.warping import Warp
+from harness.testing import chi_square_pvalue, total_variation, tv_bound
+from harness.testing.host_sync import counting
+
+V, N = 6, 6000
+P = torch.tensor([0.05, 0.30, 0.0, 0.25, 0.40, 0.0])
+Q = torch.tensor([0.35, 0.05, 0.30, 0.20, 0.10, 0.0])
+
+
+def _check(samples: list[int]) -> None:
+    exact = {(i,): float(P[i]) for i in range(V) if P[i] > 0}
+    out = [(s,) for s in samples]
+    tv = total_variation(out, exact)
+    assert tv < tv_bound(exact, len(out)), (tv, tv_bound(exact, len(out)))
+    assert chi_square_pvalue(out, exact) > 1e-4
+
+
+def _candidates(rule, k: int, g) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, k) candidates of N independent nodes as the rule's decoders draw them, and which are valid."""
+    if rule is multi_step_select_without_replacement:
+        kids, valid = draw_children(Q.expand(N, V), Q.log().expand(N, V), k, Warp(1.0), False, g)
+        return kids, valid if valid is not None else torch.ones_like(kids, dtype=torch.bool)
+    if rule is point_mass_select:  # deterministic candidates, a duplicate and a zero-probability one included
+        kids = torch.tensor([3, 3, 2, 1][:k]).expand(N, k)
+        return kids, torch.ones_like(kids, dtype=torch.bool)
+    kids = sample(Q.expand(N, V), g, k)
+    return kids, torch.ones_like(kids, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("rule", [multi_step_select, multi_step_select_without_replacement, k_sequential_select,
+                                  point_mass_select])
+def test_every_row_rule_follows_p_in_rows_of_different_widths(rule):
+    """Two groups of N nodes in one call: 3 candidates each, and 1 candidate padded to 3 (the padding never
+    counts). Both groups' emitted tokens follow p."""
+    g = make_generator(7, "cpu")
+    wide, wide_ok = _candidates(rule, 3, g)
+    narrow, narrow_ok = _candidates(rule, 1, g)
+    tokens = torch.cat([wide, torch.cat([narrow, torch.zeros(N, 2, dtype=torch.long)], 1)])
+    valid = torch.cat([wide_ok, torch.cat([narrow_ok, torch.zeros(N, 2, dtype=torch.bool)], 1)])
+    p, q = P.expand(2 * N, V).clone(), Q.expand(2 * N, V).clone()
+    acc, dist = ROWS[rule](p, q, tokens, valid, g)
+    drawn = sample(dist, g)[:, 0]
+    out = torch.where(acc >= 0, tokens.gather(1, acc.clamp_min(0)[:, None])[:, 0], drawn).tolist()
+    assert bool((acc < 3).all()) and bool((acc[N:] < 1).all())
+    _check(out[:N])
+    _check(out[N:])
+
+
+def _verified(warp: Warp, seed: int = 0) -> Verified:
+    """A two-level tree (two roots, two children under the first, one under the second) with random logits."""
+    g = torch.Generator().manual_seed(seed)
+    parents = [-1, -1, 0, 0, 1]
+    probs = torch.softmax(torch.randn(4, V, generator=g), -1)
+    dtree = DraftTree(torch.tensor([1, 3, 0, 4, 1]), parents, probs[0], probs[1:3], num_fed=2, depth=2)
+    return Verified(Proposal.of(dtree), torch.randn(1, V, generator=g), torch.randn(5, V, generator=g), warp)
+
+
+@pytest.mark.parametrize("select", [multi_step_select, k_sequential_select, point_mass_select, greedy_select])
+def test_a_walk_reads_once_and_copies_its_index_once(select):
+    warp = Warp(0.0) if select is greedy_select else Warp(1.0)
+    g = make_generator(3, "cpu")
+    for seed in range(2):
+        v = _verified(warp, seed)
+        with counting() as c:
+            walk = walk_tree(v, select, g, [-1], draw_next=True)
+        assert c.by_kind["read"] == 1 and c.by_kind["shape"] == 0, dict(c.by_name)
+        assert c.by_kind["upload"] <= (1 if seed == 0 else 0), dict(c.by_name)  # a shape seen before: no copy
+        node, cands = -1, v.proposal.candidates
+        for child in walk.paths[0]:  # the path goes from candidates to candidates
+            assert child in cands[node]
+            node = child
+        assert walk.ends[0] == node and v.tree_tokens == [1, 3, 0, 4, 1]
+        assert walk.next_tokens[node + walk.offset] == int(walk.next_ids[node + walk.offset])
+
+
+def test_the_greedy_walk_follows_the_argmax():
+    v = _verified(Warp(0.0))
+    walk = walk_tree(v, greedy_select, None, [-1], draw_next=True)
+    best = torch.cat([v.stem_logits, v.node_logits]).argmax(-1).tolist()
+    node, path = -1, []
+    while True:
+        hit = next((c for c in v.proposal.candidates.get(node, ()) if v.tree_tokens[c] == best[node + 1]), None)
+        if hit is None:
+            break
+        path.append(hit)
+        node = hit
+    assert walk.paths[0] == path and walk.next_tokens[node + 1] == best[node + 1]
