@@ -148,8 +148,10 @@ class Beam:
     def by_perplexity(tokens: torch.Tensor, logp: torch.Tensor, length: torch.Tensor) -> list[Beam]:
         """Final beams (W, t) with joint log-likelihoods and lengths (up to EOS), lowest perplexity first."""
         score = logp / length.clamp_min(1)
-        order = torch.argsort(-score, stable=True).tolist()
-        return [Beam(tokens[i, : int(length[i])].tolist(), float(logp[i]), float(score[i])) for i in order]
+        order = torch.argsort(-score, stable=True)
+        rows = tokens.tolist()  # two reads in all: the tokens, and the numbers
+        o, lp, sc, n = torch.stack([order.to(logp.dtype), logp, score, length.to(logp.dtype)]).tolist()
+        return [Beam(rows[int(i)][: int(n[int(i)])], lp[int(i)], sc[int(i)]) for i in o]
 
 
 @dataclass

@@ -50,5 +50,5 @@ class BeamSampling(Decoder[BeamSamplingParams]):
                 break
             beams.reorder(cache)  # also expands the single prompt row to W rows on the first step
             logits = self.target(beams.last_tokens, cache)[:, -1]
-        best = beams.best_by_perplexity()
-        return Decoded(beams.tokens[best, : int(beams.length[best])].tolist(), beams=Beam.by_perplexity(beams.tokens, beams.logp, beams.length))
+        final = Beam.by_perplexity(beams.tokens, beams.logp, beams.length)  # lowest perplexity first, first on ties
+        return Decoded(list(final[0].tokens), beams=final)

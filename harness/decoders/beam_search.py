@@ -54,7 +54,7 @@ class BeamSearch(Decoder[BeamSearchParams]):
         finished_len = torch.zeros(W, dtype=torch.long, device=dev)
         finished_scores = torch.full((W,), NEG, device=dev)
         is_finished = torch.zeros(W, dtype=torch.bool, device=dev)
-        improvable = True
+        improvable = torch.ones((), dtype=torch.bool, device=dev)  # kept on the device: one read per step
         top_w_mask = torch.arange(K, device=dev) < W
         cur_len = prompt_len
         while True:
@@ -64,7 +64,10 @@ class BeamSearch(Decoder[BeamSearchParams]):
             top_scores, top_idx = top_scores[0], top_idx[0]
             parent, token = top_idx // vocab, top_idx % vocab
             candidates = torch.cat([running[parent], token[:, None]], dim=1)
-            hits = (token == self.eos_token_id) | torch.tensor(cur_len + 1 >= max_length, device=dev)
+            if cur_len + 1 >= max_length:  # every candidate is finished at the length limit
+                hits = torch.ones_like(token, dtype=torch.bool)
+            else:
+                hits = token == (self.eos_token_id if self.eos_token_id is not None else -1)
             if stopping.stop_strings:  # a candidate whose text completes a stop string is finished, like EOS
                 hits = hits | torch.tensor(stopping.rows_stopped(candidates.tolist()), device=dev)
 
@@ -76,10 +79,9 @@ class BeamSearch(Decoder[BeamSearchParams]):
             # f. finished candidates among the top W enter the finished set if they beat it
             gen_len = cur_len + 1 - prompt_len
             fin = top_scores / (gen_len ** lp)
-            if bool(is_finished.all()) and early is True:
-                fin = fin + NEG
-            if not improvable:
-                fin = fin + NEG
+            if early is True:  # NEG added where the flags say so (x + 0.0 is x: the same scores as HF's branches)
+                fin = fin + is_finished.all().float() * NEG
+            fin = fin + (~improvable).float() * NEG
             fin = fin + (~(hits & top_w_mask)).float() * NEG
             merged_scores = torch.cat([finished_scores, fin])
             pick = torch.topk(merged_scores, W).indices
@@ -94,14 +96,19 @@ class BeamSearch(Decoder[BeamSearchParams]):
             cur_len += 1
             best_len = (max_length - prompt_len) if (early == "never" and lp > 0.0) else (cur_len - prompt_len)
             best_running = running_scores[0] / (best_len ** lp)
-            worst_finished = torch.where(is_finished, finished_scores.min(), torch.tensor(NEG, device=dev))
-            improvable = improvable and bool((best_running > worst_finished).any())
-            all_done = bool(is_finished.all()) and early is True
-            if not improvable or all_done or bool(hits.all()):
+            worst_finished = torch.where(is_finished, finished_scores.min(), NEG)
+            improvable = improvable & (best_running > worst_finished).any()
+            stop = ~improvable | hits.all()
+            if early is True:
+                stop = stop | is_finished.all()
+            if bool(stop):  # the step's one read
                 break
             reorder(cache, beam_idx)
             logits = self.target(running[:, -1:], cache)[:, -1]
-        beams = [Beam(finished[i, : int(finished_len[i])].tolist(),
-                      logp=float(finished_scores[i]) * int(finished_len[i]) ** lp, score=float(finished_scores[i]))
-                 for i in range(W) if bool(is_finished[i])]  # HF's order: best score first
-        return Decoded(finished[0, : int(finished_len[0])].tolist(), beams=beams)
+        rows = finished.tolist()  # the final reads: the tokens, then the numbers (exact in the scores' dtype)
+        n, done, scores = torch.stack([finished_len.to(finished_scores.dtype), is_finished.to(finished_scores.dtype),
+                                       finished_scores]).tolist()
+        lengths = [int(x) for x in n]
+        beams = [Beam(rows[i][:lengths[i]], logp=scores[i] * lengths[i] ** lp, score=scores[i])
+                 for i in range(W) if done[i]]  # HF's order: best score first
+        return Decoded(rows[0][:lengths[0]], beams=beams)

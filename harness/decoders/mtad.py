@@ -75,9 +75,9 @@ class MTAD(SpeculativeDecoder[MTADParams]):
                 break
             beams.reorder(cache)
             logits = self.draft(beams.last_tokens, cache)[:, -1]
-        best = beams.best_by_likelihood()
-        reorder(cache, beams.parent[best:best + 1])  # rows are the depth − 1 step's beams: keep best's ancestor
-        tokens, q_joint = beams.tokens[best], beams.prefix_logp[best]
+        best = beams.best_row()  # on the device: nothing read here
+        reorder(cache, beams.parent.index_select(0, best))  # rows are the depth − 1 step's beams: keep best's ancestor
+        tokens, q_joint = beams.tokens.index_select(0, best)[0], beams.prefix_logp.index_select(0, best)[0]
         if eos >= 0 and bool((tokens == eos).any()):
             end = int(torch.nonzero(tokens == eos)[0, 0]) + 1
             tokens, q_joint = tokens[:end], q_joint[:end]

@@ -59,14 +59,15 @@ class MTJD(Decoder[MTJDParams]):
                     break
                 beams.reorder(cache)
                 logits = self.target(beams.last_tokens, cache)[:, -1]
-            best = beams.best_by_likelihood()  # arg max of the joint likelihood among the beams
-            reorder(cache, beams.parent[best:best + 1])
-            chunk = beams.tokens[best].tolist()
+            best = beams.best_row()  # arg max of the joint likelihood among the beams, on the device
+            reorder(cache, beams.parent.index_select(0, best))
+            best_tokens = beams.tokens.index_select(0, best)  # (1, k)
+            chunk = best_tokens[0].tolist()  # the joint step's one read
             end = request.stop.cut(out, chunk)  # EOS or a stop string ends the joint step's block
             chunk = chunk[:end] if end is not None else chunk
             out += chunk
             rounds.append(Round(tuple(chunk), gamma=0, accepted=0, draft_nodes=0))
             if end is not None:
                 break
-            pending = beams.tokens[best, -1:][None]
+            pending = best_tokens[:, -1:]
         return Decoded(out[:max_new_tokens], rounds=rounds)

@@ -28,11 +28,9 @@ def beam_joint_logprobs(beam_logp: torch.Tensor, next_logp: torch.Tensor, finish
 
     Finished beams extend only by EOS (a pad), with conditional probability 1.
     """
-    cond = next_logp.clone()
-    if finished.any():
-        cond[finished] = float("-inf")
-        cond[finished, eos_token_id] = 0.0
-    return beam_logp[:, None] + cond
+    vocab = torch.arange(next_logp.size(-1), device=next_logp.device)
+    pad = torch.where(vocab == eos_token_id, 0.0, float("-inf")).to(next_logp.dtype)  # EOS only, on the device
+    return beam_logp[:, None] + torch.where(finished[:, None], pad, next_logp)
 
 
 def beam_distribution(joint_logp: torch.Tensor, warp: Warp) -> torch.Tensor:
@@ -119,7 +117,11 @@ class BeamSet:
 
     def best_by_likelihood(self) -> int:
         """The beam of highest joint likelihood."""
-        return int(torch.argmax(self.logp))
+        return int(self.best_row())
+
+    def best_row(self) -> torch.Tensor:
+        """:meth:`best_by_likelihood` as a (1,) long tensor on the device (no host read)."""
+        return torch.argmax(self.logp).reshape(1)
 
 
 def lowest_perplexity(logp: torch.Tensor, length: torch.Tensor) -> int:

@@ -19,10 +19,11 @@ from harness.testing.host_sync import SyncCounter, counting
 
 FIXED = 3
 AR, ROUND = 1, 2  # the issue's rules: per token, per speculative round
-_TREE = "a tree's mask and positions are built on the host (where its parents are) and copied once per draft level and once for the verification"
-_WALK = "the sampling walk draws at each visited node in turn (the selection rules read p̃(x), q̃(x) per candidate)"
-_HOST_RULE = "the rule computes its accepted count on the host (not moved to the device this session)"
-#: (method, decoding) -> (unit, budget per unit, reason); decoding None: both decodings
+_MERGE = "SpecInfer's token-tree merge reads the drafted tokens (duplicates merged on the host); a merged shape not seen before copies its mask and the walk's index once"
+_SHORT_ROWS = "draws without replacement from the toy pair's 16 tokens leave rows short of children, so the tree's shape is read per level and its mask built (a real vocabulary fills the tree, whose masks are sliced)"
+#: (method, decoding) -> (unit, budget per unit, reason); decoding None: both decodings. Tree walks read once per
+#: round (harness.primitives.spec_loop.walk_tree); host-built shapes a round repeats are copied once
+#: (harness.primitives.device.host_constant)
 BUDGETS = {
     ("ar_greedy", None): ("token", AR, "the rule"),
     ("ar_sampling", None): ("token", AR, "the rule"),
@@ -30,31 +31,31 @@ BUDGETS = {
     ("pld", None): ("round", ROUND, "the rule: the outcome's read and the lookup's upload"),
     ("typical", None): ("round", ROUND, "the rule"),
     ("bild", "greedy"): ("round", ROUND, "the rule"),
-    ("bild", "sampling"): ("round", 6, _HOST_RULE + "; BiLD's fallback test reads the draft's confidence"),
-    ("mtad", "sampling"): ("round", 12, _HOST_RULE + "; the draft's beam search reads scores per step"),
-    ("beam_search", "greedy"): ("token", 7, "beam bookkeeping per step on the host: finished beams, scores (as HF's)"),
-    ("beam_sampling", "sampling"): ("token", 3, "beam bookkeeping per step on the host: finished beams, scores"),
-    ("mtjd", None): ("round", 7, "the joint step's beam bookkeeping reads scores per token"),
+    ("bild", "sampling"): ("round", 3, "BiLD's fallback test reads the draft's confidence once per draft token"),
+    ("mtad", "sampling"): ("round", ROUND, "the rule"),
+    ("beam_search", "greedy"): ("token", AR, "the rule: one stopping read per step (HF's), the beams read at the end"),
+    ("beam_sampling", "sampling"): ("token", AR, "the rule: one stopping read per step, the beams read at the end"),
+    ("mtjd", None): ("round", 1, "one read per joint step (the best beam's tokens)"),
     ("hf_assisted", None): ("round", 19, "transformers' own assisted loop (the reference; not ours to change)"),
-    ("specinfer", "greedy"): ("round", 9, _TREE),
-    ("spectr", "greedy"): ("round", 9, _TREE),
-    ("mcsd", "greedy"): ("round", 10, _TREE),
-    ("mcsd_dynamic", "greedy"): ("round", 3, _TREE + "; the decision model reads its verdict per level"),
-    ("mcsd_target_init", "greedy"): ("round", 9, _TREE + "; the target-sampled roots are read"),
-    ("eagle2", "greedy"): ("round", 7, _TREE + "; EAGLE-2 re-ranks its tree on the host"),
-    ("medusa", "greedy"): ("round", 4, _TREE + "; the heads' top-k are read to build the tree"),
-    ("medusa_typical", "greedy"): ("round", 4, _TREE + "; the heads' top-k are read to build the tree"),
-    ("lookahead", "greedy"): ("round", 5, _TREE + "; the n-gram pool is kept on the host"),
-    ("specinfer", "sampling"): ("round", 27, _TREE + "; " + _WALK),
-    ("spectr", "sampling"): ("round", 34, _TREE + "; " + _WALK),
-    ("mcsd", "sampling"): ("round", 35, _TREE + "; " + _WALK),
-    ("mcsd_dynamic", "sampling"): ("round", 37, _TREE + "; " + _WALK),
-    ("mcsd_target_init", "sampling"): ("round", 42, _TREE + "; " + _WALK),
-    ("eagle2", "sampling"): ("round", 16, _TREE + "; " + _WALK),
-    ("medusa", "sampling"): ("round", 14, _TREE + "; " + _WALK),
-    ("medusa_typical", "sampling"): ("round", 8, _TREE + "; Medusa's typical acceptance walks the tree on the host"),
-    ("lookahead", "sampling"): ("round", 11, _TREE + "; " + _WALK),
-    ("dsbd", "sampling"): ("round", 60, "a beam forest per round: per-beam bookkeeping and tree rollback on the host"),
+    ("specinfer", "greedy"): ("round", ROUND, "the rule"),
+    ("spectr", "greedy"): ("round", ROUND, "the rule"),
+    ("mcsd", "greedy"): ("round", 3, "a k-config tree's accepted paths are many: a path not seen before copies its cache rollback index once"),
+    ("mcsd_dynamic", "greedy"): ("round", ROUND, "the rule"),
+    ("mcsd_target_init", "greedy"): ("round", ROUND, "the rule"),
+    ("eagle2", "greedy"): ("round", 3, "EAGLE-2's re-ranked tree is read to the host (its shape), its mask copied when the shape is new, and the committed tokens uploaded for the head"),
+    ("medusa", "greedy"): ("round", ROUND, "the rule"),
+    ("medusa_typical", "greedy"): ("round", ROUND, "the rule"),
+    ("lookahead", "greedy"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
+    ("specinfer", "sampling"): ("round", 3, _MERGE),
+    ("spectr", "sampling"): ("round", 3, _MERGE),
+    ("mcsd", "sampling"): ("round", 4, _MERGE),
+    ("mcsd_dynamic", "sampling"): ("round", 8, _SHORT_ROWS),
+    ("mcsd_target_init", "sampling"): ("round", 6, "the target-sampled roots are read (how many are distinct) and " + _SHORT_ROWS),
+    ("eagle2", "sampling"): ("round", 4, "EAGLE-2's re-ranked tree is read to the host (its shape), its mask and the walk's index copied when the shape is new, and the committed tokens uploaded for the head"),
+    ("medusa", "sampling"): ("round", ROUND, "the rule"),
+    ("medusa_typical", "sampling"): ("round", 5, "Medusa's typical acceptance walks the tree on the host (its per-node flags read, then the next token)"),
+    ("lookahead", "sampling"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
+    ("dsbd", "sampling"): ("round", 52, "a beam forest per round: per-beam bookkeeping and tree rollback on the host (not reduced this session)"),
 }
 CASES = [(m, d) for m in sorted(registry()) for d in registry()[m].decodings]
 
