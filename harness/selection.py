@@ -38,6 +38,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 
+from harness.adaptive.columns import selection_columns
 from harness.adaptive.draft_selection import DIM, N_FIT, DraftSelector, PromptFeaturizer, alpha_from_record
 from harness.decoders.base import Decoder, Generation
 from harness.errors import ConfigError
@@ -107,12 +108,10 @@ class DraftSelection:
         return getattr(self.decoder, name)
 
     def params_dict(self) -> dict[str, Any]:
-        """The decoder's parameters with the selection's under their 0.2 flat names."""
-        from harness.config.legacy import SELECTION_KEYS_0_2
-
-        old = {new: key for key, (new, _) in SELECTION_KEYS_0_2.items()}
-        values = {old[k]: v for k, v in self.params_selection.as_dict().items()}
-        return {**self.decoder.params_dict(), "draft_selection": self.params_selection.name, **values}
+        """The decoder's parameters with the selection's as the summary's flat columns
+        (:func:`harness.adaptive.columns.selection_columns`)."""
+        selection = {"name": self.params_selection.name, **self.params_selection.as_dict()}
+        return {**self.decoder.params_dict(), **selection_columns(selection)}
 
     # ------------------------------------------------------------------ features
     def perplexity(self, ids: list[int]) -> float:

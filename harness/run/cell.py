@@ -22,9 +22,9 @@ from harness.run import fingerprint
 
 from harness.results import store
 from harness.decoders.base import Decoder
-from harness.decoding import Decoding, as_decoding
+from harness.decoding import Decoding
 from harness.errors import ConfigError, NotApplicable
-from harness.methods import MethodSpec, cell_method_spec
+from harness.methods import MethodSpec, cell_method_spec, read_decoding
 from harness.models import PairSpec
 from harness.resources import conf_dir
 
@@ -58,7 +58,7 @@ def plan_cell(cfg: Mapping[str, Any]) -> CellPlan:
     a method that cannot decode the requested way, :class:`~harness.errors.ConfigError` for bad input; loads
     nothing."""
     decoding = cfg.get("decoding")
-    return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
+    return CellPlan(cell_method_spec(cfg), read_decoding(decoding) if decoding is not None else None,
                     PairSpec.from_config(cfg["pair"]))
 
 
