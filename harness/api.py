@@ -23,7 +23,6 @@ parameters may be given at the top level of :func:`sweep`'s cells (``{"method": 
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping

@@ -89,7 +89,8 @@ class DraftSelection:
                               f"pair '{pair.name}' has {len(pair.drafts)}")
         self.pair, self.params_selection = pair, params
         self.drafts = list(pair.drafts)
-        self.default = pair.draft_id if pair.draft_id in pair.drafts else self.drafts[0]
+        self.default: str = pair.draft_id if pair.draft_id is not None and pair.draft_id in pair.drafts \
+            else self.drafts[0]
         self.decoders = {d: make(pair.with_draft(d)) for d in self.drafts}
         self.decoder = self.decoders[self.default]
         self.cheapest = min(self.drafts, key=lambda d: _params(pair.drafts[d]))
@@ -186,15 +187,13 @@ class DraftSelection:
         ids = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()]
         key, u = tuple(ids), self.feature(ids)
         nan = math.nan
-        if self.fitting:
-            served, extra = None, 0.0
-            for d in [self.default] + [d for d in self.drafts if d != self.default]:
+        if self.selector is None:  # fitting: the default draft's generation is served, the others' time is extra
+            served = self.decoders[self.default].generate(ids, max_new_tokens, seed, stop=stop)
+            served_alpha, extra = self._observe(self.default, key, u, served), 0.0
+            for d in [d for d in self.drafts if d != self.default]:
                 gen = self.decoders[d].generate(ids, max_new_tokens, seed, stop=stop)
-                alpha = self._observe(d, key, u, gen)
-                if served is None:
-                    served, served_alpha = gen, alpha
-                else:
-                    extra += gen.stats.wall_time_s
+                self._observe(d, key, u, gen)
+                extra += gen.stats.wall_time_s
             served.selection = {"phase": "fit", "draft": self.default, "alpha_predicted": nan,
                                 "alpha_realised": served_alpha, "fit_r2": nan, "fit_r2_loo": nan,
                                 "c": self.cost(self.default), "fit_extra_time_s": extra,

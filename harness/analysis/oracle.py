@@ -78,7 +78,7 @@ def oracle_tables(cells: pd.DataFrame, records: pd.DataFrame,
     rec = records[["cell_id", "index", "new_tokens", "wall_time_s"]]
     sweeps, comparisons = [], []
     fixed = cells[cells.policy == "fixed"]
-    for key, group in fixed.groupby("sweep_key"):
+    for _, group in fixed.groupby("sweep_key"):
         if group["param.gamma"].nunique() < 2:
             continue
         group = group.drop_duplicates("param.gamma")

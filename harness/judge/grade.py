@@ -18,6 +18,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from harness.judge import prompts as P
 from harness.judge.cache import JudgmentCache, judgment_key
@@ -96,7 +97,7 @@ def build_jobs(task, records: list[dict], cfg: JudgeConfig, reference: dict | st
             why = f"no reference answer for question {qid} (category {category} is graded against one: " \
                   "judge.reference_answers)"
         ref = refs.get(qid) if P.needs_reference(category) else None
-        new = lambda kind: Job(int(r["index"]), kind, qid, turn, reason=why)  # noqa: E731
+        new = partial(Job, int(r["index"]), question_id=qid, turn=turn, reason=why)
         if "single" in cfg.modes:
             jobs.append(new("single"))
             if why is None:

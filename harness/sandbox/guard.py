@@ -117,7 +117,7 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
         try:
             return _readlink("/proc/self/fd/" + _str(fd))
         except _oserror:
-            raise _perm("sandbox: unknown file descriptor")
+            raise _perm("sandbox: unknown file descriptor") from None
 
     def within(path, folder=_tmp):
         return path == folder or path.startswith(folder + "/")

@@ -180,7 +180,7 @@ def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bo
             meter = on_meter() if arm == "on" else NullMeter("sampler off")
             tokens = seconds = 0
             for i, p in enumerate(ids):
-                g = meter.measure("p", lambda p=p: decoder.generate(p, max_new, seed=i)).result
+                g = meter.measure("p", lambda p=p, i=i: decoder.generate(p, max_new, seed=i)).result
                 tokens, seconds = tokens + g.stats.new_tokens, seconds + g.stats.wall_time_s
             meter.close()
             per_round[arm].append((tokens, seconds))

@@ -169,7 +169,6 @@ def copy_bandwidth_gbs(device, gib: float = 1.0) -> float:
     a = torch.empty(n, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
     seconds = _timed(lambda: b.copy_(a), device, 10)
-    del a, b
     return 2 * n * 4 / seconds / 1e9
 
 
@@ -186,7 +185,7 @@ def cost_curves(pairs: dict, ks: list[int], device, reps: int, log) -> dict:
         started = time.perf_counter()
         try:
             target, draft, dtype = build()
-        except Exception as e:  # out of memory, or a shape this transformers cannot build
+        except Exception as e:  # noqa: BLE001 — out of memory, or a shape this transformers cannot build: recorded
             out[name] = {"measured": False, "why": f"could not build: {type(e).__name__}: {e}"}
             continue
         curve = verification_curve(target, ks, 128 if str(device).startswith("cuda") else 32, device, reps)
