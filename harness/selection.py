@@ -85,8 +85,8 @@ class DraftSelection:
 
     def __init__(self, pair: ModelPair, make: Callable[[ModelPair], Decoder], params: SelectionParams):
         if len(pair.drafts) < 2:
-            raise ConfigError(f"draft_selection=ols needs a pair with several drafts (pair.drafts, e.g. pair=tiny_multi); "
-                              f"pair '{pair.name}' has {len(pair.drafts)}")
+            raise ConfigError("draft_selection=ols needs a pair with several drafts (pair.drafts, e.g. "
+                              f"pair=tiny_multi); pair '{pair.name}' has {len(pair.drafts)}")
         self.pair, self.params_selection = pair, params
         self.drafts = list(pair.drafts)
         self.default: str = pair.draft_id if pair.draft_id is not None and pair.draft_id in pair.drafts \
@@ -98,7 +98,8 @@ class DraftSelection:
         self.featurizer = PromptFeaturizer(dim=params.features)
         self.features: dict[tuple, np.ndarray] = {}
         self.samples: dict[str, dict[tuple, tuple[np.ndarray, float]]] = {d: {} for d in self.drafts}
-        self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}  # Σ draft s, calls, Σ verify s, calls
+        # per draft: Σ draft s, calls, Σ verify s, calls
+        self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}
         self.selector: DraftSelector | None = None
         self.prepared = False
         self.feature_time_s: dict[tuple, float] = {}
@@ -125,7 +126,8 @@ class DraftSelection:
     def prepare(self, prompts: list[list[int]]) -> None:
         prompts = [list(map(int, p)) for p in prompts]
         if len(prompts) < 2:
-            raise ConfigError(f"draft_selection=ols fits its features on the cell's prompts: needs >= 2, got {len(prompts)}")
+            raise ConfigError("draft_selection=ols fits its features on the cell's prompts: "
+                              f"needs >= 2, got {len(prompts)}")
         ppls = []
         for p in prompts:
             t0 = time.perf_counter()

@@ -117,7 +117,8 @@ def forest(table: pd.DataFrame, value: str, xlabel: str, reference: float | None
 
 def _panel(ax, g: pd.DataFrame, quality: str, cost: str, fronts: dict) -> None:
     markers = _markers(g)
-    small = pd.to_numeric(g.get("n_prompts", pd.Series(SMALL_N, index=g.index)), errors="coerce").fillna(SMALL_N) < SMALL_N
+    small = pd.to_numeric(g.get("n_prompts", pd.Series(SMALL_N, index=g.index)),
+                          errors="coerce").fillna(SMALL_N) < SMALL_N
     for (_, row), is_small in zip(g.iterrows(), small):
         c = colour(row.get("method_name", row["label"]))
         ax.errorbar(row[cost], row[quality], xerr=_err([row[cost]], [row.get(cost + "_lo")], [row.get(cost + "_hi")]),

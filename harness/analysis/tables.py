@@ -120,7 +120,8 @@ def cell_row(summary: dict) -> dict:
         return v.get("name") if isinstance(v, dict) else v
 
     row.update({"method_name": method_name, "family": method_name, "method": method_label(method_name, params),
-                "pair": _pair_label(ident("pair"), cfg), "dataset": ident("dataset"), "gpu": ident("gpu"), "seed": ident("seed"),
+                "pair": _pair_label(ident("pair"), cfg), "dataset": ident("dataset"), "gpu": ident("gpu"),
+                "seed": ident("seed"),
                 "decoding": infer_decoding(method_name, params, summary.get("decoding")),
                 "interleaved": bool(summary.get("interleaved", False)),
                 "max_new_tokens": summary.get("max_new_tokens", cfg.get("max_new_tokens")),

@@ -151,7 +151,8 @@ class OpenAIJudge:
         chunks, total = [], 0
         while True:
             if self.clock() > deadline:
-                raise _Retryable(f"no complete response from {self.url} within {self.cfg.timeout_s} s (judge.timeout_s)")
+                raise _Retryable(f"no complete response from {self.url} within {self.cfg.timeout_s} s "
+                                 "(judge.timeout_s)")
             chunk = response.read1(1 << 16)
             if not chunk:
                 return b"".join(chunks)

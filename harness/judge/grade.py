@@ -111,7 +111,8 @@ def build_jobs(task, records: list[dict], cfg: JudgeConfig, reference: dict | st
             elif why is None and any(a is None for a in other):
                 g1.reason = g2.reason = f"the reference cell has no answer to question {qid} turn {turn}"
             elif why is None:
-                g1.prompt, g2.prompt = P.pair_prompt(questions, said, other, ref), P.pair_prompt(questions, other, said, ref)
+                g1.prompt = P.pair_prompt(questions, said, other, ref)
+                g2.prompt = P.pair_prompt(questions, other, said, ref)
             jobs += [g1, g2]
     return jobs
 

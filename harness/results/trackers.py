@@ -5,8 +5,8 @@ Weights & Biases or MLflow; ``tracker=none`` (the default) logs nothing.
 Offline by default: wandb runs in ``offline`` mode into ``<results_dir>/wandb`` (``wandb sync`` uploads later;
 ``tracker.offline=false`` logs online), MLflow into the local file store ``<results_dir>/mlruns`` (``mlflow ui
 --backend-store-uri <results_dir>/mlruns``; ``tracker.uri`` names a tracking server or a database store such as
-``sqlite:///mlflow.db``, which needs the full ``mlflow`` package; MLflow 3 keeps the file store in maintenance mode, and the harness sets its opt-in
-``MLFLOW_ALLOW_FILE_STORE=true`` for the default). The packages are optional
+``sqlite:///mlflow.db``, which needs the full ``mlflow`` package; MLflow 3 keeps the file store in maintenance mode,
+and the harness sets its opt-in ``MLFLOW_ALLOW_FILE_STORE=true`` for the default). The packages are optional
 extras (``pip install 'decoding-harness[wandb]'`` / ``[mlflow]``), checked in validation before any model loads.
 
 A tracker only copies what the cell wrote: the records and summary on disk are the measurement, and a tracker

@@ -62,7 +62,8 @@ def prompt_budget(n_positions: int, max_new_tokens: int, extra: int) -> int:
     return n_positions - max_new_tokens - extra
 
 
-def fit_prompt(ids: list[int], n_positions: int | None, max_new_tokens: int, extra: int) -> tuple[list[int], int | None]:
+def fit_prompt(ids: list[int], n_positions: int | None, max_new_tokens: int,
+               extra: int) -> tuple[list[int], int | None]:
     """``(ids, None)`` when the prompt fits, else ``(its last budget tokens, the original length)``."""
     if n_positions is None:
         return list(ids), None

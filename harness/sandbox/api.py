@@ -74,7 +74,8 @@ class RunResult:
         self.flags, self.files, self.denied = tuple(flags), tuple(files), tuple(denied)
 
     def __repr__(self):
-        return "RunResult(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if k not in ("stdout", "stderr")) + ")"
+        return "RunResult(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__
+                                        if k not in ("stdout", "stderr")) + ")"
 
 
 def run_python(source: str, limits: PythonLimits | None = None, audit_guard: bool = True,

@@ -228,5 +228,6 @@ def plan(level: str, tmp: str, limits) -> dict:
             "identity": {"root": root, "real_only": mode == "fallback" and not _reachable()},
             "rlimits": rlimits.limits(limits.timeout_s, limits.memory_mb, file_mb, limits.max_open_files,
                                       limits.max_processes, own_uid=root),
-            "landlock": abi, "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],
+            "landlock": abi,
+            "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],
             "seccomp": seccomp_available()}

@@ -77,8 +77,10 @@ def compute() -> dict:
         stdlib = _stdlib_dirs(exe)
         allowed, hidden = _extension_files(stdlib)
         _CACHE["view"] = {
-            "exe": exe, "stdlib": stdlib, "stdlib_top": top_folders(stdlib), "extensions": allowed, "hidden_files": hidden,
-            "hidden_dirs": [os.path.join(d, h) for d in stdlib for h in _HIDDEN_DIRS if os.path.isdir(os.path.join(d, h))],
+            "exe": exe, "stdlib": stdlib, "stdlib_top": top_folders(stdlib), "extensions": allowed,
+            "hidden_files": hidden,
+            "hidden_dirs": [os.path.join(d, h) for d in stdlib for h in _HIDDEN_DIRS
+                            if os.path.isdir(os.path.join(d, h))],
             "libs": [p for p in _shared_libraries([exe, *allowed]) if p != exe],
             "extras": [p for p in _EXTRAS if os.path.exists(p)], "devices": list(DEVICES)}
     return _CACHE["view"]

@@ -95,10 +95,12 @@ def verification_curve(model, ks: list[int], prefix: int, device, reps: int) -> 
                 forward(ids[:, prefix:prefix + k], cache)
                 truncate(cache, prefix)
             seconds[k] = _timed(call, device, reps)
-    return {"prefix_tokens": prefix, "seconds": seconds, "ratio_to_k1": {k: s / seconds[ks[0]] for k, s in seconds.items()}}
+    ratios = {k: s / seconds[ks[0]] for k, s in seconds.items()}
+    return {"prefix_tokens": prefix, "seconds": seconds, "ratio_to_k1": ratios}
 
 
-def ar_tokens_per_s(model, device, tokens: int = 64, prefix: int = 32, warmup: int = 8, clock=time.perf_counter) -> float:
+def ar_tokens_per_s(model, device, tokens: int = 64, prefix: int = 32, warmup: int = 8,
+                    clock=time.perf_counter) -> float:
     """Greedy one-token steps with a KV cache (the AR baseline's inner loop), tokens per second, after ``warmup``
     untimed steps on the same cache (issue 28 item 4).
 
