@@ -73,7 +73,7 @@ RATIO_DEFINITIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _ratio(num: float, den: float) -> float:
+def _ratio(num: float | None, den: float | None) -> float:
     if num is None or den is None or not den or (isinstance(den, float) and math.isnan(den)):
         return NAN
     return num / den

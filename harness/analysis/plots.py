@@ -15,14 +15,14 @@ import zlib
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from harness.analysis.quality import quality_label  # noqa: E402
-from harness.analysis.regime import regimes  # noqa: E402
+from harness.analysis.quality import quality_label
+from harness.analysis.regime import regimes
 
 MARKERS = "osD^v<>pPX*h"
 GROUP = ["pair", "dataset", "gpu", "regime"]

@@ -26,7 +26,7 @@ IDENTITY_COLUMNS = ("pair", "dataset", "gpu", "seed", "max_new_tokens")
 
 def warp_of(params: dict, cfg: dict) -> dict:
     """The warp a cell sampled with: the config's ``decoding`` node, else the method's parameters."""
-    dec = cfg.get("decoding") if isinstance(cfg.get("decoding"), dict) else {}
+    dec = node if isinstance(node := cfg.get("decoding"), dict) else {}
     src = dec if any(k in dec for k in WARP) else params
     return {k: src.get(k) for k in WARP if src.get(k) is not None}
 

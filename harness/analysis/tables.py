@@ -133,7 +133,7 @@ def cell_row(summary: dict) -> dict:
 def _pair_label(name, cfg: dict):
     """The pair's name, with `` [graphs]`` for a cell run in the graphs execution mode (``pair.execution``): the
     two modes' cells are separate comparisons, each with its own AR baseline, side by side in the report."""
-    pair = cfg.get("pair") if isinstance(cfg.get("pair"), dict) else {}
+    pair = node if isinstance(node := cfg.get("pair"), dict) else {}
     mode = pair.get("execution") or "eager"
     return name if mode == "eager" or name is None else f"{name} [{mode}]"
 

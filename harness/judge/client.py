@@ -148,7 +148,8 @@ class OpenAIJudge:
 
     def _read(self, response, deadline: float) -> bytes:
         """The body, in chunks, until ``deadline`` (the injected clock) or :data:`MAX_RESPONSE_BYTES`."""
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:
             if self.clock() > deadline:
                 raise _Retryable(f"no complete response from {self.url} within {self.cfg.timeout_s} s "
@@ -164,7 +165,9 @@ class OpenAIJudge:
 
     def _post(self, body: bytes) -> str:
         request = urllib.request.Request(self.url, data=body, headers=self._headers(), method="POST")
-        deadline, connections, expired = self.clock() + self.cfg.timeout_s, [], []
+        deadline = self.clock() + self.cfg.timeout_s
+        connections: list[http.client.HTTPConnection] = []
+        expired: list[bool] = []
 
         def cut_off():  # the real-time bound: whatever phase the request is in (headers trickled included)
             expired.append(True)

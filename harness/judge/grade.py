@@ -40,7 +40,7 @@ def make_judge(cfg: JudgeConfig):
 
         try:
             return LocalJudge(cfg)
-        except Exception as e:  # noqa: BLE001 — an unloadable judge fails its judgments, never the cell
+        except Exception as e:  # an unloadable judge fails its judgments, never the cell
             raise JudgeFailure(f"the local judge {cfg.model} could not be loaded: {type(e).__name__}: {e}") from e
     raise JudgeFailure(f"no judge for backend {cfg.backend!r}")
 

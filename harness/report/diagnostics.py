@@ -2,6 +2,8 @@
 measurement quality and provenance."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -80,6 +82,11 @@ def sec_latency(doc: Doc, a: Analysis) -> None:
     doc.table(table, "Latency percentiles" + (f" — {said}" if said else ""))
 
 
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """``df[name]``, or NaN where the table has no such column."""
+    return df.get(name, pd.Series(np.nan, index=df.index))
+
+
 def sec_theory(doc: Doc, a: Analysis) -> None:
     sd = theory.sd_checks(a.records, a.cells, a.ratios)
     ds = theory.dsbd_checks(a.records, a.cells)
@@ -91,7 +98,7 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
     if sd.empty:
         doc.p("No cell drafted.")
     else:
-        col = lambda name: sd.get(name, pd.Series(np.nan, index=sd.index))  # noqa: E731
+        col = partial(_column, sd)
         show = pd.DataFrame({"method": sd["label"], "decoding": col("regime"), "dataset": sd["dataset"],
                              "seed": sd["seed"],
                              "rounds": col("rounds"),
@@ -159,7 +166,7 @@ def sec_acceptance(doc: Doc, a: Analysis) -> None:
 
 def sec_oracle(doc: Doc, a: Analysis) -> None:
     """Fixed-γ sweeps and the per-prompt oracle (adaptive §3); adaptive γ policies against them."""
-    sweeps, comparisons = a.tables.get("oracle_sweeps"), a.tables.get("oracle_comparisons")
+    sweeps, comparisons = a.tables["oracle_sweeps"], a.tables.get("oracle_comparisons")  # shown when computed
     doc.p("A fixed-γ sweep is a set of cells differing only in γ (policy fixed). Best fixed γ: the highest "
           "tokens/s over the dataset (ratio of totals); oracle: every prompt at its own best γ (adaptive §3: "
           "9-18 % over the best per-dataset γ) — a maximum over single noisy runs, so an optimistic bound.")

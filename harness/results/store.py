@@ -27,7 +27,7 @@ from typing import Callable
 
 from harness.config.legacy import current_names
 from harness.results import cellfile, integrity
-from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,  # noqa: F401
+from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,
                                       fsync_dir)  # (re-exported)
 from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.results.record import record_problems

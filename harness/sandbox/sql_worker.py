@@ -91,6 +91,7 @@ def main() -> None:
     out = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
+        reply: dict[str, object]
         try:
             rows = query(request["db"], request["sql"], request["timeout_s"], request["max_rows"],
                          request["max_value_bytes"])

@@ -44,7 +44,8 @@ def _stdlib_dirs(exe: str) -> list[str]:
 def _extension_files(stdlib: list[str]) -> tuple[list[str], list[str]]:
     """(allowed, hidden) C extension files in the standard library's folders: allowed only when the
     file is a standard-library module (``sys.stdlib_module_names``) that is not denied."""
-    allowed, hidden = [], []
+    allowed: list[str] = []
+    hidden: list[str] = []
     for folder in stdlib:
         for entry in sorted(os.listdir(folder)):
             if not entry.endswith(".so"):

@@ -174,7 +174,7 @@ def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bo
         clock = RealClock()
         return make_energy_meter(cfg, [0], nvml=SimulatedNVML([SimGPU(clock)], clock), clock=clock)
 
-    per_round = {"off": [], "on": []}
+    per_round: dict[str, list[tuple[int, float]]] = {"off": [], "on": []}
     for r in range(rounds):
         for arm in (("off", "on") if r % 2 == 0 else ("on", "off")):
             meter = on_meter() if arm == "on" else NullMeter("sampler off")

@@ -12,6 +12,7 @@ import json
 import math
 import shutil
 import sys
+from typing import Any
 
 from harness.energy.sensors import characterize
 from harness.energy.sampler import RealClock, Sampler
@@ -83,7 +84,7 @@ def probe(poll_seconds: float = 1.0, idle_seconds: float = 2.0, nvml=None, clock
     """Everything the probe reports, as a dict (``gpus`` is empty where there is no GPU)."""
     smi = shutil.which("nvidia-smi")
     module, reason = init_nvml(nvml)
-    report = {"nvml": reason or "ok", "nvidia_smi": smi or "not on PATH", "gpus": []}
+    report: dict[str, Any] = {"nvml": reason or "ok", "nvidia_smi": smi or "not on PATH", "gpus": []}
     if module is None:
         return report
     try:

@@ -79,7 +79,7 @@ class _Cmp(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
 
 
-_LIBRARY = []
+_LIBRARY: list[ctypes.CDLL] = []
 
 
 def library():
