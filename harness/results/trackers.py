@@ -103,10 +103,10 @@ def _mlflow(cfg: TrackerConfig, results_dir: Path, cid: str, params: dict, metri
 BACKENDS = {"wandb": _wandb, "mlflow": _mlflow}
 
 
-def log_cell(tracker: Mapping[str, Any] | None, cell_dir: str | Path, results_dir: str | Path) -> bool:
+def log_cell(tracker: TrackerConfig | Mapping[str, Any] | None, cell_dir: str | Path, results_dir: str | Path) -> bool:
     """Log one finished cell to the configured tracker; True when it was logged. A tracker's failure is a
     warning: the cell's files are the measurement, and they are written."""
-    cfg = TrackerConfig(**(tracker or {}))
+    cfg = tracker if isinstance(tracker, TrackerConfig) else TrackerConfig(**(tracker or {}))
     if cfg.name == "none":
         return False
     try:

@@ -21,6 +21,7 @@ from harness.config import identity
 from harness.run import fingerprint
 
 from harness.results import store
+from harness.results.trackers import TrackerConfig
 from harness.decoders.base import Decoder
 from harness.decoding import Decoding
 from harness.errors import ConfigError, NotApplicable
@@ -86,6 +87,7 @@ class Cell:
     results_dir: str
     force: Force
     not_applicable: str | None = None
+    tracker: TrackerConfig | None = None  # where the finished cell is copied (harness.results.trackers); None: nowhere
 
     @classmethod
     def build(cls, config: Mapping[str, Any]) -> Cell:
@@ -124,7 +126,8 @@ class Cell:
                    energy=energy, judge=_judge(config.get("judge")), runner=runner_config(config),
                    report=_node(ReportConfig, "report", config.get("report")), seed=int(config.get("seed", 0)),
                    max_new_tokens=config.get("max_new_tokens"), results_dir=str(config.get("results_dir", "results")),
-                   force=config.get("force", False), not_applicable=not_applicable)
+                   force=config.get("force", False), not_applicable=not_applicable,
+                   tracker=_node(TrackerConfig, "tracker", config.get("tracker")))
         if remember:
             _VALIDATED[_key(config)] = cell
         return cell

@@ -53,17 +53,15 @@ log = logging.getLogger("harness")
 _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
-def get_pair(pair: PairSpec | Mapping[str, Any], progress: bool = True) -> ModelPair:
+def get_pair(pair: PairSpec, progress: bool = True) -> ModelPair:
     """Load (once per process: a local sweep runs its cells in one process) the model pair, and set its execution
     mode (``pair.execution``: cells of both modes share the loaded weights)."""
-    pair_cfg = dataclasses.asdict(pair) if isinstance(pair, PairSpec) else dict(pair)
-    loaded = {k: v for k, v in pair_cfg.items() if k != "execution"}
+    loaded = {k: v for k, v in dataclasses.asdict(pair).items() if k != "execution"}  # what the weights depend on
     key = json.dumps(loaded, sort_keys=True, default=str)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
-        kwargs = {k: v for k, v in loaded.items() if k not in ("target", "draft")}
-        _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
-    return _PAIR_CACHE[key].set_execution(pair_cfg.get("execution") or DEFAULT_EXECUTION)
+        _PAIR_CACHE[key] = load_pair(**loaded, progress=progress)
+    return _PAIR_CACHE[key].set_execution(pair.execution or DEFAULT_EXECUTION)
 
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
@@ -152,8 +150,8 @@ def run_cells(cfgs: Sequence[Cell | Mapping[str, Any]], results_dir: str | Path 
 def _track(cells: list[CellRun], results_dir) -> None:
     """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
     for c in cells:
-        tracker = c.cfg.get("tracker") or {}
-        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
+        tracker = c.cell.tracker
+        if c.outcome is not None and c.outcome.status == "done" and tracker is not None and tracker.name != "none":
             from harness.results.trackers import log_cell
 
             log_cell(tracker, c.cell_dir, results_dir)
