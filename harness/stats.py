@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from harness.primitives.round import Round
 
@@ -97,7 +97,7 @@ def _finite_sum(values) -> float:
     return total
 
 
-def pooled_totals(records: list[Mapping[str, Any]]) -> dict[str, float]:
+def pooled_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """A cell's totals from its records: counts summed, ``committed_tokens`` = Σ of every accept length.
 
     Records of older result folders are read under the current names (:mod:`harness.config.legacy`).
