@@ -104,7 +104,7 @@ class ModelPair:
         return sorted(devs)
 
 
-def check_model_ref(key: str, ref: str) -> None:
+def check_model_ref(key: str, ref: str | None) -> None:
     """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}", key=key)

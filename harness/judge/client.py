@@ -86,6 +86,8 @@ class OpenAIJudge:
         by tests)."""
         import os
 
+        if not cfg.base_url:
+            raise JudgeFailure("judge.base_url: the openai judge needs the API's base URL")
         self.cfg = cfg
         self.url = cfg.base_url.rstrip("/") + "/chat/completions"
         env = os.environ if environ is None else environ
