@@ -60,6 +60,13 @@ class Job:
     cached: bool = False
     ms: float = NAN
 
+    @property
+    def asked(self) -> P.JudgePrompt:
+        """The prompt of a job that was put to the judge (every job with an output has one)."""
+        if self.prompt is None:
+            raise ValueError(f"judgment {self.kind} of record {self.index} has no prompt: {self.reason}")
+        return self.prompt
+
 
 def answer_text(task, record: dict) -> str | None:
     """The answer as graded: the output cut at the task's stop string and stripped (FastChat)."""
@@ -143,7 +150,7 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
     def one(job: Job) -> None:
         start = time.perf_counter()
         try:
-            output = judge.complete(job.prompt.messages)
+            output = judge.complete(job.asked.messages)
         except JudgeFailure as e:
             job.reason = str(e)
             return
@@ -152,7 +159,7 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
             return
         job.ms = (time.perf_counter() - start) * 1e3
         job.output = output
-        cache.put(job.key, {"judge": judge_id, "prompt": job.prompt.version, "question_id": job.question_id,
+        cache.put(job.key, {"judge": judge_id, "prompt": job.asked.version, "question_id": job.question_id,
                             "turn": job.turn, "output": output, "ms": job.ms,
                             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
@@ -169,14 +176,14 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
 
 
 def _single_fields(job: Job, turn: int) -> dict:
-    score, reason = parse_rating(job.output, job.prompt.data) if job.output is not None else (NAN, job.reason)
+    score, reason = parse_rating(job.output, job.asked.data) if job.output is not None else (NAN, job.reason)
     return {f"metric.{SCORE}": score, f"metric.{SCORE}_turn{turn}": score,
             "judge.prompt": job.prompt.name if job.prompt else None, "judge.reason": reason,
             "judge.text": job.output, "judge.cached": job.cached, "judge.ms": job.ms}
 
 
 def _pair_fields(g1: Job, g2: Job, turn: int) -> dict:
-    winners = [parse_winner(g.output, g.prompt.data) if g.output is not None else "error" for g in (g1, g2)]
+    winners = [parse_winner(g.output, g.asked.data) if g.output is not None else "error" for g in (g1, g2)]
     if g1.output is None or g2.output is None:
         score, reason = NAN, g1.reason or g2.reason
     else:
