@@ -124,7 +124,8 @@ def _across_datasets(g: pd.DataFrame, pair, role: str, col: str) -> tuple[float,
     if refused:
         return np.nan, "n/a: " + "; ".join(refused), sources
     if not have:
-        return np.nan, "n/a: " + "; ".join(f"{d}: {why}" for d, _, why in chosen[:2]), sources
+        whys = list(dict.fromkeys(why for _, _, why in chosen))
+        return np.nan, "n/a: " + (whys[0] if len(whys) == 1 else "; ".join(f"{d}: {w}" for d, _, w in chosen)), sources
     if len(have) == 1:
         e = column_entry(have[0][1], col, (), (), None)
         value, text = e.value, e.text
