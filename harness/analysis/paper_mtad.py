@@ -40,8 +40,11 @@ def shown(summary: pd.DataFrame, tables: str = "§5") -> pd.DataFrame:
     """The cells of the pairs ``tables`` show: §5's pairs only §5's tables ("§5"), App. C's pairs only their own
     ("9-10", "11": :data:`~harness.analysis.paper_values.MTAD_APPENDIX_PAIRS`), any other pair (your own, the tiny
     twin's) every table — so no table mixes in a pair the paper kept to another."""
-    own = {**dict.fromkeys(pv.PAIRS["mtad"], "§5"), **{p: t for p, (t, _) in pv.MTAD_APPENDIX_PAIRS.items()}}
-    return summary[[own.get(str(p), tables) == tables for p in summary["pair"]]] if len(summary) else summary
+    def owner(pair) -> str:
+        appendix = pv.MTAD_APPENDIX_PAIRS.get(str(pair))
+        return appendix[0] if appendix else "§5" if pv.paper_pair("mtad", pair) else tables
+
+    return summary[[owner(p) == tables for p in summary["pair"]]] if len(summary) else summary
 
 
 def app_f(summary: pd.DataFrame, tables: str = "§5") -> pd.DataFrame:

@@ -63,7 +63,7 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                 for i, (measure, col) in enumerate((("score", prim.column), ("ppl", PPL))):
                     entries.append(column_entry(rows, col, (_head(role, spec, summary), measure),
                                                 (str(pair), names[key]), None,
-                                                _printed(printed and printed[2 * j + i], "9-10"), why=why))
+                                                _printed(printed[2 * j + i] if printed else None, "9-10"), why=why))
     return assemble("mtad.table9", "MTAD Table 9: single-token multinomial sampling and MTJD",
                     f"MTJD: k (γ) 4, the target's beam decoding over 4 tokens. Score: each dataset's primary metric "
                     f"(notes; the paper prints Spider accuracy and pass@1 in %); higher scores, lower ppl are better. "
@@ -103,7 +103,7 @@ def table10(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                 rows, why = _role_rows(gp, TABLE10[role], role, "Table 10's setting")
                 for i, (measure, col, hib) in enumerate(measures):
                     entries.append(column_entry(rows, col, (names[key], str(pair), measure), heads[role], hib,
-                                                _printed(printed and printed[i][j], "9-10"), why=why))
+                                                _printed(printed[i][j] if printed else None, "9-10"), why=why))
     setting = "; ".join(f"{r} = {s}" for r, s in TABLE10.items())
     return assemble("mtad.table10", "MTAD Table 10: MTAD and the other decoding methods on Llama-3 and "
                     "Llama-3-Instruct", f"Lossy / lossless (and †): each method's cells' recorded lossless; 'ours': "
@@ -147,15 +147,15 @@ def table11(summary: pd.DataFrame) -> PaperTable:
     names, common = block_names([k for k, _ in found], ["pair", "gpu", "regime"])
     for key, g in found:
         name = _paper_name(key[0], "11")
-        notes.append(f"{names[key]}: " + (f"Table 15's {name} column per dataset" if name else
-                                          "a pair the paper does not name: Table 4's setting for it (m 2, MTAD τ 0.1; BiLD's "
-                                          "thresholds not fixed)"))
+        notes.append(f"{names[key]}: " + (f"Table 15's {name} column per dataset" if name else "a pair the paper "
+                                          "does not name: Table 4's setting for it (m 2, MTAD τ 0.1; BiLD's thresholds "
+                                          "not fixed)"))
         printed = pv.MTAD_TABLE11.get(name)
         for j, (role, method) in enumerate(ROLES):
             for i, (measure, col, hib) in enumerate(MEASURES):
                 value, text, sources = _across_datasets(g, key[0], role, col)
                 entries.append(Entry((names[key], measure), (_head(role, method, summary),), value, text, sources,
-                                     _printed(printed and printed[i][j], "11"), hib))
+                                     _printed(printed[i][j] if printed else None, "11"), hib))
     return assemble("mtad.table11", "MTAD Table 11: inference efficiency and output perplexity with OPT (350M, 30B) "
                     "and Llama-2-Chat (7B, 70B)", f"Mean ± s.d. across datasets (means over seeds per dataset; one "
                     f"dataset: its entry). Bold: best in the row, underlined: second best. {common}.",

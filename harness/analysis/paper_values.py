@@ -91,19 +91,21 @@ MTAD_TABLE12 = {(20, 0.9): ("3.74", "22.6", "3.64", "36.8", "2.06", "63.0"),
 
 # mtad App. C's pairs, kept to their own tables (§5's tables show §5's pairs): harness pair -> (its tables, the
 # paper's name there). Table 11's names are also Table 15's family columns (L: Llama-2, O: OPT) their settings follow.
-MTAD_APPENDIX_PAIRS = {"llama31_8b_32_1b": ("9-10", "Llama-3"), "llama31_8b_32_1b_instruct": ("9-10", "Llama-3-Instruct"),
+MTAD_APPENDIX_PAIRS = {"llama31_8b_32_1b": ("9-10", "Llama-3"),
+                       "llama31_8b_32_1b_instruct": ("9-10", "Llama-3-Instruct"),
                        "opt_30b_350m": ("11", "OPT"), "llama2_70b_chat_7b_chat": ("11", "Llama-2")}
 MTAD_APPENDIX_DATASETS = {"spider": "SP", "mt_bench": "MT", "humaneval": "HumanEval"}  # Tables 9-10's datasets
 # mtad Table 9 (App. C.1): (pair, dataset) -> (multinomial score, multinomial ppl, MTJD score, MTJD ppl); score: Spider
 # accuracy (%), MT-Bench score, HumanEval pass@1 (%)
-MTAD_TABLE9 = {("Llama-3", "SP"): ("22.0", "2.58", "52.5", "1.16"), ("Llama-3", "MT"): ("3.40", "2.40", "3.77", "1.32"),
-               ("Llama-3", "HumanEval"): ("15.9", "2.09", "36.6", "1.26"),
-               ("Llama-3-Instruct", "SP"): ("36.0", "2.23", "60.5", "1.18"),
-               ("Llama-3-Instruct", "MT"): ("4.11", "1.91", "4.40", "1.27"),
-               ("Llama-3-Instruct", "HumanEval"): ("28.0", "1.85", "49.4", "1.15")}
+MTAD_TABLE9: dict[tuple, tuple[str, ...]] = {
+    ("Llama-3", "SP"): ("22.0", "2.58", "52.5", "1.16"), ("Llama-3", "MT"): ("3.40", "2.40", "3.77", "1.32"),
+    ("Llama-3", "HumanEval"): ("15.9", "2.09", "36.6", "1.26"),
+    ("Llama-3-Instruct", "SP"): ("36.0", "2.23", "60.5", "1.18"),
+    ("Llama-3-Instruct", "MT"): ("4.11", "1.91", "4.40", "1.27"),
+    ("Llama-3-Instruct", "HumanEval"): ("28.0", "1.85", "49.4", "1.15")}
 # mtad Table 10 (App. C.2): (dataset, pair) -> (tokens/s, J/token, score) -> (BiLD, Typical, spec, spectr, specinfer,
 # MCSS, MTAD); score as Table 9's
-MTAD_TABLE10 = {
+MTAD_TABLE10: dict[tuple, tuple[tuple[str, ...], ...]] = {
     ("SP", "Llama-3-Instruct"): (("20.1", "22.3", "19.6", "22.4", "21.1", "21.7", "23.5"),
                                  ("10.2", "9.5", "10.5", "9.6", "10.2", "10.0", "9.2"),
                                  ("35.0", "42.0", "36.0", "35.5", "37.0", "35.0", "44.0")),
@@ -125,7 +127,7 @@ MTAD_TABLE10 = {
 }
 # mtad Table 11 (App. C.3), mean ± s.d. across datasets: pair -> (speed, energy, perplexity) -> (speculative, BiLD,
 # Spectr, SpecInfer, MTAD)
-MTAD_TABLE11 = {
+MTAD_TABLE11: dict[str | None, tuple[tuple[str, ...], ...]] = {
     "Llama-2": (("8.37±3.07", "8.64±3.50", "9.11±3.03", "8.87±2.82", "9.53±3.29"),
                 ("138±87.7", "142±99.7", "122±66.4", "125±65.4", "119±67.7"),
                 ("1.77±0.22", "1.69±0.25", "1.73±0.24", "1.73±0.24", "1.52±0.19")),

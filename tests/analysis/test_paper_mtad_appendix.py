@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.analysis import paper_mtad, paper_mtad_appendix as app, quality
 from harness.analysis.load import read_results
-from synth_results import SAMPLING, write_cell
+from synth_results import write_cell
 from test_paper_tables import BOOT, MAIN, _filled, _find, _is, _never_mixed, _sources, _with_extra, mtad  # noqa: F401
 
 TABLE10_COLUMNS = [("lossy methods", "BiLD †"), ("lossy methods", "Typical (Medusa) †"), ("lossless methods", "spec"),
@@ -20,7 +20,8 @@ def test_table9_multinomial_against_mtjd(mtad):
     c = res.cells
     t = app.table9(s, res.records)
     assert list(t.text.columns) == [("tiny", "kjv_heldout")]
-    assert list(t.text.index) == [("multinomial", "score"), ("multinomial", "ppl"), ("MTJD †", "score"), ("MTJD †", "ppl")]
+    assert list(t.text.index) == [("multinomial", "score"), ("multinomial", "ppl"), ("MTJD †", "score"),
+                                  ("MTJD †", "ppl")]
     col = t.text.columns[0]
     assert _sources(t, ("multinomial", "ppl"), col) == {_find(c, "ar_sampling", MAIN)}  # not Table 12's warps
     assert _sources(t, ("MTJD †", "score"), col) == {_find(c, "mtjd", MAIN, gamma=4)}
@@ -36,7 +37,7 @@ def test_table10_headers_and_its_one_setting(mtad):
     assert list(t.text.columns) == TABLE10_COLUMNS
     assert [r[2] for r in t.text.index] == ["tokens/s", "J/token", "PPL"]
     row = t.text.index[0]
-    assert _sources(t, row, ("ours", "MTAD †")) == {_find(c, "mtad", MAIN, draft_width=8, tau=0.9)}  # not Table 4's τ 0.1
+    assert _sources(t, row, ("ours", "MTAD †")) == {_find(c, "mtad", MAIN, draft_width=8, tau=0.9)}  # not τ 0.1
     assert _sources(t, row, ("lossy methods", "BiLD †")) == {_find(c, "bild", MAIN)}
     assert _sources(t, row, ("lossless methods", "spectr")) == {_find(c, "spectr", MAIN, num_drafts=2)}
     assert _sources(t, row, ("lossless methods", "MCSS")) == {_find(c, "mcsd", MAIN)}
@@ -100,7 +101,8 @@ def test_the_papers_pairs_fill_only_their_own_tables(tmp_path):
     t10 = app.table10(s, r.records)
     assert {x[1] for x in t10.text.index} == {"llama31_8b_32_1b"}
     row = ("spider", "llama31_8b_32_1b", "execution_accuracy")
-    assert t10.paper.loc[row, ("ours", "MTAD †")] == "35.0 (L40)" and _sources(t10, row, ("ours", "MTAD †")) == {"mtad_l3"}
+    assert t10.paper.loc[row, ("ours", "MTAD †")] == "35.0 (L40)"
+    assert _sources(t10, row, ("ours", "MTAD †")) == {"mtad_l3"}
     t11 = app.table11(s)
     assert [x[0] for x in t11.text.index] == ["opt_30b_350m"] * 3
     speed = t11.text.index[0]
