@@ -47,14 +47,14 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
     sampling and MTJD (k 4); blocks where MTJD ran."""
     summary = app_f(summary, "9-10")
     entries, notes = [], []
-    found = [(k, g) for k, g in blocks(summary, ["dataset", "gpu", "regime"], laid_out=["pair"])
-             if MethodSpec.parse("mtjd").mask(g).any()]
+    found = _in_paper_order([(k, g) for k, g in blocks(summary, ["dataset", "gpu", "regime"], laid_out=["pair"])
+                             if MethodSpec.parse("mtjd").mask(g).any()], pv.MTAD_APPENDIX_DATASETS)
     names, common = block_names([k for k, _ in found], ["dataset", "gpu", "regime"])
     for key, g in found:
         prim = primary(g, records)
         notes.append(f"{names[key]}: score = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
         paper_data = pv.MTAD_APPENDIX_DATASETS.get(str(key[0]))
-        for pair, gp in g.groupby("pair", sort=False):
+        for pair, gp in _pairs(g):
             if not MethodSpec.parse("mtjd").mask(gp).any():
                 continue
             printed = pv.MTAD_TABLE9.get((_paper_name(pair, "9-10"), paper_data))
@@ -64,6 +64,7 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                     entries.append(column_entry(rows, col, (_head(role, spec, summary), measure),
                                                 (str(pair), names[key]), None,
                                                 _printed(printed[2 * j + i] if printed else None, "9-10"), why=why))
+    entries.sort(key=lambda e: _pair_rank(e.col[0]))  # the paper's columns: per pair, its datasets
     return assemble("mtad.table9", "MTAD Table 9: single-token multinomial sampling and MTJD",
                     f"MTJD: k (γ) 4, the target's beam decoding over 4 tokens. Score: each dataset's primary metric "
                     f"(notes; the paper prints Spider accuracy and pass@1 in %); higher scores, lower ppl are better. "
@@ -72,9 +73,32 @@ def table9(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
 
 
 def _group(role: str, method: str, summary: pd.DataFrame) -> str:
+    """Table 10's header over a method: "ours" (MTAD, as the paper heads it), else from its cells' recorded
+    ``lossless``: lossy where any cell says so, lossless where every cell says so, else "lossless not recorded"."""
     if role == "MTAD":
         return "ours"
-    return "lossy methods" if lossy(summary[MethodSpec.parse(method).mask(summary)]) else "lossless methods"
+    cells = summary[MethodSpec.parse(method).mask(summary)]
+    if lossy(cells):
+        return "lossy methods"
+    recorded = list(cells.get("lossless", pd.Series(dtype=object)))
+    return "lossless methods" if recorded and all(v is True or v is np.True_ for v in recorded) else \
+        "lossless not recorded"
+
+
+def _in_paper_order(found: list, order) -> list:
+    """Blocks (keyed first by dataset) in the paper's order of datasets, others after them as found."""
+    rank = {d: i for i, d in enumerate(order)}
+    return sorted(found, key=lambda kg: rank.get(str(kg[0][0]), len(rank)))
+
+
+def _pairs(g: pd.DataFrame):
+    """(pair, its cells) in the paper's order (Llama-3, then -Instruct), others after them as found."""
+    return sorted(g.groupby("pair", sort=False), key=lambda pg: _pair_rank(pg[0]))
+
+
+def _pair_rank(pair) -> int:
+    order = list(pv.MTAD_APPENDIX_PAIRS)
+    return order.index(str(pair)) if str(pair) in order else len(order)
 
 
 ROLES10 = (("BiLD", "bild"), ("Typical (Medusa)", "typical"), ("spec", "sd"), ("spectr", "spectr"),
@@ -86,13 +110,13 @@ def table10(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
     headers lossy / lossless from the cells' recorded ``lossless``; bold: best in the row."""
     summary = app_f(summary, "9-10")
     entries, notes = [], []
-    found = blocks(summary, ["dataset", "gpu", "regime"], laid_out=["pair"])
+    found = _in_paper_order(blocks(summary, ["dataset", "gpu", "regime"], laid_out=["pair"]), pv.MTAD_APPENDIX_DATASETS)
     names, common = block_names([k for k, _ in found], ["dataset", "gpu", "regime"])
     heads = {role: (_group(role, m, summary), _head(role, m, summary)) for role, m in ROLES10}
     for key, g in found:
         prim = primary(g, records)
         paper_data = pv.MTAD_APPENDIX_DATASETS.get(str(key[0]))
-        for pair, gp in g.groupby("pair", sort=False):
+        for pair, gp in _pairs(g):
             if not any(MethodSpec.parse(m).mask(gp).any() for m in ONLY_TABLE10):
                 continue
             notes.append(f"{names[key]} · {pair}: score = {prim.name}" + (f" ({prim.note})" if prim.note else ""))

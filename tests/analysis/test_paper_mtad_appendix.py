@@ -53,6 +53,8 @@ def test_table10_headers_follow_the_recorded_lossless_never_the_name(mtad):
                                  for m, v in zip(s["method_name"], s["lossless"])])
     cols = list(app.table10(flipped, res.records).text.columns)
     assert ("lossless methods", "Typical (Medusa)") in cols and ("lossy methods", "MCSS †") in cols
+    unknown = s.assign(lossless=[None if m == "spectr" else v for m, v in zip(s["method_name"], s["lossless"])])
+    assert ("lossless not recorded", "spectr") in list(app.table10(unknown, res.records).text.columns)
 
 
 def test_table11_per_pair_mean_across_datasets(mtad):
