@@ -179,7 +179,7 @@ class CellRun:
         except ConfigError:
             self.release()
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — the cell's own failure: recorded in its folder, the sweep goes on
             return self.fail(e)
         return None
 

@@ -234,7 +234,7 @@ def _run(cells: list[CellRun]) -> None:
             _prepare(c, sh)
         except ConfigError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — this cell fails (recorded); the comparison's other cells go on
             c.fail(e)
             cells.remove(c)
     for c in list(cells):
@@ -277,7 +277,7 @@ def _loop(cells: list[CellRun], sh: _Shared) -> None:
             continue
         try:
             _finish_cell(c, sh, energy_info, gpu_state, [cid for cid in survivors if cid != c.cid])
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — this cell fails (recorded); the others are still finished
             c.fail(e)
 
 
