@@ -34,7 +34,7 @@ ABSENT_ENV = "HARNESS_SANDBOX_ABSENT"  # comma-separated: namespaces, seccomp, l
 ROOT_ENV = "HARNESS_SANDBOX_ROOT"  # refuse (default) | allow: the fallback may keep effective uid 0
 _FORCES = ("auto", "fallback", "weak")
 _FEATURES = ("namespaces", "seccomp", "landlock")
-_PROBES: dict[str, object] = {}
+_PROBES: dict[str, bool | int] = {}  # what the kernel offers, probed once per process
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``harness`` package
 
 
