@@ -78,20 +78,17 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
-    ``defer_invalid``, children a row without enough support could not give (draws without replacement) stay in
-    the tree, marked in ``DraftTree.valid`` (no read per level; the tree keeps its full shape, whose masks are
-    sliced): :func:`merge_duplicates` drops them, and everything below them, where it reads the tokens.
+    ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
+    per level), and :func:`merge_duplicates` drops them.
     """
     device = caches.draft_pending.device
     if not widths:
         if roots is None:
             return DraftTree.empty(device)
         return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel())
-    cache = caches.draft_cache
     greedy = warp.is_greedy
     want_hidden = stop is not None and stop.needs_hidden
-    if roots is not None:
-        roots = roots.reshape(-1).to(device)
+    roots = roots.reshape(-1).to(device) if roots is not None else None
     tokens: list[torch.Tensor] = [] if roots is None else [roots]
     parents: list[int] = [] if roots is None else [-1] * roots.numel()
     fed_q: list[torch.Tensor] = []
@@ -100,15 +97,12 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     logits, base = _first_forward(draft, caches, roots, masks)
     probs = None if greedy else warp.probs(logits)
     root_q = None if greedy or roots is not None else probs[0]
-    if roots is not None and not greedy:
-        fed_q.append(probs)
-    stopped = last = deferred = False
-    valid: list[torch.Tensor] = [] if roots is None else [torch.ones_like(roots, dtype=torch.bool)]
+    fed_q += [probs] if roots is not None and not greedy else []
+    stopped = last = False
+    valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
     for depth, k in enumerate(widths):
         kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid)
-        deferred = deferred or ok is not None
-        if defer_invalid:
-            valid.append(ok if ok is not None else torch.ones_like(kids, dtype=torch.bool))
+        valid.append(ok)
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -116,8 +110,8 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         levels += 1
         if last or depth == len(widths) - 1:
             break
-        logits, hidden = _feed_level(draft, cache, kids, parents, len(parents) == levels, base, first, masks,
-                                     want_hidden)
+        logits, hidden = _feed_level(draft, caches.draft_cache, kids, parents, len(parents) == levels, base, first,
+                                     masks, want_hidden)
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
@@ -129,7 +123,14 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     node_q = torch.cat(fed_q) if fed_q else None
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels,
-                     n_roots=0 if roots is None else roots.numel(), valid=torch.cat(valid) if deferred else None)
+                     n_roots=0 if roots is None else roots.numel(), valid=_valid(valid, tokens))
+
+
+def _valid(valid: list[torch.Tensor | None], tokens: list[torch.Tensor]) -> torch.Tensor | None:
+    """Every node's validity (None: all valid) from the levels'."""
+    if all(v is None for v in valid):
+        return None
+    return torch.cat([torch.ones_like(t, dtype=torch.bool) if v is None else v for v, t in zip(valid, tokens)])
 
 
 def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool, generator,
