@@ -92,7 +92,7 @@ class BestRootWalk:
         roots = v.proposal.candidates[-1]
         walk = walk_tree(v, self.select, generator, roots, draw_next=False)  # every root's subtree, one read
         best = max(range(len(roots)), key=lambda i: (len(walk.paths[i]), -i))
-        self.state.r = walk.dists[walk.ends[best] + walk.offset]
+        self.state.r = walk.dist_at(walk.ends[best])
         self.state.other_root_wins += int(roots[best] != 0)
         return [roots[best]] + walk.paths[best], None
 

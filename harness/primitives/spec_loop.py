@@ -143,10 +143,9 @@ class TreeWalk:
         if self.select is greedy_select and v.stem_logits.size(0):
             return greedy_walk(v)
         walk = walk_tree(v, self.select, generator, [-1], draw_next=True)
-        row = walk.ends[0] + walk.offset
-        assert walk.next_ids is not None and walk.next_tokens is not None  # drawn (draw_next)
-        v.next_ids = walk.next_ids[row:row + 1].reshape(1, 1)
-        return walk.paths[0], walk.next_tokens[row]
+        assert walk.next_token is not None  # drawn (draw_next)
+        v.next_ids = walk.next_ids
+        return walk.paths[0], walk.next_token
 
     def greedy(self) -> TreeWalk:
         return TreeWalk(greedy_select)
@@ -193,18 +192,25 @@ def _take_extra(v: Verified, values: list[int]) -> None:
 @dataclass
 class Walk:
     """The outcome of :func:`walk_tree`: per start, the accepted nodes below it (``paths``) and the node where its
-    walk stopped (``ends``, the start itself when nothing was accepted); ``dists`` (offset + N, V) on the device,
-    row ``u + offset`` the distribution of the next token were the walk to stop at node u (the rule's correction
-    where u has candidates, p̃ after u at a leaf; ``offset`` 1 when the committed sequence's row −1 is there);
-    ``next_ids`` (offset + N,) a token drawn from every row and ``next_tokens`` the same on the host (with
-    ``draw_next``)."""
+    walk stopped (``ends``, the start itself when nothing was accepted); with ``draw_next`` (one start), the next
+    token drawn where the walk stopped, on the device (``next_ids``, (1, 1)) and on the host (``next_token``)."""
 
     paths: list[list[int]]
     ends: list[int]
-    dists: torch.Tensor
+    logits: torch.Tensor  # (offset + N, V): the target's logits after the committed sequence (row 0) and each node
     offset: int
+    rows: dict[int, int]  # node -> its row among the nodes with candidates
+    corrections: torch.Tensor | None  # (M, V): each such node's correction distribution
+    warp: Warp
     next_ids: torch.Tensor | None = None
-    next_tokens: list[int] | None = None
+    next_token: int | None = None
+
+    def dist_at(self, node: int) -> torch.Tensor:
+        """The distribution of the token after a walk stopped at ``node``: the rule's correction where the node has
+        candidates (none accepted), p̃ after it at a leaf (the bonus distribution)."""
+        if node in self.rows and self.corrections is not None:
+            return self.corrections[self.rows[node]]
+        return self.warp.probs(self.logits[node + self.offset])
 
 
 def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool) -> Walk:
@@ -214,44 +220,76 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     At node u the candidates ``v.proposal.candidates[u]`` (children in draw order) go through the rule; the walk
     moves to the accepted child, or stops where none is accepted (the rule's correction distribution) or at a leaf
     (p̃ after it, the bonus distribution). The rule runs at every node with candidates at once
-    (:data:`~harness.primitives.acceptance.ROWS`, each node with its own uniforms), a token is drawn from every
-    node's stop distribution (``draw_next``), and the outcome and the tree's tokens come to the host in one
-    transfer, where the walk follows it: the nodes it does not visit are never looked at, so every visited node's
-    decision and the drawn token are as the sequential walk's (the same law). Sets ``v.tree_tokens``."""
-    rows_rule = ROWS[select]
+    (:data:`~harness.primitives.acceptance.ROWS`, each node with its own uniforms); with ``draw_next`` (one start)
+    the walk is also followed on the device, level by level, and the next token drawn from where it stops. The
+    outcome, the tree's tokens and that token come to the host in one transfer, where the walk follows the outcome:
+    the nodes it does not visit are never looked at, so every visited node's decision and the drawn token are as
+    the sequential walk's (the same law). Sets ``v.tree_tokens``."""
     cands, tokens = v.proposal.candidates, v.proposal.tree.tokens.reshape(-1)
     off = min(v.stem_logits.size(0), 1)
-    p_all = v.warp.probs(torch.cat([v.stem_logits[-1:], v.node_logits]))  # row u + off: p̃ after node u
+    logits = torch.cat([v.stem_logits[-1:], v.node_logits])  # row u + off: after node u
     rows = [u for u in cands if u >= 0 or -1 in starts]
+    row_of = {u: r for r, u in enumerate(rows)}
     width = max((len(cands[u]) for u in rows), default=0)
     q_all, q_row = _q_rows(v)
-    packed = [(u + off, q_row(u), *cands[u], *[0] * (width - len(cands[u])),
-               *[1] * len(cands[u]), *[0] * (width - len(cands[u]))) for u in rows]
-    dists = p_all
-    acc = torch.empty(0, dtype=torch.long, device=p_all.device)
-    if rows:  # the walk's one upload: which rows, their q̃ and their candidates
-        idx = host_constant(tuple(packed), p_all.device)
-        q = None if q_all is None else q_all.index_select(0, idx[:, 1])
-        acc, corr = rows_rule(p_all.index_select(0, idx[:, 0]), q, tokens.to(p_all.device)[idx[:, 2:2 + width]],
-                              idx[:, 2 + width:].bool(), generator)
-        dists = p_all.index_copy(0, idx[:, 0], corr)
-    next_ids = None
+    packed = [x for u in rows for x in (u + off, q_row(u), *cands[u], *[0] * (width - len(cands[u])),
+                                        *[1] * len(cands[u]), *[0] * (width - len(cands[u])))]
+    packed += [row_of.get(u, -1) for u in range(-off, tokens.numel())]  # each node's row (−1: none)
+    acc, corr, table = torch.empty(0, dtype=torch.long, device=logits.device), None, None
+    if rows:  # the walk's one upload: which rows, their q̃, their candidates, and each node's row
+        idx = host_constant(tuple(packed), logits.device)
+        table = idx[:len(rows) * (2 + 2 * width)].reshape(len(rows), 2 + 2 * width)
+        q = None if q_all is None else q_all.index_select(0, table[:, 1])
+        acc, corr = ROWS[select](v.warp.probs(logits.index_select(0, table[:, 0])), q,
+                                 tokens.to(logits.device)[table[:, 2:2 + width]], table[:, 2 + width:].bool(),
+                                 generator)
+    walk = Walk([], [], logits, off, row_of, corr, v.warp)
     if draw_next:
-        next_ids = dists.argmax(-1) if v.warp.is_greedy else sample(dists, generator)[:, 0]
-    out = torch.cat([acc, tokens, *([] if next_ids is None else [next_ids]), *_extra(v)]).tolist()  # THE read
+        if len(starts) != 1:
+            raise ValueError("a walk draws its next token from one start")
+        walk.next_ids = _draw_at_end(walk, starts[0], acc, table, idx[len(table) * table.size(1):] if rows else None,
+                                     _depth(v.proposal.tree.parents), generator)
+    out = torch.cat([acc, tokens, *([] if walk.next_ids is None else [walk.next_ids.reshape(-1)]),
+                     *_extra(v)]).tolist()  # THE read
     _take_extra(v, out)
-    n_rows, n = len(rows), tokens.numel()
-    v.tree_tokens = out[n_rows:n_rows + n]
-    row_of = {u: r for r, u in enumerate(rows)}
-    paths, ends = [], []
+    v.tree_tokens = out[len(rows):len(rows) + tokens.numel()]
     for start in starts:
         node, path = start, []
         while node in row_of and out[row_of[node]] >= 0:
             node = cands[node][out[row_of[node]]]
             path.append(node)
-        paths.append(path)
-        ends.append(node)
-    return Walk(paths, ends, dists, off, next_ids, out[n_rows + n:n_rows + 2 * n + off] if draw_next else None)
+        walk.paths.append(path)
+        walk.ends.append(node)
+    if draw_next:
+        walk.next_token = out[len(rows) + tokens.numel()]
+    return walk
+
+
+def _depth(parents: list[int]) -> int:
+    depth = [0] * len(parents)
+    for i, p in enumerate(parents):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    return max(depth, default=0)
+
+
+def _draw_at_end(walk: Walk, start: int, acc: torch.Tensor, table: torch.Tensor | None, row_of: torch.Tensor | None,
+                 depth: int, generator) -> torch.Tensor:
+    """The next token, (1, 1) on the device: the walk followed on the device (one gather per level, no read) to the
+    node where it stops, and a token drawn from :meth:`Walk.dist_at` there (its argmax when greedy)."""
+    device = walk.logits.device
+    node = torch.zeros((), dtype=torch.long, device=device) + (start + walk.offset)  # a row of ``walk.logits``
+    if table is not None and row_of is not None:
+        width = (table.size(1) - 2) // 2
+        for _ in range(depth):
+            r = row_of[node]
+            a = acc[r.clamp_min(0)]
+            go = (r >= 0) & (a >= 0)
+            node = torch.where(go, table[r.clamp_min(0), 2 + a.clamp(0, max(width - 1, 0))] + walk.offset, node)
+    p_end = walk.warp.probs(walk.logits.index_select(0, node.reshape(1)))[0]
+    if walk.corrections is not None and row_of is not None:
+        r = row_of[node]
+        p_end = torch.where(r >= 0, walk.corrections.index_select(0, r.clamp_min(0).reshape(1))[0], p_end)
+    return (p_end.argmax(-1) if walk.warp.is_greedy else sample(p_end, generator)[0]).reshape(1, 1)
 
 
 def _q_rows(v: Verified):

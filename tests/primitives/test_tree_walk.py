@@ -86,7 +86,7 @@ def test_a_walk_reads_once_and_copies_its_index_once(select):
             assert child in cands[node]
             node = child
         assert walk.ends[0] == node and v.tree_tokens == [1, 3, 0, 4, 1]
-        assert walk.next_tokens[node + walk.offset] == int(walk.next_ids[node + walk.offset])
+        assert walk.next_token == int(walk.next_ids)
 
 
 def test_the_greedy_walk_follows_the_argmax():
@@ -100,4 +100,4 @@ def test_the_greedy_walk_follows_the_argmax():
             break
         path.append(hit)
         node = hit
-    assert walk.paths[0] == path and walk.next_tokens[node + 1] == best[node + 1]
+    assert walk.paths[0] == path and walk.next_token == best[node + 1]
