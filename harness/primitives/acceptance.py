@@ -183,7 +183,7 @@ def parameterised(rule: ChainRule, **params) -> ChainRule:
 
 
 def multi_step_rows(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, valid: torch.Tensor, generator,
-                    replacement: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                    replacement: bool = True, counts: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-step speculative sampling (SpecInfer, Miao et al. 2024) at M nodes at once, on the device.
 
     Row r: distributions ``p[r]``, ``q[r]`` (V,), candidates ``tokens[r]`` (K,) in draw order, ``valid[r]`` which
@@ -193,29 +193,36 @@ def multi_step_rows(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tenso
     whose q has no mass left stops). ``q`` None: deterministic candidates, q_i = δ_{x_i}
     (:func:`point_mass_select`). Returns (M,) long, the accepted candidate's index or −1, and (M, V) the
     correction distribution of the rows that accepted none. Exact for any K by induction on the candidates;
-    every row draws its own uniforms, so rows are independent (a tree walk reads only the rows it visits)."""
+    every row draws its own uniforms, so rows are independent (a tree walk reads only the rows it visits).
+    ``counts`` (host ints, non-increasing): each row's number of candidates, so that step i works on the rows
+    that have an i-th candidate only (a prefix: no read)."""
     m, k = tokens.shape
     u = torch.rand((m, k), generator=generator, device=p.device)
     acc = torch.full((m,), -1, dtype=torch.long, device=p.device)
     live = torch.ones(m, dtype=torch.bool, device=p.device)
+    p, q = p.clone(), (q.clone() if q is not None and not replacement else q)  # the prefix rows are updated in place
     for i in range(k):
-        x = tokens[:, i:i + 1]
-        tries = valid[:, i] & live
-        qx = q.gather(1, x)[:, 0] if q is not None else 1.0
-        ok = tries & (u[:, i] * qx < p.gather(1, x)[:, 0])
-        acc = torch.where(ok, i, acc)
+        n = m if counts is None else sum(1 for c in counts if c > i)
+        if n == 0:
+            break
+        x = tokens[:n, i:i + 1]
+        pn, qn = p[:n], (q[:n] if q is not None else None)
+        tries = valid[:n, i] & live[:n]
+        qx = qn.gather(1, x)[:, 0] if qn is not None else 1.0
+        ok = tries & (u[:n, i] * qx < pn.gather(1, x)[:, 0])
+        acc[:n] = torch.where(ok, i, acc[:n])
         rejected = tries & ~ok
-        live = live & ~ok
-        if q is None:  # p̃ without x: norm(max(0, p̃ − δ_x)); nothing left (rounding only): the row stops
-            rest, alive = _without_rows(p, x)
-            p = torch.where((rejected & alive)[:, None], rest, p)
-            live = live & alive
+        live[:n] = live[:n] & ~ok
+        if qn is None:  # p̃ without x: norm(max(0, p̃ − δ_x)); nothing left (rounding only): the row stops
+            rest, alive = _without_rows(pn, x)
+            p[:n] = torch.where((rejected & alive)[:, None], rest, pn)
+            live[:n] = live[:n] & alive
             continue
-        p = torch.where(rejected[:, None], residual(p, q), p)
+        p[:n] = torch.where(rejected[:, None], residual(pn, qn), pn)
         if not replacement:
-            rest, alive = _without_rows(q, x)
-            q = torch.where((rejected & alive)[:, None], rest, q)
-            live = live & (alive | ~rejected)
+            rest, alive = _without_rows(qn, x)
+            q[:n] = torch.where((rejected & alive)[:, None], rest, qn)
+            live[:n] = live[:n] & (alive | ~rejected)
     return acc, p
 
 
@@ -272,7 +279,7 @@ def k_sequential_rho_rows(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, gri
 
 
 def k_sequential_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
-                      generator) -> tuple[torch.Tensor, torch.Tensor]:
+                      generator, counts: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Spectr's K-SEQ selection (Sun et al. 2023, Alg. 3) at M nodes at once (rows as :func:`multi_step_rows`),
     over each row's k i.i.d. candidates from q.
 
@@ -280,7 +287,11 @@ def k_sequential_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, va
     draw from p_res ∝ p − min(q, p/ρ)·(1 − (1 − β)^k)/β, which makes the output exactly p.
     """
     k = valid.sum(-1).to(p.dtype)
-    rho = torch.where(k > 1, k_sequential_rho_rows(p, q, k.clamp_min(1)), torch.ones_like(k))
+    multi = p.size(0) if counts is None else sum(1 for c in counts if c > 1)  # ``counts`` non-increasing: a prefix
+    rho = torch.ones_like(k)
+    if multi:  # ρ* = 1 for a single candidate (plain speculative sampling)
+        rho = torch.cat([torch.where(k[:multi] > 1, k_sequential_rho_rows(p[:multi], q[:multi], k[:multi].clamp_min(1)),
+                                     1.0), rho[multi:]])
     u = torch.rand(tokens.shape, generator=generator, device=p.device)
     ok = valid & (u * rho[:, None] * q.gather(1, tokens) < p.gather(1, tokens))
     acc = torch.where(ok.any(-1), ok.to(torch.int8).argmax(-1), -1)
@@ -305,12 +316,12 @@ def point_mass_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Ten
     return _one_node(multi_step_rows, p, None, tokens, generator)
 
 
-def point_mass_rows(p, q, tokens, valid, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def point_mass_rows(p, q, tokens, valid, generator, counts=None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`point_mass_select` at M nodes at once (``q`` unused)."""
-    return multi_step_rows(p, None, tokens, valid, generator)
+    return multi_step_rows(p, None, tokens, valid, generator, counts=counts)
 
 
-def greedy_rows(p, q, tokens, valid, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_rows(p, q, tokens, valid, generator, counts=None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`greedy_select` at M nodes at once: each row's first valid candidate equal to p's argmax."""
     hit = valid & (tokens == p.argmax(-1, keepdim=True))
     return torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1), p

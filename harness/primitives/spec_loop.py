@@ -228,7 +228,7 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     cands, tokens = v.proposal.candidates, v.proposal.tree.tokens.reshape(-1)
     off = min(v.stem_logits.size(0), 1)
     logits = torch.cat([v.stem_logits[-1:], v.node_logits])  # row u + off: after node u
-    rows = [u for u in cands if u >= 0 or -1 in starts]
+    rows = sorted((u for u in cands if u >= 0 or -1 in starts), key=lambda u: -len(cands[u]))  # widest first
     row_of = {u: r for r, u in enumerate(rows)}
     width = max((len(cands[u]) for u in rows), default=0)
     q_all, q_row = _q_rows(v)
@@ -242,7 +242,7 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
         q = None if q_all is None else q_all.index_select(0, table[:, 1])
         acc, corr = ROWS[select](v.warp.probs(logits.index_select(0, table[:, 0])), q,
                                  tokens.to(logits.device)[table[:, 2:2 + width]], table[:, 2 + width:].bool(),
-                                 generator)
+                                 generator, counts=[len(cands[u]) for u in rows])
     walk = Walk([], [], logits, off, row_of, corr, v.warp)
     if draw_next:
         if len(starts) != 1:

@@ -43,18 +43,19 @@ def _candidates(rule, k: int, g) -> tuple[torch.Tensor, torch.Tensor]:
     return kids, torch.ones_like(kids, dtype=torch.bool)
 
 
+@pytest.mark.parametrize("with_counts", [False, True])
 @pytest.mark.parametrize("rule", [multi_step_select, multi_step_select_without_replacement, k_sequential_select,
                                   point_mass_select])
-def test_every_row_rule_follows_p_in_rows_of_different_widths(rule):
+def test_every_row_rule_follows_p_in_rows_of_different_widths(rule, with_counts):
     """Two groups of N nodes in one call: 3 candidates each, and 1 candidate padded to 3 (the padding never
-    counts). Both groups' emitted tokens follow p."""
+    counts; with the walk's host ``counts`` the narrow rows skip the later steps). Both groups follow p."""
     g = make_generator(7, "cpu")
     wide, wide_ok = _candidates(rule, 3, g)
     narrow, narrow_ok = _candidates(rule, 1, g)
     tokens = torch.cat([wide, torch.cat([narrow, torch.zeros(N, 2, dtype=torch.long)], 1)])
     valid = torch.cat([wide_ok, torch.cat([narrow_ok, torch.zeros(N, 2, dtype=torch.bool)], 1)])
     p, q = P.expand(2 * N, V).clone(), Q.expand(2 * N, V).clone()
-    acc, dist = ROWS[rule](p, q, tokens, valid, g)
+    acc, dist = ROWS[rule](p, q, tokens, valid, g, counts=[3] * N + [1] * N if with_counts else None)
     drawn = sample(dist, g)[:, 0]
     out = torch.where(acc >= 0, tokens.gather(1, acc.clamp_min(0)[:, None])[:, 0], drawn).tolist()
     assert bool((acc < 3).all()) and bool((acc[N:] < 1).all())
