@@ -82,7 +82,7 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     plots = {p.stem for p in out["plots"]}
     for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6"],
                 "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
-                "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
+                "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3", "adaptive_fig5"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
         assert any(p.startswith("dsbd_front_") for p in plots)

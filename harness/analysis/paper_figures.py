@@ -106,3 +106,21 @@ def heatmap(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
     fig.suptitle(t.title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def column_lines(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
+    """One line per column of ``t`` (a single-level row index: the x values), e.g. the optimal γ against α, one
+    line per latency ratio c."""
+    v = t.values
+    if v is None or v.empty or not np.isfinite(v.to_numpy(float)).any():
+        return None
+    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    xs = pd.to_numeric(pd.Series(v.index), errors="coerce").to_numpy(float)
+    for col in v.columns:
+        ax.plot(xs, v[col].to_numpy(float), marker="o", ms=3, label=_name(col))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(t.title, fontsize=8)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig

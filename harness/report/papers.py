@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
+from harness.analysis import (paper, paper_adaptive, paper_adaptive_figs, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
                               paper_mtad_fig4, paper_registry, pareto, plots, quality)
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
@@ -154,6 +154,9 @@ def sec_adaptive(doc: Doc, a: Analysis) -> None:
     if _has_cells(f3):
         doc.fig("adaptive_fig3", paper_figures.lines(f3, 2, ["tokens/s", "acceptance rate"], "γ (fixed) / γ_max"),
                 f3.title)
+    f5 = paper_adaptive_figs.fig5()  # theory: drawn beside the measured tables, from no cell
+    _show(doc, a, f5)
+    doc.fig("adaptive_fig5", paper_figures.column_lines(f5, "single-token accuracy α", "optimal γ"), f5.title)
     _show(doc, a, paper_adaptive.policy_table(s, a.records, **boot))
 
 
