@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis import (paper, paper_adaptive, paper_adaptive_figs, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
+from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
                               paper_mtad_fig4, paper_registry, pareto, plots, quality)
+from harness.analysis import paper_adaptive_figs
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
 from harness.report.context import Analysis, run_section

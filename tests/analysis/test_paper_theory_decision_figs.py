@@ -5,7 +5,6 @@ competing cells that must not mix in."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from harness.analysis import paper_adaptive_figs, paper_figures
 from harness.analysis.theory import improvement_factor
