@@ -25,7 +25,7 @@ adaptive §4; the masks are built for an adaptive policy's γ_max). Draft select
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.decoders.base import param, register
 from harness.decoders.decision_model import DEFAULT_THRESHOLD, EarlyStopRule, check_threshold, decision_rule
@@ -68,6 +68,25 @@ class DynamicParams(EarlyStopParams):
 class EarlyStopExtras:
     early_stops: int = 0  # rounds the decision model ended before their depth
     decision_checks: int = 0  # evaluations of the early-stop rule
+    # per round, the largest predicted acceptance over the sequences at each check d = 1, 2, … (mcsd Fig. 7);
+    # the token check d judges is draft level d + decision_lookahead (0: T1, the token just drafted; 1: T2)
+    decision_predictions: list = field(default_factory=list)
+    decision_lookahead: int | None = None
+
+    @classmethod
+    def of(cls, stop: EarlyStopRule | None, **more) -> EarlyStopExtras:
+        """The extras of a generation drafted with ``stop`` (None: no decision model)."""
+        if stop is None:
+            return cls(**more)
+        model = getattr(stop, "model", None)  # any DraftStop may stand in (tests): what it keeps is recorded
+        return cls(stop.stops, stop.checks, [list(p) for p in getattr(stop, "predictions", [])],
+                   getattr(model, "lookahead", None), **more)
+
+
+def begin_round(stop) -> None:
+    """Open a drafting round's list of decision-model predictions (a stop hook without one: nothing)."""
+    if stop is not None and hasattr(stop, "new_round"):
+        stop.new_round()
 
 
 @register
@@ -92,11 +111,12 @@ class MCSDDynamic(SpeculativeDecoder[DynamicParams]):
             self.stop.reset()
 
     def propose(self, spec, depth):
+        begin_round(self.stop)
         widths = [self.params.num_drafts] + [1] * (depth - 1) if depth else []
         return spec.draft_tree(widths, replacement=False, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
-        return EarlyStopExtras(*(self.stop.stops, self.stop.checks) if self.stop is not None else ())
+        return EarlyStopExtras.of(self.stop)
 
     def facts(self) -> dict:
         if self.stop is None:

@@ -45,7 +45,7 @@ import torch
 from harness.decoders.base import param, register
 from harness.errors import ConfigError
 from harness.decoders.mcsd import check_k_config
-from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams
+from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams, begin_round
 from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select_without_replacement
 from harness.primitives.multi_candidate import BestRootWalk, TargetInit, TreeMasks, target_prefill, target_roots
@@ -160,6 +160,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         return KeepLogits(walk) if self.params.top_roots else walk
 
     def propose(self, spec, depth):
+        begin_round(self.stop)
         k_config = list(self.params.k_config)[:depth + 1]
         if self.params.top_roots:  # the target's top-n_t tokens, argmax first (other_root_wins: non-argmax wins)
             roots = torch.topk(spec.state.logits.float(), k_config[0]).indices
@@ -168,8 +169,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
-        stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
-        return TargetInitExtras(*stops, other_root_wins=spec.state.other_root_wins)
+        return TargetInitExtras.of(self.stop, other_root_wins=spec.state.other_root_wins)
 
     def facts(self) -> dict:
         facts = {"target_prefill_calls": 1, "lossless": self.params.target_tokens == 1}
