@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
                               paper_mtad_fig4, paper_registry, pareto, plots, quality)
-from harness.analysis import paper_adaptive_figs
+from harness.analysis import paper_adaptive_figs, paper_mcsd_figs
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
 from harness.report.context import Analysis, run_section
@@ -117,7 +117,7 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3-6.")
+    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3-8.")
     _show(doc, a, paper_mcsd.table1(s, a.records))
     t2 = paper_mcsd.table2(s)
     _show(doc, a, t2)
@@ -137,6 +137,15 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
     _show(doc, a, f6)
     if _has_cells(f6):
         doc.fig("mcsd_fig6", paper_figures.lines(f6, 1, ["α", "tokens/s"], "width W"), f6.title)
+    f7 = paper_mcsd_figs.fig7(s, a.records)
+    _show(doc, a, f7)
+    if _has_cells(f7):
+        doc.fig("mcsd_fig7", paper_figures.histograms(f7, list(paper_mcsd_figs.BIN_NAMES), "predicted acceptance"),
+                f7.title)
+    f8 = paper_mcsd_figs.fig8(s)
+    _show(doc, a, f8)
+    if _has_cells(f8):
+        doc.fig("mcsd_fig8", paper_figures.lines(f8, 2, ["α", "tokens/s"], "width W"), f8.title)
 
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
