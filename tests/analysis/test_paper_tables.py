@@ -339,7 +339,7 @@ def test_an_entry_refuses_competing_settings_and_names_the_difference(mcsd):
     from harness.analysis.paper import choose
 
     res, s = mcsd
-    rows = s[(s["method_name"] == "mcsd_target_init") & (s["regime"] != "greedy")]
+    rows = paper_mcsd.fixed_depth(s[(s["method_name"] == "mcsd_target_init") & (s["regime"] != "greedy")])
     chosen, why = choose(rows, "ours")
     assert chosen.empty and "method.k_config" in why and "decoding.temperature (0.7 vs 1)" in why
     one = rows.iloc[:1]
