@@ -114,13 +114,15 @@ def column_lines(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
     v = t.values
     if v is None or v.empty or not np.isfinite(v.to_numpy(float)).any():
         return None
-    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
     xs = pd.to_numeric(pd.Series(v.index), errors="coerce").to_numpy(float)
     for col in v.columns:
         ax.plot(xs, v[col].to_numpy(float), marker="o", ms=3, label=_name(col))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(t.title, fontsize=8)
+    ax.set_title(textwrap.fill(t.title, 60), fontsize=8)
     ax.legend(fontsize=6)
     fig.tight_layout()
     return fig

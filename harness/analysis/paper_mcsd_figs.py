@@ -157,7 +157,9 @@ def fig7(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
                     entries += _outcome_entries(row, p[m], beta_v, src)
             if not reason:
                 premature = float(((p < beta_v) & (y == 1)).sum() / max(1, (p < beta_v).sum()))
-                notes.append(f"{names[key]} · {label}: AUC {_auc(p, y):.3f} over {len(p)} checks; of the checks below "
+                auc = _auc(p, y)
+                auc_text = f"AUC {auc:.3f}" if np.isfinite(auc) else "AUC n/a (one outcome only)"
+                notes.append(f"{names[key]} · {label}: {auc_text} over {len(p)} checks; of the checks below "
                              f"β, {premature:.0%} judged a token the target accepted (premature stops); {censored} "
                              "checks judged a token never drafted (no outcome, left out)")
     return assemble("mcsd.fig7", "MCSD Fig. 7: the decision model's predictions, accepted against rejected",
