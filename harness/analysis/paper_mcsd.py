@@ -45,7 +45,12 @@ def fixed_depth(summary: pd.DataFrame) -> pd.DataFrame:
     and Figs. 3-6 are the static and the D 5 W 16 settings; the decision model's cells are Figs. 7-8's own
     (:mod:`harness.analysis.paper_mcsd_figs`) and never compete with them."""
     col = summary.get("param.decision_model", pd.Series(None, index=summary.index, dtype=object))
-    return summary[col.map(lambda v: v is None or (isinstance(v, float) and v != v) or str(v) in ("", "null", "None"))]
+    return summary[col.map(unset)]
+
+
+def unset(v) -> bool:
+    """A parameter left null, however a summary holds it (None, NaN, "null")."""
+    return v is None or (isinstance(v, float) and v != v) or str(v) in ("", "null", "None")
 
 
 def _temperature(regime: str) -> float | None:

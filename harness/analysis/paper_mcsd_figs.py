@@ -24,7 +24,7 @@ import pandas as pd
 
 from harness.analysis.paper import (LOSSY_MARK, LOSSY_NOTE, Entry, PaperTable, assemble, block_names, blocks, choose,
                                     column_entry, lossy)
-from harness.analysis.paper_mcsd import ALPHA_NOTE, _width
+from harness.analysis.paper_mcsd import ALPHA_NOTE, _width, unset
 from harness.analysis.specs import MethodSpec
 
 FAMILIES = (("our framework", MethodSpec.parse("mcsd_target_init")),
@@ -36,7 +36,7 @@ AUX = ["_family", "_w", "_dm"]
 
 
 def _decision(v) -> str:
-    return OFF if v is None or (isinstance(v, float) and v != v) or str(v) in ("", "null", "None") else str(v)
+    return OFF if unset(v) else str(v)
 
 
 def _fork_cells(summary: pd.DataFrame) -> pd.DataFrame:
