@@ -11,7 +11,6 @@ holds every final beam. The dsbd paper's warp (§4.1: top-k 10, top-p 0.8) is ``
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, register

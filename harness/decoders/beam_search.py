@@ -7,7 +7,6 @@ HF's early-stopping heuristic, and the prompt prefilled once per beam row.
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, register

@@ -19,7 +19,6 @@ is then clipped to what a shallower tree can hold. The head's calls (``depth`` p
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import register

@@ -17,7 +17,6 @@ length less the committed tokens it was fed).
 """
 from __future__ import annotations
 
-
 import torch
 import transformers
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList

@@ -13,7 +13,6 @@ of the k-config) or more (chains of width 1 below its last level, as EAGLE-2's d
 """
 from __future__ import annotations
 
-
 from harness.decoders.base import register
 from harness.decoders.params.mcsd import MCSDParams
 from harness.decoders.speculative import SpeculativeDecoder

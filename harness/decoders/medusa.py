@@ -15,7 +15,6 @@ its tree's depth.
 """
 from __future__ import annotations
 
-
 from harness.decoders.base import register
 from harness.decoders.head_drafting import HeadDecoder
 from harness.decoders.params.medusa import MedusaParams

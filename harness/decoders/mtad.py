@@ -17,7 +17,6 @@ Table 15 defaults: γ = 4, 8 draft beams, τ = 0.1 (0.9 on Spider / MT-Bench wit
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import register

@@ -13,7 +13,6 @@ draft counts stay 0); ``accept_lengths`` are the tokens each step committed.
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import DecodeRequest, Decoded, Decoder, register

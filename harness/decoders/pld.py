@@ -17,7 +17,6 @@ tokens. The lookup length is a cap, not a drafting cost, so there is no γ polic
 """
 from __future__ import annotations
 
-
 import torch
 
 from harness.decoders.base import register

@@ -9,7 +9,6 @@ from the γ policy (``gamma_policy``, adaptive §4; ``fixed`` = γ every round),
 """
 from __future__ import annotations
 
-
 from harness.decoders.base import register
 from harness.decoders.params.sd import SDParams
 from harness.decoders.speculative import SpeculativeDecoder

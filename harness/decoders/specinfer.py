@@ -10,7 +10,6 @@ target's greedy one.
 """
 from __future__ import annotations
 
-
 from harness.decoders.base import register
 from harness.decoders.params.specinfer import MultiDraftParams
 from harness.decoders.speculative import SpeculativeDecoder

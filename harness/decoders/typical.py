@@ -12,7 +12,6 @@ accepted iff it is the target's argmax, so the output is the target's greedy out
 """
 from __future__ import annotations
 
-
 from harness.decoders.base import register
 from harness.decoders.params.typical import TypicalParams
 from harness.decoders.speculative import SpeculativeDecoder

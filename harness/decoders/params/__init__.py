@@ -9,6 +9,7 @@ and names its method's Params ``Params``; :func:`method_params` lists them by me
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -80,8 +81,10 @@ class SpeculativeParams(SamplingParams):
 
 def method_params() -> dict[str, type[DecoderParams]]:
     """The ``Params`` of every method of this package by name (a module per method), decoders not imported."""
-    out = {}
-    for m in pkgutil.iter_modules(__path__):
-        if not m.name.startswith("_"):
-            out[m.name] = importlib.import_module(f"{__name__}.{m.name}").Params
-    return out
+    return dict(_method_params())
+
+
+@functools.cache
+def _method_params() -> dict[str, type[DecoderParams]]:
+    return {m.name: importlib.import_module(f"{__name__}.{m.name}").Params for m in pkgutil.iter_modules(__path__)
+            if not m.name.startswith("_")}
