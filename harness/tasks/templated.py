@@ -81,6 +81,10 @@ class TemplateTask(Task):
     system_prompt: str = ""
     response_prefix: str = ""
 
+    def required_modules(self) -> tuple[str, ...]:
+        """The task's own, and ``datasets`` where the rows come from ``hf_dataset``."""
+        return (*super().required_modules(), *(("datasets",) if self.hf_dataset else ()))
+
     def rows(self) -> list[dict]:
         if self.hf_dataset:
             rows = hf_rows(self.hf_dataset, self.hf_config, self.hf_split)

@@ -30,6 +30,7 @@ def test_speed_bench_is_the_hub_s_qualitative_split_by_category(monkeypatch):
     monkeypatch.setattr("harness.tasks.templated.hf_rows", rows)
     examples = _speed_bench(per_category=2).examples()
     assert calls == [("nvidia/SPEED-Bench", "qualitative", "test")]
+    assert "datasets" in _speed_bench().required_modules()  # validation's install line when it is missing
     assert [e.meta["category"] for e in examples] == ["coding", "coding", "math", "math", "roleplay", "roleplay"]
     assert "coding question 0" in examples[0].prompt and "again" not in examples[0].prompt  # first turns
     [e] = _speed_bench(categories=["math"], per_category=1).examples()
