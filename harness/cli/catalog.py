@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.config.groups import methods
-
 ALIASES = {"methods": "method", "policies": "gamma_policy", "policy": "gamma_policy", "datasets": "dataset",
            "pairs": "pair", "decodings": "decoding", "gpus": "gpu", "experiments": "experiment",
            "draft_selections": "draft_selection"}
@@ -112,6 +110,8 @@ def _method_doc(name: str) -> str | None:
     not imported: ``harness ls`` stays torch-free); a plugin's decoder, imported; None for no method."""
     import ast
     import importlib.util
+
+    from harness.config.groups import methods
 
     if name not in methods():  # an alias (conf/method/*.yaml): its YAML comment
         return None

@@ -14,6 +14,7 @@ Deprecated names of earlier releases are not in any schema: the command line map
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from typing import Any
 
@@ -54,15 +55,21 @@ def methods() -> dict[str, type]:
     """Every method's Params by name, from the torch-free :mod:`harness.decoders.params` (``harness --help`` and
     ``harness ls`` import no decoder); with a plugin installed (an entry point of ``harness.decoders``), from
     the registry itself, which imports every decoder and the plugins' (their Params are known only so)."""
-    import importlib.metadata
-
-    from harness.registry import ENTRY_POINT_GROUPS
-
-    if not importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[0]):
+    if not _decoder_plugins():
         return method_params()
     from harness.decoders.base import registry
 
     return {name: cls.Params for name, cls in registry().items()}
+
+
+@functools.cache
+def _decoder_plugins() -> bool:
+    """Whether an installed package declares decoders (entry-point group ``harness.decoders``); asked once."""
+    import importlib.metadata
+
+    from harness.registry import ENTRY_POINT_GROUPS
+
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[0]))
 
 
 def decoding_schema(preset: Decoding) -> type:
