@@ -231,7 +231,11 @@ class DraftSelector:
         return len(self.models) < len(self.costs)
 
     def drafts_to_run(self, u: np.ndarray | None = None) -> list[str]:
-        return list(self.costs) if self.fitting else [self.choose(u).draft]
+        if self.fitting:
+            return list(self.costs)
+        if u is None:
+            raise ValueError("a fitted selector chooses by the prompt's features: drafts_to_run(u)")
+        return [self.choose(u).draft]
 
     def observe(self, draft: str, u: np.ndarray, alpha: float) -> None:
         if draft not in self.costs:

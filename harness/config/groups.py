@@ -23,7 +23,8 @@ from hydra.core.config_store import ConfigStore
 from harness.config import schema
 from harness.adaptive.policies import POLICIES
 from harness.decoders.params import method_params
-from harness.decoding import GROUP_PRESETS, WARP_KEYS, Decoding
+from harness.config.legacy import old_presets
+from harness.decoding import PRESETS, WARP_KEYS, Decoding
 from harness.energy.config import register_energy_schema
 from harness.energy.hardware import register_gpu_schema
 from harness.adaptive.selection_params import SELECTIONS
@@ -88,7 +89,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     for name, params in sorted(methods().items()):
         cs.store(group=METHOD_GROUP, name=name, node=method_schema(name, params))
-    for name, preset in GROUP_PRESETS.items():
+    for name, preset in {**PRESETS, **old_presets(PRESETS)}.items():  # the deprecated names stay composable
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     schema.register(cs)  # the primary config's typed keys (harness/config/schema.py)
     for name, cls in sorted(POLICIES.all().items()):

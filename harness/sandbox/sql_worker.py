@@ -46,7 +46,8 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
     """Rows of one read-only statement; ``sqlite3`` errors (and ``ValueError``...) propagate."""
     con = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True)
     try:
-        for pragma in ("PRAGMA query_only = ON", "PRAGMA temp_store = MEMORY", f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}",
+        for pragma in ("PRAGMA query_only = ON", "PRAGMA temp_store = MEMORY",
+                       f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}",
                        "PRAGMA trusted_schema = OFF"):
             con.execute(pragma)
         con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
@@ -63,7 +64,8 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
             return con.execute(sql).fetchmany(max_rows + 1)
         except sqlite3.OperationalError:
             if stopped:  # SQLite's "interrupted": its own deadline, not a wrong query
-                raise _PastDeadline(f"stopped (interrupted by SQLite): the query ran past its {timeout_s:g} s limit") from None
+                raise _PastDeadline(f"stopped (interrupted by SQLite): the query ran past its {timeout_s:g} s "
+                                    "limit") from None
             raise
     finally:
         con.close()
@@ -89,6 +91,7 @@ def main() -> None:
     out = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
+        reply: dict[str, object]
         try:
             rows = query(request["db"], request["sql"], request["timeout_s"], request["max_rows"],
                          request["max_value_bytes"])

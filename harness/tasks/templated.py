@@ -108,7 +108,8 @@ class TemplateTask(Task):
     def load(self) -> list[Example]:
         return [self.example(row, i) for i, row in enumerate(self.rows())]
 
-    def make_example(self, id: str, fields: dict[str, Any], reference: Any = None, meta: dict | None = None) -> Example:
+    def make_example(self, id: str | int, fields: dict[str, Any], reference: Any = None,
+                     meta: dict | None = None) -> Example:
         fields = {**fields, "system_prompt": self.system_prompt}
         try:
             prompt = self.template.format(**fields)
