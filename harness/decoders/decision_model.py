@@ -48,10 +48,10 @@ from pathlib import Path
 
 import torch
 
+from harness.decoders.params.mcsd_dynamic import DEFAULT_THRESHOLD, check_threshold
 from harness.errors import ConfigError
 from harness.resources import assets_dir
 
-DEFAULT_THRESHOLD = 0.4  # β (mcsd §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
 DEFAULT_TOP_K = 10  # not given in the paper
 ASSETS_DIR = assets_dir() / "decision_models"
 
@@ -78,12 +78,6 @@ def early_stop(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD) ->
     """The seed's rule (§3.3): stop drafting when every sequence's predicted acceptance is below β."""
     check_threshold(threshold)
     return bool((predicted < threshold).all())
-
-
-def check_threshold(threshold: float) -> float:
-    if not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"decision threshold must be in [0, 1] (mcsd uses 0.4), got {threshold}")
-    return float(threshold)
 
 
 def stop_depth(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD, lookahead: int = 1) -> torch.Tensor:
