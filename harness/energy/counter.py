@@ -22,11 +22,10 @@ A run is measured once when its expected error bound (edges, counter resolution)
 ``min_repetitions``), over ``trials`` trials. Cost: the edge waits, ~1.5 updates per prompt, and
 for sub-second runs at most a few repetitions — predictable (:mod:`harness.energy.cost`).
 
-The bound (≈ 95 %) adds: the idle power's uncertainty times each edge's idle stretch, each
-refresh's timing (± half a 1 ms poll) times idle power, the counter's resolution (measured:
-0.78 Q for one window, the difference of two truncations), half an update at the mean power per
-edge that could not be aligned, and the lag's residue where the counter was seen lagging.
-"""
+The bound (99 %, issue 30) is the root sum of squares of independent terms, each from what was
+measured: every idle stretch at an edge × the idle's movement between adjacent intervals (:mod:`.idlesteps`),
+each refresh's timing × idle power, the counter's steps (gcd of its increments: 0.9 q, two truncations),
+the lag's bracket × the edges' idle difference, half an update at the mean power per unaligned edge."""
 from __future__ import annotations
 
 import math
@@ -34,7 +33,7 @@ from typing import Callable
 
 from harness.energy import idlesteps
 from harness.energy.crosscheck import polled_estimate
-from harness.energy.idle import Z
+from harness.energy.idle import Z, quantile
 from harness.energy.phases import Refresh
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
@@ -155,11 +154,12 @@ def _tail(state, trial: Trial, timeout: float) -> None:
     idle_due = state.post_idle_due() or state.settled_due()
     watcher = state.watcher(counter)
     chosen: list[int | None] = [None] * state.devices
+    trial.residue = [0.0] * state.devices
     deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
     while state.clock.now() < deadline:
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
-                chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d)
+                chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
         done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 1) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
@@ -195,9 +195,10 @@ def _lag_hi(state, sensor, coarse: bool, device: int = 0) -> float:
     return max(sensor.lag_lo, period if math.isfinite(period) else 0.1)
 
 
-def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, device: int) -> int | None:
+def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, device: int,
+               residue: list[float]) -> int | None:
     """Index of the first refresh of ``device`` in ``seen`` known to have caught up with ``b`` (testing
-    that device's own lag); None: need more."""
+    that device's own lag; what the test could not have seen goes to ``residue[device]``); None: need more."""
     k, lag_hi, test = 0, _lag_hi(state, sensor, coarse, device), True
     while k < len(seen):
         after = seen[k].t - b
@@ -213,16 +214,16 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
         # adjacent idle intervals differ by σ (measured RMS, or √2 × each rate's own noise): 3 σ is work showing
         diff = max(sigma, math.sqrt(2) * _own_noise(state, seen[k + 1], seen[k + 2], second))
         behind = first > second + 3 * diff
-        # "not behind" hides at most a residue of work drawing (mean power − idle) worth 3 σ of one interval:
-        # the lag is known only to within that much more
+        # "not behind" hides at most 3 σ of one interval's work energy: the lag known to within that more
         excess = state.mean_power_w / state.devices - second if math.isfinite(state.mean_power_w) else NAN
         interval = seen[k + 1].t - seen[k].t
         slack = 3 * diff * interval / excess if math.isfinite(excess) and excess > 3 * diff else interval
         # a coarse counter's steps may hide a lag: only a clear answer counts (idle intervals known to ± 25 %)
         conclusive = not coarse or behind or (math.isfinite(sigma) and sigma < 0.25 * max(second, 1e-9))
-        if test and conclusive and not behind:  # (behind: work still showing, or the idle stepping down)
-            sensor.lag_seen(after + slack, False)
-        if not behind and conclusive and slack <= seen[k].halfwidth:
+        if test and conclusive:  # behind: work still showing, or the idle stepping down (the rising edge's
+            sensor.lag_seen(after if behind else after + slack, behind)  # tests, which cannot mistake it, reset it)
+        if not behind and conclusive:
+            residue[device] = 3 * diff * interval  # work energy the test could not have seen (J, one-sided)
             return k
         k += 1
     return None
@@ -338,8 +339,7 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
 
 
 def _lag_halfwidth(state, sensor, device: int) -> float:
-    """How far the lag used (:meth:`Sensor.lag_estimate`) may be off: half the bracket the tail tests
-    left, or (not bracketed) from the lag seen up to the longest the tail assumed."""
+    """How far the lag used may be off: half its bracket, or (not bracketed) up to the longest assumed."""
     if math.isfinite(sensor.lag_hi):
         return (sensor.lag_hi - sensor.lag_lo) / 2
     hi = _lag_hi(state, sensor, state.coarse(), device)
@@ -347,15 +347,16 @@ def _lag_halfwidth(state, sensor, device: int) -> float:
 
 
 def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]:
-    """One trial's energy (devices summed) and its edges' independent error terms (J, each ≈ 95 %).
+    """One trial's energy (devices summed) and its edges' independent error terms (J, each ≈ 99 %; the
+    devices' terms of one kind added: their idle may move together).
 
     With lag λ a refresh at t holds the energy up to t − λ, so the lead's idle stretch (at the rate of
     the interval before it) is a − t_lead + λ long and the tail's t_tail − b − λ, each next to the
-    interval whose rate it takes: Z σ × its length (:data:`~harness.energy.idle.Z`), σ the idle's measured
-    movement between adjacent intervals (:func:`_rate`); each refresh located to ± its half-width (uniform: × the rate); the
-    lag known to ± :func:`_lag_halfwidth` × the difference of the two rates."""
+    interval whose rate it takes: t σ × its length (Student's 99 % t on the differences σ rests on), σ
+    the idle's measured movement between adjacent intervals (:func:`_rate`); each refresh located to ± its
+    half-width (uniform: × the rate); the lag to ± :func:`_lag_halfwidth` × the difference of the rates."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
-    energy, terms = 0.0, []
+    energy, terms = 0.0, {"lead": 0.0, "lead timing": 0.0, "tail": 0.0, "tail timing": 0.0, "lag": 0.0}
     for d in range(state.devices):
         sensor = state.device_sensor(state.primary, d)  # every device's own lag
         lag = sensor.lag_estimate() if math.isfinite(sensor.lag_estimate()) else 0.0
@@ -368,29 +369,32 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
         both = lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b)
         shift = lag if both else 0.0
         def stretch(seconds: float, sig: float, d: int = d) -> float:  # an idle stretch at an adjacent rate
-            fine = state.idle.stretch_sd(d, seconds)
-            return Z * max(seconds * sig, fine if math.isfinite(fine) else 0.0)
+            fine, dof = state.idle.stretch_sd(d, seconds), state.idle.step_dof(d)
+            return (quantile(dof) if dof >= 2 else Z) * max(seconds * sig, fine if math.isfinite(fine) else 0.0)
 
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            terms += [stretch(trial.a - lead.t + shift, sig_a), lead.halfwidth * rate_a]
+            terms["lead"] += stretch(trial.a - lead.t + shift, sig_a)
+            terms["lead timing"] += lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
             start = va[d][COUNTER]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
             end = tail.value - rate_b * (tail.t - trial.b)
-            terms += [stretch(max(tail.t - trial.b - shift, 0.0), sig_b), tail.halfwidth * rate_b]
+            terms["tail"] += stretch(max(tail.t - trial.b - shift, 0.0), sig_b)
+            terms["tail timing"] += tail.halfwidth * rate_b
+            terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1
         else:
             end = vb[d][COUNTER]
             edges["interpolated"] += 1
         if both:
             end += lag * (rate_b - rate_a)  # the idle either side of a lagging counter's refreshes
-            terms.append(_lag_halfwidth(state, sensor, d) * abs(rate_b - rate_a))
+            terms["lag"] += _lag_halfwidth(state, sensor, d) * abs(rate_b - rate_a)
         energy += end - start
-    return energy, terms
+    return energy, list(terms.values())
 
 
-def _fmt_ms(seconds: float) -> str:
+def _fmt_ms(seconds: float) -> str:  # noqa: D103
     return "not yet seen" if not math.isfinite(seconds) else f"{seconds * 1e3:.0f} ms"

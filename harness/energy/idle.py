@@ -28,8 +28,16 @@ import statistics
 NAN = math.nan
 # a stated bound covers its error with 99 % (per term: 2.576 standard deviations of a normal error), so
 # that a cell of a few tens of prompts sees ≥ 95 % of them within it (issue 30); a 95 % figure would miss
-# that in a quarter of 20-prompt cells
+# that in a quarter of 20-prompt cells. A standard deviation estimated from n differences: Student's t
 Z = 2.576
+
+
+def quantile(dof: int) -> float:
+    """The 99 % two-sided quantile for an error whose standard deviation was estimated with ``dof``
+    degrees of freedom (Student's t; Z when known exactly)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.995, dof)) if dof >= 1 else math.inf
 
 
 class Curve:
@@ -135,6 +143,10 @@ class IdleTracker:
             return NAN
         return math.sqrt(sum(_ms(self.steps[d]) for d in devices))
 
+    def step_dof(self, device: int | None = None) -> int:
+        """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
+        return min(len(self.steps[d]) for d in (range(self.devices) if device is None else [device]))
+
     def stretch_sd(self, device: int, seconds: float) -> float:
         """One standard deviation (J) of an idle stretch's energy taken at an adjacent interval's power:
         σ × its length on the time scale the differences were measured on (the sensor's interval) or
@@ -189,7 +201,7 @@ class IdleTracker:
         tracked = 2 * rough if math.isfinite(rough) else _range(self.post)
         step = self.step_sigma()
         if math.isfinite(step):
-            return math.hypot(tracked, Z * step)
+            return math.hypot(tracked, quantile(self.step_dof()) * step)
         return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
 
     # ---- for net energy: the settled floor ----------------------------------------------------
