@@ -16,7 +16,7 @@ TEST_WORKERS ?= auto
 .PHONY: setup setup-slurm browser sweep report test test-slow clean-results
 setup: $(STAMP) browser
 
-# headless Chromium for the report's browser test (tests/test_report_browser.py skips, saying why, without it):
+# headless Chromium for the report's browser test (tests/report/test_report_browser.py skips, saying why, without it):
 # installed where missing and this runs as root with apt-get (Debian's `chromium`); never fails the setup
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \

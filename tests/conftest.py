@@ -129,7 +129,7 @@ def method_config():
 @pytest.fixture(scope="module")
 def sandbox_root_opt_in():
     """The sandbox's fallback runs here as root, maybe with the interpreter in a root-only folder (CI): opted in
-    with HARNESS_SANDBOX_ROOT=allow for the module (tests/test_sandbox_hold.py checks the refusal without it)."""
+    with HARNESS_SANDBOX_ROOT=allow for the module (tests/sandbox/test_sandbox_hold.py checks the refusal without it)."""
     before = os.environ.get("HARNESS_SANDBOX_ROOT")
     os.environ["HARNESS_SANDBOX_ROOT"] = "allow"
     yield

@@ -131,6 +131,26 @@ def test_the_entrance_is_a_few_rooms_and_a_few_modules():
     assert {p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__"} <= ROOMS
 
 
+# Tests mirror the package (docs/testing.md, "Where a test goes"): harness/<room>/<name>.py is tested in
+# tests/<room>/; only these stay at the top of tests/: the whole project's checks (layout, static checks, package
+# metadata, wheel, SLURM and sbatch scripts, fuzzing, the experiments' composition) and the tests of the entrance's
+# modules (harness/<name>.py: api, decoding, models, registry, stats). A new test file goes into its room.
+TOP_TESTS = {"test_layout", "test_static", "test_package", "test_wheel", "test_slurm", "test_sbatch", "test_fuzz",
+             "test_experiments", "test_api", "test_decoding", "test_models", "test_adaptive_models", "test_registry",
+             "test_stats"}
+
+
+def test_tests_mirror_the_package():
+    tests = Path(__file__).resolve().parent
+    flat = {p.stem for p in tests.glob("test_*.py")}
+    assert flat <= TOP_TESTS, (f"new test files at the top of tests/: {sorted(flat - TOP_TESTS)}; put each into the "
+                               "folder of the package room it tests (tests/<room>/, docs/testing.md)")
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders <= ROOMS, f"test folders that name no room of harness/: {sorted(folders - ROOMS)}"
+    names = [p.name for p in tests.rglob("test_*.py") if "plugin_example" not in p.parts]
+    assert len(names) == len(set(names)), "two test files share a name (pytest imports them by name)"
+
+
 def test_configs_and_task_data_sit_at_the_top_of_the_checkout_and_map_into_the_wheel():
     """The design card's layout (conf/, tasks/ beside the package) and an installable wheel (harness/conf,
     harness/data inside it: setup.py's package_dir) both hold; the locator finds the checkout's folders here."""

@@ -8,7 +8,7 @@ cannot be, so it comes from :data:`ARCHITECTURE_FACTS`, from a ``gpu`` profile's
 from ``harness-gpu-check`` (which measures it). ``None`` means not known: nothing is made up.
 
 :class:`GpuProfile` is the ``gpu`` config group's schema (a Hydra structured config, stored as
-``gpu_schema``; every preset conforms: tests/test_energy_config.py); ``conf/gpu/*.yaml``
+``gpu_schema``; every preset conforms: tests/energy/test_energy_config.py); ``conf/gpu/*.yaml``
 are presets naming GPUs (``match``, ``architecture``) and, for simulated GPUs, the simulator's
 settings. A preset repeats no figure of this module: ``power_update_s`` / ``power_window_s`` there
 override the architecture's facts (null: use them). The presets are not composed onto the schema,

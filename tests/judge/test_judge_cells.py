@@ -28,7 +28,7 @@ from harness.run.runner import run_cell
 from harness.tasks import load_task
 from judge_stub import StubServer, completion, rating
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 KEY = "sk-cells-SENTINEL-0a1b2c3d4e"
 
 

@@ -3,7 +3,7 @@ NVML in virtual time (sensor behaviour after Yang, Adamek & Armour 2023), and wh
 glitches are gaps, bounds hold, idle is settled, the counter is characterised, state mid-cell is
 flagged, a counter going backwards is NaN with the reason, the naive sum states an honest bound, the
 cross-check says which source the evidence points at. Accuracy only (no wall times); the broad study
-is scripts/study_energy_accuracy.py (its slow run: tests/test_energy_study.py)."""
+is scripts/study_energy_accuracy.py (its slow run: tests/energy/test_energy_study.py)."""
 from __future__ import annotations
 
 import math

@@ -20,7 +20,7 @@ from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 from harness.energy.sources import Channel, open_sources
 from harness.energy.windows import counter_energy, sample_sum_energy, trapezoid_energy, with_hold_points
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "conf")
+CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
 NAIVE = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "energy", "naive.yaml")))
 NAIVE.pop("defaults")  # the preset extends EnergyConfig (energy/protocol in the ConfigStore)
 NAIVE["gpu"] = None

@@ -15,7 +15,7 @@ from harness.energy.meter import EnergyMeter
 from harness.errors import ConfigError
 from test_layout import import_graph
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "conf")
+CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
 
 
 def _composed(*override_sets: list[str]) -> list[dict]:

@@ -20,7 +20,7 @@ from harness.energy.simloads import llm_like_load
 from harness.energy.simulated import SimClock, SimGPU, SimulatedNVML
 from harness.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICK = {"idle_baseline_s": 0.5, "infer_update_period_s": 0.5, "host": False}
 
 

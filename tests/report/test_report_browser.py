@@ -14,7 +14,7 @@ import pytest
 from harness.report import build_report
 from synth_results import GREEDY, SAMPLING, write_cell
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results_small"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "results_small"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 MEASURE = """<script>
 window.addEventListener('load', function () {

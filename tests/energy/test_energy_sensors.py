@@ -201,7 +201,7 @@ def test_the_report_puts_net_beside_gross_in_ratios_columns_and_fronts(tmp_path)
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parent.parent))
     from synth_results import write_cell
 
     from harness.report import build_report

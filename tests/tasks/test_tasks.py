@@ -11,12 +11,12 @@ from harness.tasks import load_task, task_registry
 from harness.tasks.base import Example, Task
 from harness.tasks.spider import extract_sql
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "dataset"
 SHIPPED = {"squad": 1190, "spider": 1034, "cnndm": 80, "xsum": 1000, "humaneval": 164, "gsm8k": 1319,
            "mt_bench": 160, "alpaca": 80, "chatgpt_prompts": 220, "spec_bench": 480}  # mt_bench: 80 questions x 2 turns
 
 
-# generated code runs in whatever isolation this machine has (tests/test_sandbox*.py test the minimum)
+# generated code runs in whatever isolation this machine has (tests/sandbox/ test the minimum)
 ANY_ISOLATION = {"humaneval": {"min_isolation": "weak"}}
 
 

@@ -60,7 +60,7 @@ def test_report_has_no_oracle_section_without_a_sweep(tmp_path):
 
     from harness.report import build_report
 
-    shutil.copytree(Path(__file__).parent / "fixtures" / "results_small", tmp_path / "results")
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "results_small", tmp_path / "results")
     out = build_report(tmp_path / "results", tmp_path / "report", n_resamples=50)
     assert "Fixed-γ oracle" not in Path(out["md"]).read_text()
     # details may name files under tmp_path, whose name contains this test's name ("...no_oracle...")

@@ -12,7 +12,7 @@ import pytest
 
 from harness.report import build_report, main
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results_small"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "results_small"
 OLD_CELL = "dsbd__tiny__mini_bench__h100__s0__fxold"
 BAD_CELL = "sd__tiny__mini_bench__h100__s1__fxbad"
 

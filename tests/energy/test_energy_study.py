@@ -14,7 +14,7 @@ import pytest
 from harness.energy import make_energy_meter
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def study():

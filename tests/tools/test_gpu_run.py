@@ -10,7 +10,7 @@ from harness.decoders import registry
 from harness.tools import gpu_run
 from harness.tools.gpu_table import render
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sweeps(steps, mode):

@@ -11,7 +11,7 @@ from harness.run.runner import run_cell
 from harness.results.store import read_records
 from harness.tasks import load_task
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 ROUGE = {"rouge1", "rouge2", "rougeL", "rougeLsum"}
 METRICS = {"squad": {"exact_match", "f1"}, "spider": {"execution_accuracy", "flag_query_killed"}, "cnndm": ROUGE,
            "xsum": ROUGE, "humaneval": {"pass@1", "suspicious", "flag_dunder", "flag_patch", "flag_introspect",

@@ -205,7 +205,7 @@ def test_what_the_program_writes_stays_within_its_disk_quota_by_construction(mod
     """Issue 31 class 7: the fallback's quota was polled (99 MB written against 64). Now its folder is a host folder
     where nothing can be created (Landlock, seccomp) and ``program.py`` is limited to the quota (RLIMIT_FSIZE): the
     program runs to its end, never killed, having written at most the quota, whichever way it tries. (The namespaces
-    mode's quota is its tmpfs: tests/test_sandbox_escapes.py.)"""
+    mode's quota is its tmpfs: tests/sandbox/test_sandbox_escapes.py.)"""
     if absent:
         monkeypatch.setenv(ABSENT_ENV, absent)
     quota = 12

@@ -180,7 +180,7 @@ def test_every_install_line_names_an_extra_of_pyproject_holding_that_package():
     import tomllib
     from pathlib import Path
 
-    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     optional = meta["project"]["optional-dependencies"]
     for module, (dist, extra) in extras.MODULES.items():
         assert any(d.split(">")[0].split("<")[0] == dist for d in optional[extra]), (module, dist, extra)

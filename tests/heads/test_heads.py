@@ -15,7 +15,7 @@ from harness.heads import (MC_SIM_7B_63, AcceptanceHead, EagleHead, SpecDecPPSto
                            rejection_probability, stop_drafting)
 from harness.heads.eagle import causal_mask, check_tree_params, new_head_cache, rerank
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- embedded tiny heads

@@ -35,7 +35,7 @@ FAST = PythonLimits(timeout_s=5.0)
 pytestmark = pytest.mark.usefixtures("sandbox_root_opt_in")
 
 SECRET = "harness-test-secret-93ab"
-CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "dataset"
 
 PRELUDE = '''
 import os, sys
@@ -671,7 +671,7 @@ print("wrote", total >> 20, flush=True)
     assert "harness-sandbox-" in folder and not os.path.exists(folder)  # gone with the run
     if mode == "namespaces":  # a private 16 MB tmpfs: ENOSPC
         assert result.passed and "stopped 28" in result.stdout and int(result.stdout.split()[-1]) <= 16, result.stdout
-    else:  # a host folder where nothing can be created (its quota by construction: tests/test_sandbox_hold.py)
+    else:  # a host folder where nothing can be created (its quota by construction: tests/sandbox/test_sandbox_hold.py)
         assert result.passed and ("stopped 13\n" in result.stdout or "stopped 1\n" in result.stdout), result.stdout
         assert int(result.stdout.split()[-1]) == 0, result.stdout
 
@@ -697,7 +697,7 @@ def test_the_seccomp_filter_refuses_by_default():
     refuse fails with EPERM; what Python needs still works."""
     code = f'''
 import ctypes, errno, os, sys, threading
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from harness.sandbox.kernel import seccomp
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long

@@ -269,7 +269,7 @@ def _spider(**overrides):
 
     from harness.tasks import load_task
 
-    conf = Path(__file__).resolve().parents[1] / "conf" / "dataset" / "spider.yaml"
+    conf = Path(__file__).resolve().parents[2] / "conf" / "dataset" / "spider.yaml"
     task = load_task({**yaml.safe_load(conf.read_text()), "num_prompts": None, **overrides})
     return task, {ex.reference: ex for ex in task.examples() if "unscorable" not in ex.meta}
 

@@ -254,7 +254,7 @@ def test_the_checker_decodes_nothing_but_plain_data(reply):
 @pytest.fixture(scope="module")
 def humaneval():
     """The task at whatever level this machine gives (the checker is the same in every mode)."""
-    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "conf", "dataset", "humaneval.yaml")))
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "dataset", "humaneval.yaml")))
     task = load_task({**cfg, "num_prompts": None, "min_isolation": "weak", "timeout_s": 3.0})
     return task, {e.id: e for e in task.examples()}
 
@@ -351,7 +351,7 @@ def humaneval_in(request):
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "fallback":
             patch.setenv("HARNESS_SANDBOX", "fallback")
-        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "conf", "dataset", "humaneval.yaml")))
+        cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "dataset", "humaneval.yaml")))
         task = load_task({**cfg, "num_prompts": None, "min_isolation": "fallback", "timeout_s": 5.0})
     assert task.isolation == request.param
     return task, {e.id: e for e in task.examples()}

@@ -219,7 +219,7 @@ def test_an_open_cell_window_keeps_bounded_history_and_stays_exact():
     meter.close()
 
 
-# ---- 7. the whole path on a simulated GPU: tests/test_energy_platform.py (CLI) --------------------
+# ---- 7. the whole path on a simulated GPU: tests/energy/test_energy_platform.py (CLI) --------------------
 
 # ---- 8. cost: one run per prompt with a counter ----------------------------------------------------
 
