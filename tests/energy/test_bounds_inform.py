@@ -1,0 +1,50 @@
+"""Issue 30 item 3, "bounds that inform": the stated bound holds on ≥ 95 % of prompts *and* its median is
+within 5× of the median actual error — over a handful of seeded simulated prompts (virtual time), on the
+developers' study scenarios (scripts/study_energy_accuracy.py)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.energy import make_energy_meter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _study():
+    spec = importlib.util.spec_from_file_location("study_energy_accuracy", ROOT / "scripts" / "study_energy_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+STUDY = _study()
+
+
+def _summary(name: str, meter: str, seeds: int = 2, prompts: int = 6) -> dict:
+    scenario = next(s for s in STUDY.SCENARIOS if s.name == name)
+    return STUDY.summarize([STUDY.run_cell(make_energy_meter, scenario, meter, seed, prompts) for seed in range(seeds)])
+
+
+def test_a_coarse_lagging_counter_states_a_bound_that_informs():
+    """1 J steps published 100 ms late: the bound held but stated 18× the error — the resolution was taken
+    from idle increments (every one 7 J: one update's idle energy) and a 2 % idle margin and floor sat on
+    every edge. Now the steps come from the increments seen under load (gcd: 1 J) and the edges' idle
+    from its measured movement between intervals."""
+    s = _summary("coarse counter 1 J, lag 100 ms", "counter")
+    assert s["bound_holds_all"] >= 0.95, s
+    assert s["informs"] <= 5.0, s
+
+
+def test_an_idle_step_after_work_is_not_taken_for_counter_lag():
+    """P-state hysteresis: +30 W for 0.3 s after each prompt. A tail's lag test cannot tell the idle
+    stepping down from a lagging counter; taken as lag, it pushed the lag estimate to 0.3 s and every
+    window off by ~1 % (net 7 %) against a 0.05-0.8 % bound. The rising edge's tests (only work raises
+    the power there) reset it."""
+    s = _summary("idle step at the prompt edge", "counter")
+    assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, s
+    assert s["gross_worst"] < 0.001 and s["net_worst"] < 0.01, s
