@@ -43,31 +43,6 @@ from harness.energy.trials import Runs, Trial, release
 NAN = math.nan
 
 
-def _rate(state, first: Refresh, second: Refresh, device: int = 0) -> tuple[float, float]:
-    """Mean power between two refreshes of one device, and how far an idle stretch next to that
-    interval may draw otherwise (W, one standard deviation): the idle's measured movement between
-    adjacent intervals (:mod:`.idlesteps`), or this rate's own noise where larger (the refreshes'
-    timing, uniform ± the half-widths; the counter's steps, two truncations: q/√6)."""
-    spacing = state.spacing(state.primary, first, second)
-    if spacing <= 0:
-        return NAN, NAN
-    watts = (second.value - first.value) / spacing
-    if watts < 0 or watts > 5 * (state.power_limit_w() if math.isfinite(state.power_limit_w()) else 2000.0):
-        return NAN, NAN  # a counter that went backwards (reset, wrap) or jumped
-    own = _own_noise(state, first, second, watts)
-    step = state.idle.step_sigma(device)
-    return watts, max(step, own) if math.isfinite(step) else own + 0.02 * abs(watts)  # 2 %: assumed, never measured
-
-
-def _own_noise(state, first: Refresh, second: Refresh, watts: float) -> float:
-    """One standard deviation (W) of a rate's own noise: its refreshes' timing (uniform ± the
-    half-widths, unless spaced on the grid) and the counter's steps (two truncations: q/√6)."""
-    spacing = state.spacing(state.primary, first, second)
-    q = state.sensors[state.primary.name].resolution_j
-    timing = (first.halfwidth + second.halfwidth) / spacing if spacing != second.t - first.t else 0.0
-    return math.hypot(abs(watts) * timing / math.sqrt(3), (q if math.isfinite(q) else 1e-3) / spacing / math.sqrt(6))
-
-
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
     """Measure ``workload`` with the energy counter (see the module docstring)."""
     cfg, clock = state.cfg, state.clock
@@ -134,7 +109,7 @@ def _lead(state, trial: Trial, timeout: float) -> None:
                       if t < lead.t - lead.halfwidth - 1e-3 and v < lead.value]
             prev = seen[-2] if len(seen) >= 2 else (before[-1] if before else None)
             if prev is not None and prev.t - prev.halfwidth - lag >= synced:  # the GPU was idle all through it
-                rate, sigma = _rate(state, prev, lead, d)
+                rate, sigma = idlesteps.rate(state, prev, lead, d)
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(trial.opened)[d], state.idle.edge_uncertainty(trial.opened, trial.opened) \
                 / Z / math.sqrt(state.devices)
@@ -160,7 +135,7 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
                 chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
-        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 1) for d, c in enumerate(chosen))
+        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
     state.note(counter, watcher.seen)
@@ -168,11 +143,11 @@ def _tail(state, trial: Trial, timeout: float) -> None:
     for d, seen in enumerate(watcher.seen):
         k = chosen[d] if chosen[d] is not None else (0 if seen else None)
         trial.tail.append(seen[k] if k is not None and k < len(seen) else None)
-        rate, sigma = _rate(state, seen[k], seen[k + 1], d) if k is not None and len(seen) > k + 1 and not coarse \
-            else (NAN, NAN)
+        rate, sigma = idlesteps.rate(state, seen[k], seen[k + 1], d) \
+            if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
         rates.append(rate)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
-            idlesteps.from_refreshes(state, counter, d, seen[k:k + 3])
+            idlesteps.from_refreshes(state, counter, d, seen[k:k + 3], after=True)
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
@@ -209,11 +184,12 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
             continue
         if len(seen) < k + 3:
             return None
-        first, _ = _rate(state, seen[k], seen[k + 1], device)
-        second, sigma = _rate(state, seen[k + 1], seen[k + 2], device)
+        first, _ = idlesteps.rate(state, seen[k], seen[k + 1], device)
+        second, sigma = idlesteps.rate(state, seen[k + 1], seen[k + 2], device)
         # adjacent idle intervals differ by σ (measured RMS, or √2 × each rate's own noise): 3 σ is work showing
-        diff = max(sigma, math.sqrt(2) * _own_noise(state, seen[k + 1], seen[k + 2], second))
-        behind = first > second + 3 * diff
+        diff = max(sigma, math.sqrt(2) * idlesteps.own_noise(state, seen[k + 1], seen[k + 2], second))
+        # behind where a rising edge showed the lag shorter: the idle stepping down after work (P-state), not lag
+        behind = first > second + 3 * diff and after < sensor.rise_hi
         # "not behind" hides at most 3 σ of one interval's work energy: the lag known to within that more
         excess = state.mean_power_w / state.devices - second if math.isfinite(state.mean_power_w) else NAN
         interval = seen[k + 1].t - seen[k].t
@@ -230,11 +206,10 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
 
 
 def _rise_test(state, trial: Trial, device: int) -> None:
-    """The lag seen at the window's rising edge, where only the work can raise the power: the counter
-    interval from the lead refresh to the next, t1, draws more than the idle interval before it (by
-    3 σ) only if the counter shows the work begun at a by t1 (lag < t1 − a); where it does not while
-    the interval after it clearly does, the lag is ≥ t1 − a less what 3 σ could hide. (The tail's
-    intervals cannot tell a lagging counter from the idle stepping down after work: P-state hysteresis.)"""
+    """The longest lag the window's rising edge allows, where only the work raises the power: the counter
+    interval from the lead refresh to the next, t1, holds t1 − a − lag of work, drawing at most what the
+    busiest interval of the window drew; its excess over idle (less 3 σ) bounds the lag from above. (The
+    tail's intervals cannot tell a lagging counter from the idle stepping down after work: P-state.)"""
     lead = trial.lead[device] if device < len(trial.lead) else None
     rate_a, sigma = trial.lead_rate[device], trial.lead_sigma[device]
     if lead is None or not math.isfinite(rate_a) or not math.isfinite(sigma):
@@ -247,15 +222,19 @@ def _rise_test(state, trial: Trial, device: int) -> None:
     first = Refresh(lead.t + state.spacing(state.primary, lead, after[0]), after[0].value, after[0].halfwidth)
     if first.t + after[1].halfwidth > trial.b:  # the interval after must lie inside the work
         return
-    r1, _ = _rate(state, lead, first, device)
-    r2, _ = _rate(state, first, after[1], device)
-    diff = max(sigma, math.sqrt(2) * _own_noise(state, lead, first, r1))
+    r1, _ = idlesteps.rate(state, lead, first, device)
+    inside = [r for r in after if r.t <= trial.b]
+    rates = [r for r in idlesteps.counter_rates(state, state.primary, [first] + inside[1:]) if math.isfinite(r)]
+    diff = max(sigma, math.sqrt(2) * idlesteps.own_noise(state, lead, first, r1))
     sensor = state.device_sensor(state.primary, device)
-    since = first.t - trial.a
-    if r1 > rate_a + 3 * diff:
-        sensor.lag_seen(since, False)
-    elif r2 > rate_a + 6 * diff:
-        sensor.lag_seen(since - 3 * diff * (first.t - lead.t) / (r2 - rate_a), True)
+    top = max(rates, default=NAN)
+    if not math.isfinite(r1) or not math.isfinite(top) or r1 <= rate_a + 3 * diff or top <= rate_a:
+        return
+    # the first interval holds (P − lag) of work at most the highest interval's power: lag ≤ P (1 − excess share)
+    interval = first.t - lead.t
+    hi = (first.t - trial.a) - interval * min((r1 - rate_a - 3 * diff) / (top - rate_a), 1.0)
+    sensor.rise_hi = min(sensor.rise_hi, hi)
+    sensor.lag_seen(hi, False)
 
 
 def _expected_bound(state, trial: Trial, kept: list[tuple[float, float]]) -> float:
@@ -353,7 +332,7 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
     With lag λ a refresh at t holds the energy up to t − λ, so the lead's idle stretch (at the rate of
     the interval before it) is a − t_lead + λ long and the tail's t_tail − b − λ, each next to the
     interval whose rate it takes: t σ × its length (Student's 99 % t on the differences σ rests on), σ
-    the idle's measured movement between adjacent intervals (:func:`_rate`); each refresh located to ± its
+    the idle's measured movement between adjacent intervals (:func:`.idlesteps.rate`); each refresh located to ± its
     half-width (uniform: × the rate); the lag to ± :func:`_lag_halfwidth` × the difference of the rates."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
     energy, terms = 0.0, {"lead": 0.0, "lead timing": 0.0, "tail": 0.0, "tail timing": 0.0, "lag": 0.0}

@@ -123,14 +123,15 @@ class IdleTracker:
         self.last_settled = -math.inf
         self.settle_s = 0.0
         self.steps: list[list[float]] = [[] for _ in range(devices)]  # adjacent idle intervals' differences (W)
-
+        self.after: list[list[float]] = [[] for _ in range(devices)]  # the same right after work
         self.fine: list[list[float]] = [[] for _ in range(devices)]  # the same on a faster power reading
         self.fine_scale = NAN  # the faster reading's interval (s)
 
-    def add_steps(self, device: int, diffs: list[float], fine: bool = False) -> None:
+    def add_steps(self, device: int, diffs: list[float], fine: bool = False, after: bool = False) -> None:
         """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``fine``:
-        of a power reading faster than the primary sensor: how the idle moves on a shorter time scale)."""
-        pool = (self.fine if fine else self.steps)[device]
+        of a power reading faster than the primary sensor: how the idle moves on a shorter time scale;
+        ``after``: right after work, where P-state steps fall)."""
+        pool = (self.fine if fine else self.after if after else self.steps)[device]
         pool.extend(d for d in diffs if math.isfinite(d))
         del pool[:-256]
 
@@ -139,20 +140,26 @@ class IdleTracker:
         ``device``, or devices summed in quadrature: the RMS of the measured differences — what an idle
         stretch next to an interval differs from that interval's mean power by. NaN before two differences."""
         devices = range(self.devices) if device is None else [device]
-        if not all(len(self.steps[d]) >= 2 for d in devices):
+        if not all(len(self._pool(d)) >= 2 for d in devices):
             return NAN
-        return math.sqrt(sum(_ms(self.steps[d]) for d in devices))
+        return math.sqrt(sum(_ms(self._pool(d)) for d in devices))
+
+    def _pool(self, device: int) -> list[float]:
+        """The differences that move more: at idle, or right after work (once two were seen there)."""
+        after = self.after[device]
+        return after if len(after) >= 2 and _ms(after) > _ms(self.steps[device]) else self.steps[device]
 
     def step_dof(self, device: int | None = None) -> int:
         """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
-        return min(len(self.steps[d]) for d in (range(self.devices) if device is None else [device]))
+        return min(len(self._pool(d)) for d in (range(self.devices) if device is None else [device]))
 
     def stretch_sd(self, device: int, seconds: float) -> float:
         """One standard deviation (J) of an idle stretch's energy taken at an adjacent interval's power:
         σ × its length on the time scale the differences were measured on (the sensor's interval) or
         shorter; a faster reading's differences (``self.fine``, measured on ``fine_scale``)
         as they add up over a longer stretch, √(stretch × its interval) × σ (independent intervals)."""
-        out = math.sqrt(_ms(self.steps[device])) * seconds if len(self.steps[device]) >= 2 else NAN
+        pool = self._pool(device)
+        out = math.sqrt(_ms(pool)) * seconds if len(pool) >= 2 else NAN
         if len(self.fine[device]) >= 2 and math.isfinite(self.fine_scale):
             fine = math.sqrt(_ms(self.fine[device])) * min(seconds, math.sqrt(seconds * self.fine_scale))
             out = max(out, fine) if math.isfinite(out) else fine

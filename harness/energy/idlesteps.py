@@ -10,7 +10,7 @@ powers of adjacent idle intervals —
   of adjacent intervals (a counter: refresh to refresh, spaced on the fitted refresh grid where it
   agrees; a power reading: readings one averaging window apart, so they share no averaging);
 * after each counter window whose tail saw three refreshes (:func:`from_refreshes`): the post-work
-  idle right where the edges lie (hysteresis steps included).
+  idle right where the edges lie, kept apart: P-state steps fall there (the larger movement is used).
 
 :meth:`harness.energy.idle.IdleTracker.step_sigma` is their RMS: the standard deviation of an edge
 stretch's power around the adjacent interval's (each rate's own quantisation and timing noise are
@@ -25,6 +25,31 @@ from harness.energy.phases import Refresh
 NAN = math.nan
 
 
+def rate(state, first: Refresh, second: Refresh, device: int = 0) -> tuple[float, float]:
+    """Mean power between two refreshes of one device, and how far an idle stretch next to that
+    interval may draw otherwise (W, one standard deviation): the idle's measured movement between
+    adjacent intervals (:mod:`.idlesteps`), or this rate's own noise where larger (the refreshes'
+    timing, uniform ± the half-widths; the counter's steps, two truncations: q/√6)."""
+    spacing = state.spacing(state.primary, first, second)
+    if spacing <= 0:
+        return NAN, NAN
+    watts = (second.value - first.value) / spacing
+    if watts < 0 or watts > 5 * (state.power_limit_w() if math.isfinite(state.power_limit_w()) else 2000.0):
+        return NAN, NAN  # a counter that went backwards (reset, wrap) or jumped
+    own = own_noise(state, first, second, watts)
+    step = state.idle.step_sigma(device)
+    return watts, max(step, own) if math.isfinite(step) else own + 0.02 * abs(watts)  # 2 %: assumed, never measured
+
+
+def own_noise(state, first: Refresh, second: Refresh, watts: float) -> float:
+    """One standard deviation (W) of a rate's own noise: its refreshes' timing (uniform ± the
+    half-widths, unless spaced on the grid) and the counter's steps (two truncations: q/√6)."""
+    spacing = state.spacing(state.primary, first, second)
+    q = state.sensors[state.primary.name].resolution_j
+    timing = (first.halfwidth + second.halfwidth) / spacing if spacing != second.t - first.t else 0.0
+    return math.hypot(abs(watts) * timing / math.sqrt(3), (q if math.isfinite(q) else 1e-3) / spacing / math.sqrt(6))
+
+
 def counter_rates(state, channel, refreshes: list[Refresh]) -> list[float]:
     """Mean power (W) between successive refreshes of one device's counter, spaced on the fitted
     refresh grid where it agrees (NaN for a pair that went backwards)."""
@@ -35,10 +60,11 @@ def counter_rates(state, channel, refreshes: list[Refresh]) -> list[float]:
     return out
 
 
-def from_refreshes(state, channel, device: int, refreshes: list[Refresh]) -> None:
-    """Differences of adjacent counter intervals' powers among ``refreshes`` (all in idle)."""
+def from_refreshes(state, channel, device: int, refreshes: list[Refresh], after: bool = False) -> None:
+    """Differences of adjacent counter intervals' powers among ``refreshes`` (all in idle; ``after``: right
+    after work)."""
     rates = counter_rates(state, channel, refreshes)
-    state.idle.add_steps(device, [b - a for a, b in zip(rates, rates[1:])])
+    state.idle.add_steps(device, [b - a for a, b in zip(rates, rates[1:])], after=after)
 
 
 def from_baseline(state, channel, seen: list[list[Refresh]], a: float, b: float) -> None:

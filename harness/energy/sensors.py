@@ -38,6 +38,7 @@ class Sensor:
     lag_lo: float = 0.0                # counter: the lag is above this (a tail refresh this soon was behind) ...
     lag_hi: float = math.inf           # ... and at most this (a tail refresh this soon had caught up)
     lag_tests: int = 0
+    rise_hi: float = math.inf          # counter: the lag is below this, seen where only work raises the power
     device_update_s: list[float] = field(default_factory=list)  # every device's inferred update period
     increments_mj: set[int] = field(default_factory=set)  # counter: distinct positive increments seen (for the gcd)
     _grid: tuple[int, Grid] | None = None
