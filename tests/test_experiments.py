@@ -162,7 +162,7 @@ def _mtad_ablation(c: dict) -> bool:
 
 
 def test_mtad_tables_follow_table_15(hydra_ctx):
-    every = [c for _, c in _cell_configs("mtad_tables")]
+    every = [c for _, c in _cell_configs("mtad_tables") if c["pair"]["name"] in (L, O)]  # §5's pairs (App. C: below)
     cells = [c for c in every if not _mtad_ablation(c)]
     assert {c["max_new_tokens"] for c in cells} == {128}
     assert {(c["decoding"]["top_k"], c["decoding"]["top_p"], c["decoding"]["temperature"]) for c in cells} == {(20, 0.9, 1.0)}
@@ -175,11 +175,17 @@ def test_mtad_tables_follow_table_15(hydra_ctx):
     warps = {(c["decoding"]["top_k"], c["decoding"]["top_p"], c["method"]["name"]) for c in ablation
              if c["pair"]["name"] == L}
     assert {(k, p, m) for k, p in ((20, 0.8), (10, 0.9), (10, 0.8)) for m in ("ar_sampling", "sd", "mtad")} <= warps
+    _follow_table_15(cells, {L: L, O: O}, 6)  # one cell per column and method: ar_sampling, sd, spectr, specinfer, bild, mtad
+
+
+def _follow_table_15(cells: list[dict], family: dict, methods: int) -> None:
+    """One cell per Table 15 column (``family``: L / O -> the pair that runs that family's columns) and method,
+    with the column's settings."""
     by = {}
     for c in cells:
         by.setdefault((c["pair"]["name"], c["dataset"]["name"], c["method"]["name"]), []).append(c["method"])
-    assert len(cells) == len(by) == 10 * 6  # one cell per column and method: ar_sampling, sd, spectr, specinfer, bild, mtad
-    for i, (pair, data) in enumerate(COLUMNS):
+    assert len(cells) == len(by) == 10 * methods
+    for i, (pair, data) in enumerate((family[p], d) for p, d in COLUMNS):
         assert by[(pair, data, "sd")][0]["gamma"] == 4
         for m in ("spectr", "specinfer"):
             assert (by[(pair, data, m)][0]["gamma"], by[(pair, data, m)][0]["num_drafts"]) == (4, TABLE15["num_drafts"][i])
@@ -188,6 +194,36 @@ def test_mtad_tables_follow_table_15(hydra_ctx):
             10, TABLE15["fallback_threshold"][i], TABLE15["rollback_threshold"][i])
         mtad = by[(pair, data, "mtad")][0]
         assert (mtad["gamma"], mtad["draft_width"], mtad["tau"]) == (4, 8, TABLE15["tau"][i])
+
+
+L3, L3I, O30, L70 = "llama31_8b_32_1b", "llama31_8b_32_1b_instruct", "opt_30b_350m", "llama2_70b_chat_7b_chat"
+
+
+def test_mtad_appendix_c_pairs_and_settings(hydra_ctx):
+    """Tables 9-10 (App. C.1-C.2): both Llama-3 pairs by hub id on Spider, MT-Bench and HumanEval, multinomial and
+    MTJD k 4, and the seven methods at one setting (Table 15's L,SP column); Table 11 (App. C.3): OPT-30B/350M and
+    Llama-2-70B/7B-chat on §5's five datasets, each method at its family's Table 15 column; App. F's warp, 128
+    tokens everywhere."""
+    every = [c for _, c in _cell_configs("mtad_tables")]
+    c9 = [c for c in every if c["pair"]["name"] in (L3, L3I)]
+    c11 = [c for c in every if c["pair"]["name"] in (O30, L70)]
+    assert {(c["pair"]["target"], c["pair"]["draft"]) for c in c9} == {
+        ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")}
+    assert {(c["pair"]["target"], c["pair"]["draft"]) for c in c11} == {
+        ("facebook/opt-30b", "facebook/opt-350m"), ("meta-llama/Llama-2-70b-chat-hf", "meta-llama/Llama-2-7b-chat-hf")}
+    for c in c9 + c11:
+        assert (c["max_new_tokens"], c["decoding"]["temperature"], c["decoding"]["top_k"], c["decoding"]["top_p"]) == \
+            (128, 1.0, 20, 0.9)
+    want = {"ar_sampling": {}, "mtjd": {"gamma": 4, "width": 4}, "sd": {"gamma": 4},
+            "spectr": {"gamma": 4, "num_drafts": 2}, "specinfer": {"gamma": 4, "num_drafts": 2},
+            "bild": {"gamma": 10, "fallback_threshold": 0.9, "rollback_threshold": 1}, "typical": {"gamma": 4},
+            "mcsd": {"k_config": [4, 2, 2, 1]}, "mtad": {"gamma": 4, "draft_width": 8, "tau": 0.9}}
+    got = Counter((c["pair"]["name"], c["dataset"]["name"], c["method"]["name"]) for c in c9)
+    assert got == Counter({(p, d, m): 1 for p in (L3, L3I) for d in ("spider", "mt_bench", "humaneval") for m in want})
+    for c in c9:
+        assert {k: c["method"][k] for k in want[c["method"]["name"]]} == want[c["method"]["name"]], c["method"]
+    _follow_table_15(c11, {L: L70, O: O30}, 5)  # speculative, Spectr, SpecInfer, BiLD, MTAD (no multinomial row)
 
 
 @pytest.mark.slow  # composes the whole experiment (issue 21.10; CI runs -m slow; mtad's stays by default)
@@ -302,3 +338,19 @@ def test_plan_lists_every_cell_of_an_experiment(name):
     assert len(jobs) == len(cells) > 1
     wanted = {o.split("=", 1)[1] for cell in cells for o in cell if o.startswith("method=")}
     assert {job["method"]["name"] for job in jobs} == wanted
+
+
+def test_docs_papers_cell_counts_are_the_sweeps(hydra_ctx):
+    """docs/papers.md's cell counts (the table's last column, and the twins' counts) are what each sweep plans
+    (``harness plan``): an experiment that grows says so in the manual."""
+    import re
+
+    text = (ROOT / "docs" / "papers.md").read_text()
+    counted = {m[0]: int(m[1]) for m in re.findall(r"^\| `(\w+)` \|.*\| (\d+) \|$", text, flags=re.M)}
+    twins = re.search(r"cells: ((?:\w+ \d+(?:, )?)+)", text)
+    assert twins, "docs/papers.md names the twins' cell counts"
+    counted.update({f"{n}_tables_tiny": int(k) for n, k in re.findall(r"(\w+) (\d+)", twins[1])})
+    full = [n for n in EXPERIMENTS if not n.endswith("_tiny")]
+    assert set(counted) == set(EXPERIMENTS), (sorted(counted), full)
+    for name in EXPERIMENTS:
+        assert len(config_sweep_overrides(_experiment(name))) == counted[name], name

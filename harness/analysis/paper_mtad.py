@@ -8,6 +8,9 @@
   MTAD 8 beams τ 0.1; BiLD γ 10) — the ablation cells of the same block never fill it.
 * **Table 5**: block efficiency (tokens per target call) per method and pair, mean ± s.d. across datasets.
 * **Table 7** (draft beams 2/4/6/8), **Fig. 3** (τ sweep) and **Table 12** (top-k × top-p): the ablations.
+
+These tables show §5's pairs (and any pair the paper does not name); App. C's pairs fill only Tables 9-11
+(:mod:`~harness.analysis.paper_mtad_appendix`; :func:`shown`).
 """
 from __future__ import annotations
 
@@ -33,15 +36,29 @@ DEFAULT_SETTING = (2, None, None, 0.1)  # elsewhere: Table 15's most common m an
 APP_F = "T 1 · top-k 20 · top-p 0.9"  # App. F's warp: every table but Table 12 (whose warps are its subject)
 
 
-def app_f(summary: pd.DataFrame) -> pd.DataFrame:
-    """The cells under App. F's warp, where there are any (else every cell: a sweep under another warp)."""
+def shown(summary: pd.DataFrame, tables: str = "§5") -> pd.DataFrame:
+    """The cells of the pairs ``tables`` show: §5's pairs only §5's tables ("§5"), App. C's pairs only their own
+    ("9-10", "11": :data:`~harness.analysis.paper_values.MTAD_APPENDIX_PAIRS`), any other pair (your own, the tiny
+    twin's) every table — so no table mixes in a pair the paper kept to another."""
+    def owner(pair) -> str:
+        appendix = pv.MTAD_APPENDIX_PAIRS.get(str(pair))
+        return appendix[0] if appendix else "§5" if pv.paper_pair("mtad", pair) else tables
+
+    return summary[[owner(p) == tables for p in summary["pair"]]] if len(summary) else summary
+
+
+def app_f(summary: pd.DataFrame, tables: str = "§5") -> pd.DataFrame:
+    """The cells under App. F's warp, where there are any (else every cell: a sweep under another warp), of the
+    pairs ``tables`` show (:func:`shown`)."""
+    summary = shown(summary, tables)
     mine = summary[summary["regime"] == APP_F]
     return mine if len(mine) else summary
 
 
 def main_specs(pair, dataset) -> dict[str, MethodSpec]:
-    """The Table 4 setting of every method for one block."""
-    m, t1, t2, tau = TABLE15.get((pv.paper_pair("mtad", pair), pv.paper_dataset("mtad", dataset)), DEFAULT_SETTING)
+    """The Table 4 setting of every method for one block (Table 11's pairs: their family's Table 15 column)."""
+    family = pv.paper_pair("mtad", pair) or pv.MTAD_APPENDIX_PAIRS.get(str(pair), ("", None))[1]  # Table 11: L / O
+    m, t1, t2, tau = TABLE15.get((family, pv.paper_dataset("mtad", dataset)), DEFAULT_SETTING)
     bild = "bild[gamma=10" + (f",fallback_threshold={t1},rollback_threshold={t2}" if t1 is not None else "") + "]"
     return {"speculative": SPEC, "BiLD": MethodSpec.parse(bild),
             "Spectr": MethodSpec.parse(f"spectr[gamma=4,num_drafts={m}]"),
@@ -56,10 +73,13 @@ def _head(role: str, spec: MethodSpec | str, cells: pd.DataFrame) -> str:
     return role + LOSSY_MARK if lossy(cells[MethodSpec.parse(name).mask(cells)]) else role
 
 
-def _role_rows(g: pd.DataFrame, spec: MethodSpec, role: str) -> tuple[pd.DataFrame, str]:
+def _role_rows(g: pd.DataFrame, spec: MethodSpec | str, role: str,
+               setting: str = "the Table 15 setting") -> tuple[pd.DataFrame, str]:
+    """The cells of ``spec`` in ``g`` (one setting: :func:`choose`), or why none stands for the role's entry."""
+    spec = MethodSpec.parse(spec)
     rows = g[spec.mask(g)] if spec.method in set(g["method_name"]) else g.iloc[0:0]
     if rows.empty and not g[MethodSpec.parse(spec.method).mask(g)].empty:
-        return rows, f"no {spec} cell (the Table 15 setting)"
+        return rows, f"no {spec} cell ({setting})"
     return choose(rows, role)
 
 
@@ -181,6 +201,7 @@ def topk_topp_table(summary: pd.DataFrame) -> PaperTable:
     entries = []
     roles = (("AR (the paper's 'Greedy')", MethodSpec.parse("ar_sampling")), ("Speculative", SPEC),
              ("MTAD (MJSD)", None))
+    summary = shown(summary)
     summary = summary[summary["regime"].astype(str).str.startswith("T 1 ·")]  # the paper holds T 1
     groups = [(k, g) for k, g in blocks(summary, ["pair", "dataset", "gpu"], laid_out=["regime"])
               if g[MethodSpec.parse("mtad").mask(g)]["regime"].nunique() > 1]

@@ -33,8 +33,12 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
          "mtad.table6 (Table 4's cells; each dataset's primary metric, per category where it has categories)"),
         ("Table 7 (draft beams)", BUILT, "mtad.table7"),
         ("Table 8 (dataset statistics)", OUT, "a description of the datasets (docs), not a measurement"),
-        ("Tables 9-11 (Llama-3 / -Instruct, OPT-30B/350M, Llama-2-70B/7B-chat)", TODO,
-         "need those pairs' cells in mtad_tables (GPU time for 30-70B targets); not added yet"),
+        ("Table 9 (MTJD vs multinomial sampling, Llama-3 and -Instruct)", BUILT,
+         "mtad.table9 (grids table9_*: ar_sampling and mtjd k 4 on Spider, MT-Bench, HumanEval)"),
+        ("Table 10 (Llama-3 methods, lossy / lossless headers)", BUILT, "mtad.table10 (grids table10_*: one setting, "
+         "Table 15's L,SP column; headers from the cells' recorded lossless)"),
+        ("Table 11 (OPT-30B/350M, Llama-2-70B/7B-chat)", BUILT, "mtad.table11 (Table 4's grids on those pairs, their "
+         "family's Table 15 column; mean ± s.d. across datasets)"),
         ("Table 12 (top-k × top-p)", BUILT, "mtad.table12"),
         ("Tables 13-14, Fig. 1 (fine-tuned drafts)", OUT, "the paper fine-tunes its drafts (and MTJD's) on "
          "ChatGPT-Prompts; those weights are not published, and fine-tuning is not part of this harness"),

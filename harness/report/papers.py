@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
-                              paper_mtad_fig4, paper_registry, pareto, plots, quality)
+                              paper_mtad_appendix, paper_mtad_fig4, paper_registry, pareto, plots, quality)
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
 from harness.report.context import Analysis, run_section
@@ -95,7 +95,7 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
 
 def sec_mtad(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mtad').cite()} — Tables 3-7, 12, Figs. 3-5.")
+    doc.p(f"{ref('mtad').cite()} — Tables 3-7, 9-12, Figs. 3-5.")
     for build in (paper_mtad.table3, paper_mtad.table4, paper_mtad.table5, paper_mtad.beams_table,
                   paper_mtad.tau_table, paper_mtad.topk_topp_table, paper_mtad.fig5_table):
         t = build(s)
@@ -112,6 +112,9 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
     _show(doc, a, f4)
     if _has_cells(f4):
         doc.fig("mtad_fig4", paper_figures.scatter(f4, "relative perplexity", "relative score", 1), f4.title)
+    for t in (paper_mtad_appendix.table9(s, a.records), paper_mtad_appendix.table10(s, a.records),
+              paper_mtad_appendix.table11(s)):  # App. C's pairs (§5's tables never show them)
+        _show(doc, a, t)
 
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
