@@ -145,9 +145,14 @@ class IdleTracker:
         return math.sqrt(sum(_ms(self._pool(d)) for d in devices))
 
     def _pool(self, device: int) -> list[float]:
-        """The differences that move more: at idle, or right after work (once two were seen there)."""
-        after = self.after[device]
-        return after if len(after) >= 2 and _ms(after) > _ms(self.steps[device]) else self.steps[device]
+        """The differences σ rests on: at idle and right after work together, unless right after work they
+        move significantly more (F-test, 95 %: P-state steps there), then those alone."""
+        after, steps = self.after[device], self.steps[device]
+        if len(after) < 2 or len(steps) < 2:
+            return steps if len(after) < 2 else after
+        from scipy.stats import f
+
+        return after if _ms(after) / _ms(steps) > f.ppf(0.95, len(after), len(steps)) else steps + after
 
     def step_dof(self, device: int | None = None) -> int:
         """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
