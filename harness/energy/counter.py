@@ -150,7 +150,13 @@ def _tail(state, trial: Trial, timeout: float) -> None:
             if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
         rates.append(rate)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
+            first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
             idlesteps.from_refreshes(state, counter, d, seen[k:k + 3], after=True)
+            lag = state.device_sensor(counter, d).lag_estimate()
+            moved = idlesteps.counter_rates(state, counter, seen[k:k + 3])
+            if first and all(math.isfinite(m) for m in moved):
+                stretch = max(seen[k].t - b - (lag if lag > 0 else 0.0), 0.0)
+                trial.residue[d] += UNIFORM * abs(moved[1] - moved[0]) * stretch
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
@@ -202,8 +208,10 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
         if test and conclusive:  # behind: work still showing, or the idle stepping down (the rising edge's
             sensor.lag_seen(after if behind else after + slack, behind)  # tests, which cannot mistake it, reset it)
         if not behind and conclusive:
-            residue[device] = 3 * diff * interval  # work energy the test could not have seen (J, one-sided)
+            residue[device] += 3 * diff * interval  # work energy the test could not have seen (J, one-sided)
             return k
+        if first > second + 3 * diff:  # passed over: the idle moved this much after work (or work still showed)
+            residue[device] = max(residue[device], UNIFORM * (first - second) * (seen[k + 1].t - b))
         k += 1
     return None
 
