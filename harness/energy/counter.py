@@ -210,7 +210,8 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
         if not behind and conclusive:
             residue[device] += 3 * diff * interval  # work energy the test could not have seen (J, one-sided)
             return k
-        if first > second + 3 * diff:  # passed over: the idle moved this much after work (or work still showed)
+        if first > second + 3 * diff and not coarse:  # passed over: the idle moved this much after work (or work
+            # still showed: a coarse counter's lag, which its steps hide from the rising edge, is not counted here)
             residue[device] = max(residue[device], UNIFORM * (first - second) * (seen[k + 1].t - b))
         k += 1
     return None
