@@ -23,7 +23,6 @@ parameters may be given at the top level of :func:`sweep`'s cells (``{"method": 
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -98,7 +97,7 @@ def compose(**cell: Any) -> dict:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return job_container(hydra_compose(config_name="config", overrides=args))
-    except Exception as e:  # noqa: BLE001 — Hydra's composition errors (unknown key or option, wrong type)
+    except Exception as e:  # Hydra's composition errors (unknown key or option, wrong type)
         from harness.cli.app import is_config_error
         from harness.errors import ConfigError
 

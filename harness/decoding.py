@@ -8,16 +8,16 @@ compares like with like. The presets are defined here once:
 * ``sampling`` — the mtad paper's App. F: keep the top 20 tokens, then top-p 0.9, temperature 1 (the
   default, and the defaults of every sampled method's Params);
 * ``sampling_dsbd`` — the dsbd paper's §4.1 (its experiments): top-k 10, top-p 0.8 (``sampling_seed000``
-  until 0.2: still accepted, with a deprecation message, :mod:`harness.config.legacy`);
+  until 0.2: still accepted at the doors, the command line and :func:`harness.methods.read_decoding`, with a
+  deprecation message: :mod:`harness.config.legacy`);
 * ``greedy`` — temperature 0: argmax decoding (the warp's other fields are unused).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
-from harness.config.legacy import RENAMED_PRESETS, preset_name
 from harness.primitives.warping import Warp
 
 WARP_KEYS = ("temperature", "top_k", "top_p")
@@ -60,7 +60,6 @@ def as_decoding(decoding: str | Mapping[str, Any] | Decoding) -> Decoding:
     if isinstance(decoding, Decoding):
         return decoding
     if isinstance(decoding, str):
-        decoding = preset_name(decoding)
         if decoding not in PRESETS:
             raise ConfigError(f"unknown decoding '{decoding}'. Valid decodings: {', '.join(PRESETS)}")
         return PRESETS[decoding]
@@ -68,10 +67,6 @@ def as_decoding(decoding: str | Mapping[str, Any] | Decoding) -> Decoding:
     unknown = sorted(set(values) - {"name", *WARP_KEYS})
     if unknown:
         raise ConfigError(f"unknown decoding key(s) {unknown}. Valid keys: name, {', '.join(WARP_KEYS)}")
-    values["name"] = preset_name(values.get("name", "custom"))
+    values.setdefault("name", "custom")
     return Decoding(**values)
 
-
-#: every preset name the ``decoding`` group accepts: the presets and (deprecated) their old names
-GROUP_PRESETS: dict[str, Decoding] = {**PRESETS, **{old: replace(PRESETS[new], name=old)
-                                                     for old, new in RENAMED_PRESETS.items()}}

@@ -20,11 +20,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from harness.adaptive.columns import policy_columns, selection_columns
 from harness.adaptive.policies import PolicyParams, policy_params
 from harness.decoders.base import Decoder, DecoderParams, registry
 from harness.decoding import SAMPLING, WARP_KEYS, Decoding, as_decoding
 from harness.errors import ConfigError, NotApplicable
-from harness.config.legacy import upgrade_method_params
+from harness.config.legacy import preset_name, upgrade_method_params
 from harness.models import ModelPair
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.selection import SELECTIONS, DraftSelection, SelectionParams
@@ -62,7 +63,7 @@ def resolve_method(method: str, params: Mapping[str, Any] | None = None,
     params = dict(params or {})
     explicit = {k: params.pop(k) for k in WARP_KEYS if k in params}
     explicit = {k: v for k, v in explicit.items() if v is not None}
-    dec = as_decoding(decoding) if decoding is not None else None
+    dec = read_decoding(decoding) if decoding is not None else None
     warp = {**(dec.warp_params() if dec is not None else {}), **explicit}
     kind = "greedy" if warp.get("temperature", SAMPLING.temperature) == 0 else "sampling"
     name = ALIASES[method][kind] if method in ALIASES else method
@@ -170,17 +171,13 @@ class MethodSpec:
 
     def params_dict(self) -> dict[str, Any]:
         """The parameters a built decoder reports (``summary.json["params"]``), without building it."""
-        from harness.config.legacy import SELECTION_KEYS_0_2, flat_policy_params
-
         out = self.params.as_dict()
         if self.cls.uses_gamma_policy:
             policy = None if self.gamma_policy is None else {"name": self.gamma_policy.name,
                                                              **self.gamma_policy.as_dict()}
-            out.update(flat_policy_params(policy, None))
+            out.update(policy_columns(policy))
         if self.draft_selection is not None:
-            old = {new: key for key, (new, _) in SELECTION_KEYS_0_2.items()}
-            out.update(draft_selection=self.draft_selection.name,
-                       **{old[k]: v for k, v in self.draft_selection.as_dict().items()})
+            out.update(selection_columns({"name": self.draft_selection.name, **self.draft_selection.as_dict()}))
         return out
 
 
@@ -207,6 +204,16 @@ def _selection(value: Any) -> SelectionParams | None:
     if name not in SELECTIONS:
         raise ConfigError(f"unknown draft_selection '{name}'; valid: {', '.join(SELECTIONS)}")
     return SELECTIONS[name].create(values, f"draft_selection '{name}'")
+
+
+def read_decoding(decoding: str | Mapping[str, Any] | Decoding) -> Decoding:
+    """A decoding as a caller or a composed config gives it (:func:`~harness.decoding.as_decoding`), a deprecated
+    preset name mapped to its name now, with its message (:mod:`harness.config.legacy`)."""
+    if isinstance(decoding, str):
+        return as_decoding(preset_name(decoding))
+    if isinstance(decoding, Decoding) or "name" not in decoding:
+        return as_decoding(decoding)
+    return as_decoding({**decoding, "name": preset_name(decoding["name"])})
 
 
 def method_spec(method: str, params: Mapping[str, Any] | None = None, *,

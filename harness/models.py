@@ -27,7 +27,7 @@ from harness.primitives.graphs import (DEFAULT_EXECUTION, check_execution, execu
 
 TINY_PAIR_DIR = Path(__file__).parent / "assets" / "tiny_pair"
 # the embedded models: every folder of assets/tiny_pair with a config (target, draft, draft4, ...)
-TINY_MODELS = tuple(f"tiny/{d.name}" for d in sorted(TINY_PAIR_DIR.iterdir(), key=lambda d: (d.name != "target", d.name))
+TINY_MODELS = tuple(f"tiny/{d.name}" for d in sorted(TINY_PAIR_DIR.iterdir(), key=lambda d: (d.name != "target", d))
                     if (d / "config.json").is_file())
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DTYPE_CHOICES = ("auto", *DTYPES)
@@ -89,7 +89,7 @@ class ModelPair:
 
     def require_draft(self, method: str) -> torch.nn.Module:
         if self.draft is None:
-            raise ConfigError(f"method '{method}' needs a draft model, but pair '{self.name}' has none (set pair.draft)")
+            raise ConfigError(f"method '{method}' needs a draft model; pair '{self.name}' has none (set pair.draft)")
         return self.draft
 
     def cuda_devices(self) -> list[int]:
@@ -104,7 +104,7 @@ class ModelPair:
         return sorted(devs)
 
 
-def check_model_ref(key: str, ref: str) -> None:
+def check_model_ref(key: str, ref: str | None) -> None:
     """A model reference is the embedded pair, an existing local directory, or a well-formed hub id."""
     if not isinstance(ref, str) or not ref:
         raise ConfigError(f"{key} must be a hub id or a local directory, got {ref!r}", key=key)
@@ -179,7 +179,7 @@ class PairSpec:
         for key in ("revision", "draft_revision"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(f"pair.{key} must be a hub revision (commit sha, tag or branch) or null, got {value!r}")
+                raise ConfigError(f"pair.{key} must be a hub revision (a commit, tag or branch) or null, got {value!r}")
 
     @property
     def draft_ids(self) -> list[str]:
@@ -336,7 +336,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
 
     if random_pair.is_random(name_or_path):
         name_or_path, revision = random_pair.TOKENIZER, None
-    return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **({"revision": revision} if revision else {}))
+    pinned = {"revision": revision} if revision else {}
+    return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **pinned)
 
 
 def check_tokenizers(target_tok, draft_tok, target_id: str = "target", draft_id: str = "draft") -> None:

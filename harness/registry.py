@@ -75,7 +75,7 @@ class Registry(Generic[T]):
             (f" (package {dist.name})" if dist is not None else "")
         try:
             obj = ep.load()
-        except Exception as e:  # noqa: BLE001 — a broken plugin: named, with its error, instead of a bare traceback
+        except Exception as e:  # a broken plugin: named, with its error, instead of a bare traceback
             raise ConfigError(f"{where} cannot be loaded: {type(e).__name__}: {e}") from e
         if inspect.ismodule(obj):
             return

@@ -32,50 +32,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from harness.adaptive.draft_selection import DIM, N_FIT, DraftSelector, PromptFeaturizer, alpha_from_record
+from harness.adaptive.columns import selection_columns
+from harness.adaptive.selection_params import SELECTIONS, NoSelection, SelectionParams  # noqa: F401 (their home)
+from harness.adaptive.draft_selection import DraftSelector, PromptFeaturizer, alpha_from_record
 from harness.decoders.base import Decoder, Generation
 from harness.errors import ConfigError
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair
-from harness.params import Params, is_int, param
 
 
 def _params(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@dataclass(frozen=True)
-class SelectionParams(Params):
-    """``draft_selection=ols``: Eq. 8's OLS per draft on prompt features, Theorem 2 / Eq. 1's choice (adaptive §5)."""
-
-    name: ClassVar[str] = "ols"
-
-    fit_prompts: int = param(N_FIT, "prompts run with every draft to fit Eq. 8 (adaptive §6.1: 25)")
-    features: int = param(DIM, "feature vector length r (adaptive App. C.5 Table 11: 4..16)")
-
-    def describe_group(self) -> str:
-        return "draft_selection:"
-
-    def __post_init__(self):
-        self.check("fit_prompts", is_int(self.fit_prompts) and self.fit_prompts >= 2,
-                   "an integer >= 2 (prompts per draft)")
-        self.check("features", is_int(self.features) and 3 <= self.features <= 64, "an integer in [3, 64]")
-
-
-@dataclass(frozen=True)
-class NoSelection(Params):
-    """``draft_selection=none``: the pair's draft for every prompt (the same as leaving the group unset)."""
-
-    name: ClassVar[str] = "none"
-
-
-SELECTIONS: dict[str, type[Params]] = {"none": NoSelection, SelectionParams.name: SelectionParams}
 
 
 class DraftSelection:
@@ -84,11 +56,12 @@ class DraftSelection:
 
     def __init__(self, pair: ModelPair, make: Callable[[ModelPair], Decoder], params: SelectionParams):
         if len(pair.drafts) < 2:
-            raise ConfigError(f"draft_selection=ols needs a pair with several drafts (pair.drafts, e.g. pair=tiny_multi); "
-                              f"pair '{pair.name}' has {len(pair.drafts)}")
+            raise ConfigError("draft_selection=ols needs a pair with several drafts (pair.drafts, e.g. "
+                              f"pair=tiny_multi); pair '{pair.name}' has {len(pair.drafts)}")
         self.pair, self.params_selection = pair, params
         self.drafts = list(pair.drafts)
-        self.default = pair.draft_id if pair.draft_id in pair.drafts else self.drafts[0]
+        self.default: str = pair.draft_id if pair.draft_id is not None and pair.draft_id in pair.drafts \
+            else self.drafts[0]
         self.decoders = {d: make(pair.with_draft(d)) for d in self.drafts}
         self.decoder = self.decoders[self.default]
         self.cheapest = min(self.drafts, key=lambda d: _params(pair.drafts[d]))
@@ -96,7 +69,8 @@ class DraftSelection:
         self.featurizer = PromptFeaturizer(dim=params.features)
         self.features: dict[tuple, np.ndarray] = {}
         self.samples: dict[str, dict[tuple, tuple[np.ndarray, float]]] = {d: {} for d in self.drafts}
-        self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}  # Σ draft s, calls, Σ verify s, calls
+        # per draft: Σ draft s, calls, Σ verify s, calls
+        self.times: dict[str, list[float]] = {d: [0.0, 0, 0.0, 0] for d in self.drafts}
         self.selector: DraftSelector | None = None
         self.prepared = False
         self.feature_time_s: dict[tuple, float] = {}
@@ -107,12 +81,10 @@ class DraftSelection:
         return getattr(self.decoder, name)
 
     def params_dict(self) -> dict[str, Any]:
-        """The decoder's parameters with the selection's under their 0.2 flat names."""
-        from harness.config.legacy import SELECTION_KEYS_0_2
-
-        old = {new: key for key, (new, _) in SELECTION_KEYS_0_2.items()}
-        values = {old[k]: v for k, v in self.params_selection.as_dict().items()}
-        return {**self.decoder.params_dict(), "draft_selection": self.params_selection.name, **values}
+        """The decoder's parameters with the selection's as the summary's flat columns
+        (:func:`harness.adaptive.columns.selection_columns`)."""
+        selection = {"name": self.params_selection.name, **self.params_selection.as_dict()}
+        return {**self.decoder.params_dict(), **selection_columns(selection)}
 
     # ------------------------------------------------------------------ features
     def perplexity(self, ids: list[int]) -> float:
@@ -125,7 +97,8 @@ class DraftSelection:
     def prepare(self, prompts: list[list[int]]) -> None:
         prompts = [list(map(int, p)) for p in prompts]
         if len(prompts) < 2:
-            raise ConfigError(f"draft_selection=ols fits its features on the cell's prompts: needs >= 2, got {len(prompts)}")
+            raise ConfigError("draft_selection=ols fits its features on the cell's prompts: "
+                              f"needs >= 2, got {len(prompts)}")
         ppls = []
         for p in prompts:
             t0 = time.perf_counter()
@@ -187,15 +160,13 @@ class DraftSelection:
         ids = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()]
         key, u = tuple(ids), self.feature(ids)
         nan = math.nan
-        if self.fitting:
-            served, extra = None, 0.0
-            for d in [self.default] + [d for d in self.drafts if d != self.default]:
+        if self.selector is None:  # fitting: the default draft's generation is served, the others' time is extra
+            served = self.decoders[self.default].generate(ids, max_new_tokens, seed, stop=stop)
+            served_alpha, extra = self._observe(self.default, key, u, served), 0.0
+            for d in [d for d in self.drafts if d != self.default]:
                 gen = self.decoders[d].generate(ids, max_new_tokens, seed, stop=stop)
-                alpha = self._observe(d, key, u, gen)
-                if served is None:
-                    served, served_alpha = gen, alpha
-                else:
-                    extra += gen.stats.wall_time_s
+                self._observe(d, key, u, gen)
+                extra += gen.stats.wall_time_s
             served.selection = {"phase": "fit", "draft": self.default, "alpha_predicted": nan,
                                 "alpha_realised": served_alpha, "fit_r2": nan, "fit_r2_loo": nan,
                                 "c": self.cost(self.default), "fit_extra_time_s": extra,

@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from harness.primitives.round import Round
 
@@ -73,7 +73,7 @@ RATIO_DEFINITIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _ratio(num: float, den: float) -> float:
+def _ratio(num: float | None, den: float | None) -> float:
     if num is None or den is None or not den or (isinstance(den, float) and math.isnan(den)):
         return NAN
     return num / den
@@ -97,7 +97,7 @@ def _finite_sum(values) -> float:
     return total
 
 
-def pooled_totals(records: list[Mapping[str, Any]]) -> dict[str, float]:
+def pooled_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """A cell's totals from its records: counts summed, ``committed_tokens`` = Σ of every accept length.
 
     Records of older result folders are read under the current names (:mod:`harness.config.legacy`).

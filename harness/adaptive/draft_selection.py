@@ -35,11 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from harness.adaptive import estimators as est
+from harness.adaptive.selection_params import DIM, N_FIT
 from harness.errors import ConfigError
-
-N_FIT = 25          # prompts used to fit Eq. 8 per draft (§6.1: "25 prompts in online predictive model construction")
-DIM = 8             # vector length r (App. C.5 Table 11: 4..16 all within 2 %)
-
 
 # ---------------------------------------------------------------------------- features
 
@@ -234,7 +231,11 @@ class DraftSelector:
         return len(self.models) < len(self.costs)
 
     def drafts_to_run(self, u: np.ndarray | None = None) -> list[str]:
-        return list(self.costs) if self.fitting else [self.choose(u).draft]
+        if self.fitting:
+            return list(self.costs)
+        if u is None:
+            raise ValueError("a fitted selector chooses by the prompt's features: drafts_to_run(u)")
+        return [self.choose(u).draft]
 
     def observe(self, draft: str, u: np.ndarray, alpha: float) -> None:
         if draft not in self.costs:

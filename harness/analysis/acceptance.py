@@ -24,7 +24,7 @@ def _drafting(records: pd.DataFrame) -> pd.DataFrame:
 def accept_length_histogram(records: pd.DataFrame) -> pd.DataFrame:
     """Per cell × accept length (tokens committed per round): count and fraction of rounds."""
     rows = []
-    for cid, r in _drafting(records).groupby("cell_id", sort=False):
+    for _, r in _drafting(records).groupby("cell_id", sort=False):
         lengths = np.concatenate([np.asarray(x, int) for x in r["accept_lengths"]]) if len(r) else np.array([], int)
         if not len(lengths):
             continue
@@ -39,7 +39,7 @@ def conditional_acceptance(records: pd.DataFrame, level: float = stats.LEVEL) ->
     """P(draft position k accepted | positions 1..k−1 accepted and the round drafted ≥ k), with a
     Wilson interval (rounds treated as independent trials). Needs ``round_gammas``."""
     rows = []
-    for cid, r in _drafting(records).groupby("cell_id", sort=False):
+    for _, r in _drafting(records).groupby("cell_id", sort=False):
         if "round_gammas" not in r or r["round_gammas"].map(lambda g: not isinstance(g, (list, np.ndarray))).any():
             continue
         a = np.concatenate([np.asarray(x, int) - 1 for x in r["accept_lengths"]])
@@ -60,7 +60,7 @@ def per_request_vs_pooled(records: pd.DataFrame, **boot) -> pd.DataFrame:
     """Per cell: mean acceptance length (tokens per round) and acceptance rate, pooled over all
     rounds vs the mean of per-request values (with a bootstrap CI over requests), and the gap."""
     rows = []
-    for cid, r in _drafting(records).groupby("cell_id", sort=False):
+    for _, r in _drafting(records).groupby("cell_id", sort=False):
         lengths = [np.asarray(x, float) for x in r["accept_lengths"]]
         n_rounds = np.array([len(x) for x in lengths], float)
         sums = np.array([x.sum() for x in lengths])

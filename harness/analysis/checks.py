@@ -89,7 +89,8 @@ def measurement_flags(cells: pd.DataFrame, records: pd.DataFrame, problems: pd.D
             add("info", "not interleaved", cid, "cells ran one after another, not interleaved prompt by prompt: "
                                                 "machine drift between cells is not cancelled by pairing")
     if "energy.trial_spread" in records:
-        spread = records.groupby("cell_id")["energy.trial_spread"].apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
+        spread = records.groupby("cell_id")["energy.trial_spread"].apply(
+            lambda s: pd.to_numeric(s, errors="coerce").mean())
         for cid, s in spread.items():
             if np.isfinite(s) and s > HIGH_CV:
                 add("warning", "high run-to-run variance", cid, f"energy trials disagree by {s:.0%} on average")

@@ -120,7 +120,7 @@ def read_results(results_dir: str | Path = "results") -> Results:
                 err = json.loads((cell_dir / store.ERROR).read_text(encoding="utf-8"))
                 problems.append({"cell_id": err.get("cell_id", name), "problem": "failed",
                                  "kind": err.get("kind"), "error": err.get("error"), "at": err.get("at")})
-            except Exception as e:  # noqa: BLE001
+            except (OSError, ValueError, AttributeError) as e:  # unreadable, not JSON, or not an object
                 problems.append({"cell_id": name, "problem": "failed", "kind": "unreadable error.json",
                                  "error": str(e)[:500], "at": None})
         elif (cell_dir / store.PARTIAL).is_file():

@@ -78,7 +78,7 @@ def oracle_tables(cells: pd.DataFrame, records: pd.DataFrame,
     rec = records[["cell_id", "index", "new_tokens", "wall_time_s"]]
     sweeps, comparisons = [], []
     fixed = cells[cells.policy == "fixed"]
-    for key, group in fixed.groupby("sweep_key"):
+    for _, group in fixed.groupby("sweep_key"):
         if group["param.gamma"].nunique() < 2:
             continue
         group = group.drop_duplicates("param.gamma")
@@ -93,7 +93,8 @@ def oracle_tables(cells: pd.DataFrame, records: pd.DataFrame,
         best = per_dataset.iloc[0]
         first = group.iloc[0]
         counts = per_prompt.best_gamma.value_counts().sort_index()
-        sweeps.append({**{c: first[c] for c in ident}, "gammas": ",".join(str(int(g)) for g in sorted(group["param.gamma"])),
+        gammas = ",".join(str(int(g)) for g in sorted(group["param.gamma"]))
+        sweeps.append({**{c: first[c] for c in ident}, "gammas": gammas,
                        "prompts": len(common), "best_gamma": int(best.best_gamma),
                        "best_tokens_per_s": best.tokens_per_s, "oracle_tokens_per_s": best.oracle_tokens_per_s,
                        "per_prompt_gain": best.per_prompt_gain,

@@ -79,7 +79,8 @@ def match_baselines(cells: pd.DataFrame, baselines: dict[str, str] | None = None
         elif cand.empty:
             note = _why_none(cells, keys, cell, spec, keys[i])
         else:
-            params = sorted({c[6:] for c in cand.columns if c.startswith("param.") and cand[c].astype(str).nunique() > 1})
+            params = sorted({c[6:] for c in cand.columns if c.startswith("param.")
+                             and cand[c].astype(str).nunique() > 1})
             note = (f"{len(cand)} {spec} cells with the same settings, differing in {', '.join(params) or 'nothing'}: "
                     f"name the baseline's parameters (e.g. --baseline '{cell.get('decoding')}={spec.method}"
                     f"[{params[0] if params else 'key'}=...]')")
@@ -102,7 +103,8 @@ def pair_prompts(records: pd.DataFrame, cell_id: str, baseline_id: str) -> pd.Da
 
     def side(cid):
         r = records[records["cell_id"] == cid]
-        return pd.DataFrame({"key": prompt_key(r), "category": categories(r), "new_tokens": r["new_tokens"].astype(float),
+        return pd.DataFrame({"key": prompt_key(r), "category": categories(r),
+                             "new_tokens": r["new_tokens"].astype(float),
                              "wall_time_s": r["wall_time_s"].astype(float), "energy_j": _energy_j(r),
                              "net_energy_j": _energy_j(r, "energy.net_j_per_token")})[cols]
     m, b = side(cell_id), side(baseline_id)

@@ -122,11 +122,13 @@ def iso_quality(records: pd.DataFrame, cells: pd.DataFrame, pairs=None, quality_
     rng = np.random.default_rng(seed)
     cells = cells.assign(regime=regimes(cells))
     for (pair, dataset, gpu, regime), group in cells.groupby(["pair", "dataset", "gpu", "regime"], dropna=False):
-        wanted = [tuple(MethodSpec.parse(x) for x in p) for p in (pairs if pairs is not None else _default_pairs(group))]
+        wanted = [tuple(MethodSpec.parse(x) for x in p) for p in (pairs if pairs is not None
+                                                                  else _default_pairs(group))]
         recs = records[records["cell_id"].isin(group["cell_id"])]
         main = primary(group, recs)
         qcols = quality_columns or list(dict.fromkeys([main.column, PPL]))
-        for quality in [q for q in qcols if q in recs.columns and pd.to_numeric(recs[q], errors="coerce").notna().any()]:
+        for quality in [q for q in qcols if q in recs.columns
+                        and pd.to_numeric(recs[q], errors="coerce").notna().any()]:
             labels, keys, mats = _prompt_sums(recs, quality)
             point = _points(mats, np.ones((1, len(keys))))
             idx = rng.integers(0, len(keys), (n_resamples, len(keys)))
@@ -145,7 +147,8 @@ def iso_quality(records: pd.DataFrame, cells: pd.DataFrame, pairs=None, quality_
 def _default_pairs(group: pd.DataFrame) -> list[tuple[str, str]]:
     name = "method_name" if "method_name" in group else "family"
     methods = set(group[name].astype(str))
-    out = [p for p in HEADLINE_PAIRS if MethodSpec.parse(p[0]).method in methods or MethodSpec.parse(p[1]).method in methods]
+    out = [p for p in HEADLINE_PAIRS if MethodSpec.parse(p[0]).method in methods
+           or MethodSpec.parse(p[1]).method in methods]
     swept = sorted(m for m, g in group.groupby(name) if g["label"].nunique() >= 2)
     named = {MethodSpec.parse(x).method for p in out for x in p}
     out += [p for p in itertools.combinations(swept, 2) if not set(p) <= named]

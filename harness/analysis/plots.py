@@ -15,14 +15,14 @@ import zlib
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from harness.analysis.quality import quality_label  # noqa: E402
-from harness.analysis.regime import regimes  # noqa: E402
+from harness.analysis.quality import quality_label
+from harness.analysis.regime import regimes
 
 MARKERS = "osD^v<>pPX*h"
 GROUP = ["pair", "dataset", "gpu", "regime"]
@@ -117,7 +117,8 @@ def forest(table: pd.DataFrame, value: str, xlabel: str, reference: float | None
 
 def _panel(ax, g: pd.DataFrame, quality: str, cost: str, fronts: dict) -> None:
     markers = _markers(g)
-    small = pd.to_numeric(g.get("n_prompts", pd.Series(SMALL_N, index=g.index)), errors="coerce").fillna(SMALL_N) < SMALL_N
+    small = pd.to_numeric(g.get("n_prompts", pd.Series(SMALL_N, index=g.index)),
+                          errors="coerce").fillna(SMALL_N) < SMALL_N
     for (_, row), is_small in zip(g.iterrows(), small):
         c = colour(row.get("method_name", row["label"]))
         ax.errorbar(row[cost], row[quality], xerr=_err([row[cost]], [row.get(cost + "_lo")], [row.get(cost + "_hi")]),

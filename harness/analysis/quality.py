@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -159,7 +160,8 @@ def _net_energy(r: pd.DataFrame, tok: np.ndarray, gross: np.ndarray, **boot) -> 
     field = "energy.net_j_per_token"
     net = (pd.to_numeric(r[field], errors="coerce") * r["new_tokens"]).to_numpy(float) if field in r \
         else np.full(len(r), NAN)
-    row = dict(zip(("net_j_per_token", "net_j_per_token_lo", "net_j_per_token_hi"), _rate_ci(net, tok, **boot)))
+    row: dict[str, Any] = dict(zip(("net_j_per_token", "net_j_per_token_lo", "net_j_per_token_hi"),
+                                   _rate_ci(net, tok, **boot)))
     known = len(net) and np.isfinite(net).all() and np.isfinite(gross).all() and gross.sum() > 0
     row["net_share"] = net.sum() / gross.sum() if known else NAN
     row["idle_dominated"] = bool(row["net_share"] < IDLE_DOMINATED) if known else None
@@ -183,7 +185,7 @@ def by_category(records: pd.DataFrame, cells: pd.DataFrame, column: str, **boot)
     category (``metric.mt_bench_score``; prompts are resampled within each category)."""
     from harness.analysis.tables import categories
 
-    rows = []
+    rows: list[dict] = []
     if column not in records.columns:
         return pd.DataFrame(rows)
     cats = categories(records)

@@ -5,9 +5,9 @@
 * The **comparison key** of a cell is every setting of its stored config that defines the measurement
   (:func:`harness.config.identity.comparison_config`: result-neutral keys dropped) except the method's side
   (the method, its γ policy and draft selection) — pair, dataset and its prompt selection, ``max_new_tokens``,
-  the decoding's warp, gpu, seed, the runner's and the energy protocol's settings — plus the regime. Two cells are comparable (a method and its
-  baseline, the points of one front) only when their keys are equal; nothing falls back across settings.
-  Summaries written without a config fall back on the identity columns and the regime.
+  the decoding's warp, gpu, seed, the runner's and the energy protocol's settings — plus the regime. Two cells are
+  comparable (a method and its baseline, the points of one front) only when their keys are equal; nothing falls back
+  across settings. Summaries written without a config fall back on the identity columns and the regime.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ IDENTITY_COLUMNS = ("pair", "dataset", "gpu", "seed", "max_new_tokens")
 
 def warp_of(params: dict, cfg: dict) -> dict:
     """The warp a cell sampled with: the config's ``decoding`` node, else the method's parameters."""
-    dec = cfg.get("decoding") if isinstance(cfg.get("decoding"), dict) else {}
+    dec = node if isinstance(node := cfg.get("decoding"), dict) else {}
     src = dec if any(k in dec for k in WARP) else params
     return {k: src.get(k) for k in WARP if src.get(k) is not None}
 

@@ -120,7 +120,8 @@ def cell_row(summary: dict) -> dict:
         return v.get("name") if isinstance(v, dict) else v
 
     row.update({"method_name": method_name, "family": method_name, "method": method_label(method_name, params),
-                "pair": _pair_label(ident("pair"), cfg), "dataset": ident("dataset"), "gpu": ident("gpu"), "seed": ident("seed"),
+                "pair": _pair_label(ident("pair"), cfg), "dataset": ident("dataset"), "gpu": ident("gpu"),
+                "seed": ident("seed"),
                 "decoding": infer_decoding(method_name, params, summary.get("decoding")),
                 "interleaved": bool(summary.get("interleaved", False)),
                 "max_new_tokens": summary.get("max_new_tokens", cfg.get("max_new_tokens")),
@@ -132,7 +133,7 @@ def cell_row(summary: dict) -> dict:
 def _pair_label(name, cfg: dict):
     """The pair's name, with `` [graphs]`` for a cell run in the graphs execution mode (``pair.execution``): the
     two modes' cells are separate comparisons, each with its own AR baseline, side by side in the report."""
-    pair = cfg.get("pair") if isinstance(cfg.get("pair"), dict) else {}
+    pair = node if isinstance(node := cfg.get("pair"), dict) else {}
     mode = pair.get("execution") or "eager"
     return name if mode == "eager" or name is None else f"{name} [{mode}]"
 

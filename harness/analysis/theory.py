@@ -30,6 +30,7 @@ the very rounds it predicts). A deviation above 10 % between measured and predic
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -137,8 +138,8 @@ def sd_checks(records: pd.DataFrame, cells: pd.DataFrame, speedups: pd.DataFrame
 
 
 def _speedup_check(r: pd.DataFrame, cell: pd.Series, speedups, gammas, alpha) -> dict:
-    out = {"speedup_measured": NAN, "c": NAN, "v": NAN, "speedup_theory": NAN, "speedup_leviathan": NAN,
-           "speedup_dev": NAN, "speedup_reason": None}
+    out: dict[str, Any] = {"speedup_measured": NAN, "c": NAN, "v": NAN, "speedup_theory": NAN,
+                           "speedup_leviathan": NAN, "speedup_dev": NAN, "speedup_reason": None}
     if speedups is None or speedups.empty:
         out["speedup_reason"] = "no paired speed-ups"
         return out

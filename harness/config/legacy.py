@@ -16,8 +16,9 @@ its replacement; the project's own code, configs and tests use none of them:
 On the command line the old keys are rewritten before Hydra composes (:func:`upgrade_overrides`); in the
 Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.config.identity`) hashes the
 0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
-names the config used; summaries keep the 0.2 flat ``params`` (:func:`flat_policy_params`), so analyses
-of old and new results read the same columns.
+names the config used. Summaries' ``params`` keep the 0.2 flat columns as their format
+(:mod:`harness.adaptive.columns`, where the decoders take them), so analyses of old and new results read the same
+columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
 (:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
@@ -31,9 +32,12 @@ the workload several times (``energy.repetitions``); the energy fields say which
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import warnings
 from typing import Any, Mapping
+
+from harness.adaptive.columns import POLICY_COLUMNS, SELECTION_COLUMNS, policy_columns, selection_columns
 
 log = logging.getLogger("harness")
 
@@ -49,17 +53,9 @@ RENAMED_PARAMS: dict[str, dict[str, str]] = {
 #: deprecated decoding presets -> their names now
 RENAMED_PRESETS: dict[str, str] = {"sampling_seed000": "sampling_dsbd"}
 
-#: 0.2 ``method`` keys of the γ policy (-> ``gamma_policy.<key>``) with their 0.2 defaults
-POLICY_KEYS_0_2: dict[str, tuple[str, Any]] = {
-    "gamma_min": ("gamma_min", 1), "gamma_max": ("gamma_max", 8), "acc_history": ("acc_history", 6),
-    "acc_max": ("acc_max", 0.95), "acc_estimator": ("acc_estimator", "eq2"), "time_window": ("time_window", 32),
-    "q_state_len": ("state_len", 1), "q_lr": ("lr", 0.05), "q_discount": ("discount", 0.2),
-    "q_epsilon": ("epsilon", 0.05), "q_epsilon_warmup": ("epsilon_warmup", 0.3),
-    "q_warmup_trials": ("warmup_trials", 25), "q_reward": ("reward", "acceptance"),
-    "hf_transient": ("transient", False)}
-#: 0.2 ``method`` keys of draft selection (-> ``draft_selection.<key>``) with their 0.2 defaults
-SELECTION_KEYS_0_2: dict[str, tuple[str, Any]] = {"selection_fit_prompts": ("fit_prompts", 25),
-                                                  "selection_features": ("features", 8)}
+#: 0.2 ``method`` keys of the γ policy (-> ``gamma_policy.<key>``) and of draft selection (-> ``draft_selection.<key>``)
+#: with their 0.2 defaults: the summary's flat columns (:mod:`harness.adaptive.columns`) are these keys
+POLICY_KEYS_0_2, SELECTION_KEYS_0_2 = POLICY_COLUMNS, SELECTION_COLUMNS
 #: every 0.2 ``method`` key that moved to a group: old key -> new dotted key
 MOVED_KEYS: dict[str, str] = {"gamma_policy": "gamma_policy", "draft_selection": "draft_selection",
                               **{k: f"gamma_policy.{new}" for k, (new, _) in POLICY_KEYS_0_2.items()},
@@ -85,6 +81,13 @@ def preset_name(name: str) -> str:
                     f"use decoding={RENAMED_PRESETS[name]} (the same top-k 10, top-p 0.8)")
         return RENAMED_PRESETS[name]
     return name
+
+
+def old_presets(presets: Mapping[str, Any]) -> dict[str, Any]:
+    """The deprecated decoding presets, each its preset now under its old name (the ``decoding`` config group keeps
+    them composable; the name is mapped, with its message, where the cell's decoding is read:
+    :func:`harness.methods.read_decoding`)."""
+    return {old: dataclasses.replace(presets[new], name=old) for old, new in RENAMED_PRESETS.items()}
 
 
 def upgrade_method_params(method: str, params: Mapping[str, Any]) -> tuple[dict, dict, dict]:
@@ -151,16 +154,8 @@ def upgrade_overrides(overrides: list[str]) -> list[str]:
 
 def flat_policy_params(policy: Mapping[str, Any] | None, selection: Mapping[str, Any] | None) -> dict[str, Any]:
     """The 0.2 flat ``method`` keys of a γ policy and a draft selection (each ``{"name": ..., **values}`` or None):
-    every key at its 0.2 default, the chosen ones' values under their 0.2 names (summaries' ``params``)."""
-    out: dict[str, Any] = {"gamma_policy": (policy or {}).get("name", "fixed")}
-    new_to_old = {new: old for old, (new, _) in POLICY_KEYS_0_2.items()}
-    out.update({old: default for old, (_, default) in POLICY_KEYS_0_2.items()})
-    out.update({new_to_old[k]: v for k, v in (policy or {}).items() if k in new_to_old})
-    out["draft_selection"] = (selection or {}).get("name", "none")
-    new_to_old = {new: old for old, (new, _) in SELECTION_KEYS_0_2.items()}
-    out.update({old: default for old, (_, default) in SELECTION_KEYS_0_2.items()})
-    out.update({new_to_old[k]: v for k, v in (selection or {}).items() if k in new_to_old})
-    return out
+    every key at its 0.2 default, the chosen ones' values under their 0.2 names (the summary's columns)."""
+    return {**policy_columns(policy), **selection_columns(selection)}
 
 
 def layout_0_2(cfg: Mapping[str, Any]) -> dict:

@@ -28,17 +28,18 @@ rounds, which the base records. A new speculative method is one file here plus i
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar, Sequence, TypeVar
 
 import torch
 
+from harness.adaptive.columns import policy_columns
 from harness.adaptive.policies import PolicyParams
 from harness.adaptive.policies.fixed import FixedParams
-from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams
+from harness.decoders.base import DecodeRequest, Decoded, Decoder
+from harness.decoders.params import SpeculativeParams
 from harness.errors import ConfigError
-from harness.config.legacy import flat_policy_params
 from harness.models import ModelPair
 from harness.primitives.drafting import Proposal
 from harness.primitives.gamma_policy import GammaPolicy
@@ -46,16 +47,6 @@ from harness.primitives.round import Round
 from harness.primitives.spec_loop import Acceptance, Speculation, speculative_loop, speculative_round
 from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree_attention import SlicedTreeMask
-
-
-@dataclass(frozen=True)
-class SpeculativeParams(SamplingParams):
-    """Base of the Params of decoders that draft in rounds: ``gamma`` (a field or a property of the subclass)
-    is the draft depth per round, the fixed γ and every adaptive γ policy's γ_init."""
-
-    @property
-    def lookahead(self) -> int:
-        return int(self.gamma) + 1
 
 
 P = TypeVar("P", bound=SpeculativeParams)
@@ -141,11 +132,11 @@ class SpeculativeDecoder(Decoder[P]):
         return Decoded(tokens, self.extras(spec), rounds=rounds)
 
     def params_dict(self) -> dict[str, Any]:
-        """The method's parameters and its γ policy's, the policy's under their 0.2 flat names
-        (:func:`harness.config.legacy.flat_policy_params`), so summaries of every version share their columns."""
+        """The method's parameters and its γ policy's, the policy's as the summary's flat columns
+        (:func:`harness.adaptive.columns.policy_columns`), so summaries of every version share their columns."""
         policy = ({"name": self.policy_params.name, **self.policy_params.as_dict()} if self.policy_params is not None
                   else {"name": getattr(self.gamma_policy, "name", type(self.gamma_policy).__name__)})
-        return {**self.params.as_dict(), **flat_policy_params(policy, None)}
+        return {**self.params.as_dict(), **policy_columns(policy)}
 
 
 class DraftFreeDecoder(SpeculativeDecoder[P]):

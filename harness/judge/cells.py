@@ -59,7 +59,8 @@ def find_reference(cfg: dict, cell_dir: Path, method: str) -> tuple[Path | None,
         except (OSError, ValueError):
             continue
         other = summary.get("config") if isinstance(summary, dict) else None
-        if not isinstance(other, dict) or method not in (summary.get("method_name"), (other.get("method") or {}).get("name")):
+        named = (summary.get("method_name"), (other.get("method") or {}).get("name")) if isinstance(other, dict) else ()
+        if not isinstance(other, dict) or method not in named:
             continue
         if _without(other, "method", "judge") == mine and store.finished_state(path.parent)[0] == "done":
             hits.append(path.parent)

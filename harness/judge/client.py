@@ -86,6 +86,8 @@ class OpenAIJudge:
         by tests)."""
         import os
 
+        if not cfg.base_url:
+            raise JudgeFailure("judge.base_url: the openai judge needs the API's base URL")
         self.cfg = cfg
         self.url = cfg.base_url.rstrip("/") + "/chat/completions"
         env = os.environ if environ is None else environ
@@ -148,10 +150,12 @@ class OpenAIJudge:
 
     def _read(self, response, deadline: float) -> bytes:
         """The body, in chunks, until ``deadline`` (the injected clock) or :data:`MAX_RESPONSE_BYTES`."""
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:
             if self.clock() > deadline:
-                raise _Retryable(f"no complete response from {self.url} within {self.cfg.timeout_s} s (judge.timeout_s)")
+                raise _Retryable(f"no complete response from {self.url} within {self.cfg.timeout_s} s "
+                                 "(judge.timeout_s)")
             chunk = response.read1(1 << 16)
             if not chunk:
                 return b"".join(chunks)
@@ -163,7 +167,9 @@ class OpenAIJudge:
 
     def _post(self, body: bytes) -> str:
         request = urllib.request.Request(self.url, data=body, headers=self._headers(), method="POST")
-        deadline, connections, expired = self.clock() + self.cfg.timeout_s, [], []
+        deadline = self.clock() + self.cfg.timeout_s
+        connections: list[http.client.HTTPConnection] = []
+        expired: list[bool] = []
 
         def cut_off():  # the real-time bound: whatever phase the request is in (headers trickled included)
             expired.append(True)

@@ -127,7 +127,8 @@ def _number_problems(c: JudgeConfig) -> list[tuple[str, str]]:
               ("backoff_s", _in(c.backoff_s, 0, secs), f"a number >= 0 and <= {secs}"),
               ("backoff_max_s", _in(c.backoff_max_s, 0, secs) and _in(c.backoff_s, 0, secs)
                and c.backoff_max_s >= c.backoff_s, f"a number >= judge.backoff_s and <= {secs}"),
-              ("requests_per_minute", c.requests_per_minute is None or _in(c.requests_per_minute, 0, 1e6, low_open=True),
+              ("requests_per_minute",
+               c.requests_per_minute is None or _in(c.requests_per_minute, 0, 1e6, low_open=True),
                "a number > 0 and <= 1000000, or null (no limit)"),
               ("parallel", _in(c.parallel, 1, 256, True), "an integer >= 1 and <= 256")]
     return [(f"judge.{k}", f"must be {valid}, got {getattr(c, k)!r}") for k, ok, valid in checks if not ok]
@@ -184,7 +185,8 @@ def judge_problems(cfg: Mapping[str, Any] | None, task=None, single: bool = True
     if c.mode not in MODES:
         out.append(("judge.mode", f"unknown mode {c.mode!r}. Valid: {', '.join(MODES)}"))
     elif c.mode != "single" and not c.reference:
-        out.append(("judge.reference", f"judge.mode={c.mode} needs the reference method (e.g. judge.reference=ar_greedy)"))
+        out.append(("judge.reference",
+                    f"judge.mode={c.mode} needs the reference method (e.g. judge.reference=ar_greedy)"))
     if c.backend == "openai" and not c.model:
         out.append(("judge.model", "required: the endpoint's model name (e.g. gpt-4o)"))
     out += _openai_problems(c, os.environ if environ is None else environ) if c.backend == "openai" else _hf_problems(c)

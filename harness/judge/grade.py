@@ -18,6 +18,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from harness.judge import prompts as P
 from harness.judge.cache import JudgmentCache, judgment_key
@@ -39,7 +40,7 @@ def make_judge(cfg: JudgeConfig):
 
         try:
             return LocalJudge(cfg)
-        except Exception as e:  # noqa: BLE001 — an unloadable judge fails its judgments, never the cell
+        except Exception as e:  # an unloadable judge fails its judgments, never the cell
             raise JudgeFailure(f"the local judge {cfg.model} could not be loaded: {type(e).__name__}: {e}") from e
     raise JudgeFailure(f"no judge for backend {cfg.backend!r}")
 
@@ -58,6 +59,13 @@ class Job:
     output: str | None = None
     cached: bool = False
     ms: float = NAN
+
+    @property
+    def asked(self) -> P.JudgePrompt:
+        """The prompt of a job that was put to the judge (every job with an output has one)."""
+        if self.prompt is None:
+            raise ValueError(f"judgment {self.kind} of record {self.index} has no prompt: {self.reason}")
+        return self.prompt
 
 
 def answer_text(task, record: dict) -> str | None:
@@ -96,7 +104,7 @@ def build_jobs(task, records: list[dict], cfg: JudgeConfig, reference: dict | st
             why = f"no reference answer for question {qid} (category {category} is graded against one: " \
                   "judge.reference_answers)"
         ref = refs.get(qid) if P.needs_reference(category) else None
-        new = lambda kind: Job(int(r["index"]), kind, qid, turn, reason=why)  # noqa: E731
+        new = partial(Job, int(r["index"]), question_id=qid, turn=turn, reason=why)
         if "single" in cfg.modes:
             jobs.append(new("single"))
             if why is None:
@@ -110,7 +118,8 @@ def build_jobs(task, records: list[dict], cfg: JudgeConfig, reference: dict | st
             elif why is None and any(a is None for a in other):
                 g1.reason = g2.reason = f"the reference cell has no answer to question {qid} turn {turn}"
             elif why is None:
-                g1.prompt, g2.prompt = P.pair_prompt(questions, said, other, ref), P.pair_prompt(questions, other, said, ref)
+                g1.prompt = P.pair_prompt(questions, said, other, ref)
+                g2.prompt = P.pair_prompt(questions, other, said, ref)
             jobs += [g1, g2]
     return jobs
 
@@ -141,7 +150,7 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
     def one(job: Job) -> None:
         start = time.perf_counter()
         try:
-            output = judge.complete(job.prompt.messages)
+            output = judge.complete(job.asked.messages)
         except JudgeFailure as e:
             job.reason = str(e)
             return
@@ -150,7 +159,7 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
             return
         job.ms = (time.perf_counter() - start) * 1e3
         job.output = output
-        cache.put(job.key, {"judge": judge_id, "prompt": job.prompt.version, "question_id": job.question_id,
+        cache.put(job.key, {"judge": judge_id, "prompt": job.asked.version, "question_id": job.question_id,
                             "turn": job.turn, "output": output, "ms": job.ms,
                             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
@@ -167,14 +176,14 @@ def run_jobs(jobs: list[Job], cfg: JudgeConfig, cache: JudgmentCache) -> None:
 
 
 def _single_fields(job: Job, turn: int) -> dict:
-    score, reason = parse_rating(job.output, job.prompt.data) if job.output is not None else (NAN, job.reason)
+    score, reason = parse_rating(job.output, job.asked.data) if job.output is not None else (NAN, job.reason)
     return {f"metric.{SCORE}": score, f"metric.{SCORE}_turn{turn}": score,
             "judge.prompt": job.prompt.name if job.prompt else None, "judge.reason": reason,
             "judge.text": job.output, "judge.cached": job.cached, "judge.ms": job.ms}
 
 
 def _pair_fields(g1: Job, g2: Job, turn: int) -> dict:
-    winners = [parse_winner(g.output, g.prompt.data) if g.output is not None else "error" for g in (g1, g2)]
+    winners = [parse_winner(g.output, g.asked.data) if g.output is not None else "error" for g in (g1, g2)]
     if g1.output is None or g2.output is None:
         score, reason = NAN, g1.reason or g2.reason
     else:

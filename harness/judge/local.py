@@ -20,6 +20,8 @@ class LocalJudge:
     def __init__(self, cfg: JudgeConfig):
         from harness.models import load_model, load_tokenizer, resolve_dtype
 
+        if not cfg.model:
+            raise JudgeFailure("judge.model: the hf judge needs a model (a hub id or a local directory)")
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.model)
         self.model = load_model(cfg.model, resolve_dtype(cfg.dtype, cfg.model, cfg.device), cfg.device)

@@ -29,7 +29,8 @@ class JudgePrompt:
     version: str
     system: str
     user: str
-    data: str = ""  # the texts filled into the template (questions, answers, references): what a verdict is not read from
+    #: the texts filled into the template (questions, answers, references): what a verdict is not read from
+    data: str = ""
 
     @property
     def messages(self) -> list[dict]:

@@ -71,7 +71,8 @@ def suspicious_constructs(prompt: str, completion: str, entry_point: str) -> dic
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             found["dunder"].update(f"defines {item.name}" for item in node.body
-                                   if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in DUNDERS)
+                                   if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                   and item.name in DUNDERS)
             found["dunder"].update(f"defines {n.id}" for item in node.body if isinstance(item, ast.Assign)
                                    for t in item.targets for n in ast.walk(t)
                                    if isinstance(n, ast.Name) and n.id in DUNDERS)

@@ -50,7 +50,8 @@ def default_out(results: str | Path) -> Path:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="harness-report", description=DESCRIPTION)
     ap.add_argument("--results", default="results", help="results folder written by `harness` (default: results)")
-    ap.add_argument("--out", default=None, help="report folder: index.html, report.md, tables/ (default: report/ beside "
+    ap.add_argument("--out", default=None,
+                    help="report folder: index.html, report.md, tables/ (default: report/ beside "
                                                 "a folder named results, else report_<name>/ beside it)")
     ap.add_argument("--plots", default=None, help="where to write the PNG figures (default: <out>/plots)")
     ap.add_argument("--baseline", action="append", metavar="MODE=SPEC",

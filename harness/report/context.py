@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.analysis.plots import SMALL_N
+from harness.analysis.trust import Trust
 
 
 @dataclass
@@ -17,11 +18,11 @@ class Analysis:
     records: pd.DataFrame
     problems: pd.DataFrame
     excluded: pd.DataFrame | None = None
-    ratios: pd.DataFrame | None = None
-    summary: pd.DataFrame | None = None
+    ratios: pd.DataFrame = field(default_factory=pd.DataFrame)  # computed before the sections (build._compute)
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     tables: dict = field(default_factory=dict)
     section_errors: list = field(default_factory=list)
-    trust: object = None  # harness.analysis.trust.Trust: what not to believe (computed with the ratios)
+    trust: Trust | None = None  # what not to believe (computed with the ratios)
     options: dict = field(default_factory=dict)  # baselines, iso pairs, paper tables, bootstrap resamples
 
     @property

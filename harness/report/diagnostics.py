@@ -2,6 +2,8 @@
 measurement quality and provenance."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -36,8 +38,8 @@ def sec_iso(doc: Doc, a: Analysis) -> None:
         doc.note(f"Pairs without a comparison here: {missing}.")
     if iso.empty:
         doc.p("No family pair to compare (iso-quality needs one of the headline families — DSBD (unconstrained) vs "
-              "beam sampling, MTAD vs SD — or two methods each swept over a parameter; add pairs with --iso A:B, each a "
-              "method spec such as 'dsbd[memory_constrained=false]').")
+              "beam sampling, MTAD vs SD — or two methods each swept over a parameter; add pairs with --iso A:B, "
+              "each a method spec such as 'dsbd[memory_constrained=false]').")
         return
     doc.p("A's advantage over B at equal quality, read off each family's interpolated Pareto front over the quality "
           "range both cover, within one decoding regime: speed-up = tokens/s of A ÷ B; energy reduction = J/token of "
@@ -80,6 +82,11 @@ def sec_latency(doc: Doc, a: Analysis) -> None:
     doc.table(table, "Latency percentiles" + (f" — {said}" if said else ""))
 
 
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """``df[name]``, or NaN where the table has no such column."""
+    return df.get(name, pd.Series(np.nan, index=df.index))
+
+
 def sec_theory(doc: Doc, a: Analysis) -> None:
     sd = theory.sd_checks(a.records, a.cells, a.ratios)
     ds = theory.dsbd_checks(a.records, a.cells)
@@ -91,10 +98,12 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
     if sd.empty:
         doc.p("No cell drafted.")
     else:
-        col = lambda name: sd.get(name, pd.Series(np.nan, index=sd.index))  # noqa: E731
-        show = pd.DataFrame({"method": sd["label"], "decoding": col("regime"), "dataset": sd["dataset"], "seed": sd["seed"],
+        col = partial(_column, sd)
+        show = pd.DataFrame({"method": sd["label"], "decoding": col("regime"), "dataset": sd["dataset"],
+                             "seed": sd["seed"],
                              "rounds": col("rounds"),
-                             "mean γ": col("mean_gamma"), "α̂": col("alpha_mle"), "tokens/round": col("tokens_per_round"),
+                             "mean γ": col("mean_gamma"), "α̂": col("alpha_mle"),
+                             "tokens/round": col("tokens_per_round"),
                              "theory": col("tokens_per_round_theory"),
                              "deviation": [pct(x) for x in col("tokens_per_round_dev")],
                              "flag": _text(col("flag")), "note": _text(col("reason"))})
@@ -108,7 +117,8 @@ def sec_theory(doc: Doc, a: Analysis) -> None:
                              "c": col("c"), "v": col("v"), "predicted": col("speedup_theory"),
                              "Leviathan (v=1)": col("speedup_leviathan"),
                              "deviation": [pct(x) for x in col("speedup_dev")],
-                             "why n/a": _text(_text(col("speedup_reason"), empty=None).fillna(_text(col("reason"), empty=None)))})
+                             "why n/a": _text(_text(col("speedup_reason"), empty=None)
+                                              .fillna(_text(col("reason"), empty=None)))})
         doc.table(*compact(show))
     doc.h(3, "DSBD Theorem 3.2")
     if ds.empty:
@@ -137,7 +147,8 @@ def sec_acceptance(doc: Doc, a: Analysis) -> None:
     doc.p("Mean acceptance length (MAT: tokens committed per round, Spec-Bench's definition) and acceptance rate "
           "(accepted ÷ draft positions), pooled over all rounds vs the mean of per-request values; pooled means "
           "weight long completions more.")
-    show = pd.DataFrame({"method": pr["label"], "decoding": pr["regime"], "seed": pr["seed"], "requests": pr["requests"],
+    show = pd.DataFrame({"method": pr["label"], "decoding": pr["regime"], "seed": pr["seed"],
+                         "requests": pr["requests"],
                          "rounds": pr["rounds"], "MAT pooled": pr["mat_pooled"],
                          "MAT per request": [ci(x, "mat_per_request") for _, x in pr.iterrows()],
                          "acceptance pooled": pr["acceptance_pooled"],
@@ -155,7 +166,7 @@ def sec_acceptance(doc: Doc, a: Analysis) -> None:
 
 def sec_oracle(doc: Doc, a: Analysis) -> None:
     """Fixed-γ sweeps and the per-prompt oracle (adaptive §3); adaptive γ policies against them."""
-    sweeps, comparisons = a.tables.get("oracle_sweeps"), a.tables.get("oracle_comparisons")
+    sweeps, comparisons = a.tables["oracle_sweeps"], a.tables.get("oracle_comparisons")  # shown when computed
     doc.p("A fixed-γ sweep is a set of cells differing only in γ (policy fixed). Best fixed γ: the highest "
           "tokens/s over the dataset (ratio of totals); oracle: every prompt at its own best γ (adaptive §3: "
           "9-18 % over the best per-dataset γ) — a maximum over single noisy runs, so an optimistic bound.")

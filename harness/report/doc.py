@@ -133,7 +133,8 @@ class Doc:
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
-        body, toc = [], []
+        body: list[str] = []
+        toc: list[str] = []
         for b in self.blocks:
             kind = b[0]
             if kind == "h":

@@ -56,6 +56,7 @@ def sec_carbon(doc: Doc, a: Analysis) -> bool | None:
     table, said = compact(show[co2["g_per_1k_tokens"].notna().to_numpy()].reset_index(drop=True),
                           keep=("method", "decoding"))
     doc.table(table, "CO₂-equivalent beside J/token (cells with an energy reading)" + (f" — {said}" if said else ""))
+    return None
 
 
 def sec_memory(doc: Doc, a: Analysis) -> None:

@@ -77,12 +77,13 @@ def sec_overview(doc: Doc, a: Analysis) -> None:
     c = a.cells
     groups = ", ".join(f"{p} × {d} × {g}" for (p, d, g), _ in c.groupby(["pair", "dataset", "gpu"], dropna=False))
     doc.p(f"{len(c)} finished cells ({c['method_name'].nunique()} methods, {c['regime'].nunique()} decoding regime(s): "
-          f"{', '.join(map(str, c['regime'].unique()))}; seeds {', '.join(map(str, sorted(c['seed'].dropna().unique())))}) "
+          f"{', '.join(map(str, c['regime'].unique()))}; "
+          f"seeds {', '.join(map(str, sorted(c['seed'].dropna().unique())))}) "
           f"on pair × dataset × gpu: {groups}; {len(a.problems)} cell(s) could not be used (see Measurement quality).")
     doc.p("Speed-ups are paired prompt by prompt against the baseline cell with the same settings but the method — "
-          "pair, dataset, prompts, max_new_tokens, the decoding and its warp, gpu, seed (ar_greedy / ar_sampling unless "
-          "configured); brackets: 95 % percentile bootstrap CIs over prompts. † marks a method whose summary says it "
-          "is not lossless (its output distribution differs from its decoding's AR distribution).")
+          "pair, dataset, prompts, max_new_tokens, the decoding and its warp, gpu, seed (ar_greedy / ar_sampling "
+          "unless configured); brackets: 95 % percentile bootstrap CIs over prompts. † marks a method whose summary "
+          "says it is not lossless (its output distribution differs from its decoding's AR distribution).")
     rows = _headline_rows(a)
     if rows:
         doc.table(pd.DataFrame(rows), "Headline per decoding regime: the fastest lossless method, and, separately, the "
@@ -114,7 +115,8 @@ def sec_speed(doc: Doc, a: Analysis) -> None:
                   for _, x in o.iterrows()]})
     table, said = compact(show.reset_index(drop=True), keep=("method", "decoding", "trust"))
     doc.table(table, "Paired speed-up over the baseline" + (f" — {said}" if said else ""))
-    doc.fig("speedup", plots.forest(o, "speedup", "speed-up over the baseline in tokens/s (log scale; whiskers: 95 % CI)",
+    doc.fig("speedup", plots.forest(o, "speedup",
+                                    "speed-up over the baseline in tokens/s (log scale; whiskers: 95 % CI)",
                                     reference=1.0, ratio=True),
             "Paired speed-up (ratio of totals) with 95 % bootstrap CIs, one panel per decoding regime; dashed: as fast "
             "as the baseline")

@@ -22,6 +22,7 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Literal, overload
 
 from harness.results import cellfile
 from harness.results.cellfile import _finite, _json_default
@@ -32,6 +33,10 @@ ADOPTED = "integrity_adopted"
 log = logging.getLogger("harness")
 
 
+@overload
+def folder_key(results_dir: Path, create: Literal[True], adopt=None) -> bytes: ...
+@overload
+def folder_key(results_dir: Path, create: bool = False, adopt=None) -> bytes | None: ...
 def folder_key(results_dir: Path, create: bool = False, adopt=None) -> bytes | None:
     """The results folder's key (None when it has none and ``create`` is false). A key file that is not 32
     bytes of hex raises ValueError naming it: a damaged key verifies nothing. ``adopt(results_dir, key)`` runs
@@ -62,10 +67,10 @@ def _create(results_dir: Path, adopt) -> bytes:
         try:
             os.link(tmp, results_dir / KEY_FILE)  # atomic: one process's key wins, whole
         except FileExistsError:
-            return folder_key(results_dir)
+            return folder_key(results_dir, create=True)  # another process's key, whole
     finally:
         Path(tmp).unlink(missing_ok=True)
-    key = folder_key(results_dir)
+    key = folder_key(results_dir, create=True)  # the key just linked
     if adopt is not None:
         adopt(results_dir, key)
     return key
@@ -120,4 +125,5 @@ def rekey(cell_dir: Path, adopt=None) -> None:
         line_mac(key, cell_dir.name, i, line) + "\n" for i, line in enumerate(lines)))
     summary = json.loads(cellfile.read_text(cell_dir / "summary.json"))
     sealed = seal(cell_dir, summary, key)
-    cellfile.atomic_write_text(cell_dir / "summary.json", json.dumps(as_stored(sealed), indent=2, ensure_ascii=False) + "\n")
+    cellfile.atomic_write_text(cell_dir / "summary.json",
+                               json.dumps(as_stored(sealed), indent=2, ensure_ascii=False) + "\n")

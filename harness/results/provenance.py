@@ -88,7 +88,7 @@ def cpu_model() -> str:
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in names:
         try:
             out[name] = metadata.version(name)

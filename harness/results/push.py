@@ -97,8 +97,9 @@ def push_main(argv: list[str]) -> int:
 
             raise ConfigError("--to is the results folder itself; choose another folder")
         counts = stage(args.results, Path(args.to))
+        left_out = counts['skipped_unfinished'] + counts['skipped_corrupt']
         print(f"harness push: {counts['cells']} cells ({counts['merged']} copied, {counts['present']} already there, "
-              f"{counts['skipped_unfinished'] + counts['skipped_corrupt']} unfinished or corrupt left out) -> {args.to}")
+              f"{left_out} unfinished or corrupt left out) -> {args.to}")
         return 0
     try:
         url = push_hub(args.results, args.hub, args.private, args.message)

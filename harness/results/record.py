@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from harness.stats import COUNT_FIELDS, pooled_totals, ratios
 
@@ -174,7 +174,7 @@ def _nanmean(values) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
-def summarize_cell(records: list[Mapping[str, Any]]) -> dict[str, Any]:
+def summarize_cell(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Cell-level statistics: totals, pooled ratios (ratios of totals, not means of ratios), and the
     per-prompt means of quality metrics and decoder extras (flat, as in ``summary.json``)."""
     totals = pooled_totals(records)
@@ -208,7 +208,7 @@ class CellSummary:
     integrity: dict  # records_count, records_sha256
 
     @classmethod
-    def of(cls, records: list[Mapping[str, Any]], summarize_energy: Callable[[list[dict]], dict], *,
+    def of(cls, records: Sequence[Mapping[str, Any]], summarize_energy: Callable[[list[dict]], dict], *,
            identity: dict, run: dict, integrity: dict) -> "CellSummary":
         """The summary of ``records``; ``summarize_energy`` is the energy package's totals over records in its
         field names, the records' (:func:`harness.energy.summarize_records`)."""

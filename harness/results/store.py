@@ -27,7 +27,7 @@ from typing import Callable
 
 from harness.config.legacy import current_names
 from harness.results import cellfile, integrity
-from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,  # noqa: F401
+from harness.results.cellfile import (_finite, _json_default, atomic_write_bytes, atomic_write_text, dumps,
                                       fsync_dir)  # (re-exported)
 from harness.run.lock import LOCK, CellBusy, CellLock, lock_state  # noqa: F401  (the store's lock, re-exported)
 from harness.results.record import record_problems
@@ -165,7 +165,7 @@ def _parse_prefix(data: bytes, source: Path, digests: list[str] | None = None,
     (records, byte length of that prefix, why it stopped early or ""). Stops at a torn or malformed line
     (bad JSON, bytes that are not UTF-8), a record of another cell, a line whose checksum is not the one
     ``digests`` holds for it (when given), or a record out of range (``check``)."""
-    records, good, pos, why = [], 0, 0, ""
+    records, good, pos, why = list[dict](), 0, 0, ""
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -383,7 +383,7 @@ def cell_status(cell_dir: Path) -> dict:
         return {"status": "done", "prompts_written": records_digest(cell_dir / RECORDS)[0], "detail": ""}
     owner = lock_state(cell_dir)
     partial = cell_dir / PARTIAL
-    n = sum(1 for line in cellfile.read_bytes(partial).split(b"\n")[:-1] if line.strip()) if cellfile.is_file(partial) else 0
+    n = sum(1 for x in cellfile.read_bytes(partial).split(b"\n")[:-1] if x.strip()) if cellfile.is_file(partial) else 0
     if owner:
         return {"status": "running", "prompts_written": n, "detail": f"{owner.get('host')} pid {owner.get('pid')}"}
     if state == "corrupt":

@@ -4,9 +4,9 @@ Weights & Biases or MLflow; ``tracker=none`` (the default) logs nothing.
 
 Offline by default: wandb runs in ``offline`` mode into ``<results_dir>/wandb`` (``wandb sync`` uploads later;
 ``tracker.offline=false`` logs online), MLflow into the local file store ``<results_dir>/mlruns`` (``mlflow ui
---backend-store-uri <results_dir>/mlruns``; ``tracker.uri`` names a tracking server or a database store such as ``sqlite:///mlflow.db``, which needs the full
-``mlflow`` package; MLflow 3 keeps the file store in maintenance mode, and the harness sets its opt-in
-``MLFLOW_ALLOW_FILE_STORE=true`` for the default). The packages are optional
+--backend-store-uri <results_dir>/mlruns``; ``tracker.uri`` names a tracking server or a database store such as
+``sqlite:///mlflow.db``, which needs the full ``mlflow`` package; MLflow 3 keeps the file store in maintenance mode,
+and the harness sets its opt-in ``MLFLOW_ALLOW_FILE_STORE=true`` for the default). The packages are optional
 extras (``pip install 'decoding-harness[wandb]'`` / ``[mlflow]``), checked in validation before any model loads.
 
 A tracker only copies what the cell wrote: the records and summary on disk are the measurement, and a tracker
@@ -103,10 +103,10 @@ def _mlflow(cfg: TrackerConfig, results_dir: Path, cid: str, params: dict, metri
 BACKENDS = {"wandb": _wandb, "mlflow": _mlflow}
 
 
-def log_cell(tracker: Mapping[str, Any] | None, cell_dir: str | Path, results_dir: str | Path) -> bool:
+def log_cell(tracker: TrackerConfig | Mapping[str, Any] | None, cell_dir: str | Path, results_dir: str | Path) -> bool:
     """Log one finished cell to the configured tracker; True when it was logged. A tracker's failure is a
     warning: the cell's files are the measurement, and they are written."""
-    cfg = TrackerConfig(**(tracker or {}))
+    cfg = tracker if isinstance(tracker, TrackerConfig) else TrackerConfig(**(tracker or {}))
     if cfg.name == "none":
         return False
     try:

@@ -21,10 +21,11 @@ from harness.config import identity
 from harness.run import fingerprint
 
 from harness.results import store
+from harness.results.trackers import TrackerConfig
 from harness.decoders.base import Decoder
-from harness.decoding import Decoding, as_decoding
+from harness.decoding import Decoding
 from harness.errors import ConfigError, NotApplicable
-from harness.methods import MethodSpec, cell_method_spec
+from harness.methods import MethodSpec, cell_method_spec, read_decoding
 from harness.models import PairSpec
 from harness.resources import conf_dir
 
@@ -58,7 +59,7 @@ def plan_cell(cfg: Mapping[str, Any]) -> CellPlan:
     a method that cannot decode the requested way, :class:`~harness.errors.ConfigError` for bad input; loads
     nothing."""
     decoding = cfg.get("decoding")
-    return CellPlan(cell_method_spec(cfg), as_decoding(decoding) if decoding is not None else None,
+    return CellPlan(cell_method_spec(cfg), read_decoding(decoding) if decoding is not None else None,
                     PairSpec.from_config(cfg["pair"]))
 
 
@@ -86,6 +87,7 @@ class Cell:
     results_dir: str
     force: Force
     not_applicable: str | None = None
+    tracker: TrackerConfig | None = None  # where the finished cell is copied (harness.results.trackers); None: nowhere
 
     @classmethod
     def build(cls, config: Mapping[str, Any]) -> Cell:
@@ -124,7 +126,8 @@ class Cell:
                    energy=energy, judge=_judge(config.get("judge")), runner=runner_config(config),
                    report=_node(ReportConfig, "report", config.get("report")), seed=int(config.get("seed", 0)),
                    max_new_tokens=config.get("max_new_tokens"), results_dir=str(config.get("results_dir", "results")),
-                   force=config.get("force", False), not_applicable=not_applicable)
+                   force=config.get("force", False), not_applicable=not_applicable,
+                   tracker=_node(TrackerConfig, "tracker", config.get("tracker")))
         if remember:
             _VALIDATED[_key(config)] = cell
         return cell

@@ -25,7 +25,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.run import context
 
@@ -69,6 +69,15 @@ def _failure_kind(e: BaseException) -> str:
     return type(e).__name__
 
 
+T = TypeVar("T")
+
+
+def _opened(value: T | None, cid: str, what: str) -> T:
+    if value is None:
+        raise RuntimeError(f"cell {cid} has no {what}: it was not opened to run")
+    return value
+
+
 class CellRun:
     """One cell of a run (alone, or one method of an interleaved comparison): its lock, writer and decoder,
     the records it has so far, and its outcome once it has one."""
@@ -84,6 +93,20 @@ class CellRun:
         self.started = now()
         self.resumed_at = 0
         self.fitted: list[tuple[list[int], int | None]] = []  # (prompt ids as run, original length if truncated)
+
+    @property
+    def cell_plan(self) -> CellPlan:
+        """The plan of a cell that runs (set when it opens; a not-applicable cell never runs)."""
+        return _opened(self.plan, self.cid, "plan")
+
+    @property
+    def open_writer(self) -> store.RecordWriter:
+        """The record writer of a cell that holds its lock and runs."""
+        return _opened(self.writer, self.cid, "record writer")
+
+    @property
+    def held_lock(self) -> store.CellLock:
+        return _opened(self.lock, self.cid, "lock")
 
     def finish(self, status: str, error: str | None = None, note: str = "") -> CellOutcome:
         self.outcome = CellOutcome(status, self.cid, self.cell_dir, error, note)
@@ -156,7 +179,7 @@ class CellRun:
         except ConfigError:
             self.release()
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — the cell's own failure: recorded in its folder, the sweep goes on
             return self.fail(e)
         return None
 

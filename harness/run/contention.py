@@ -101,7 +101,7 @@ class ContentionReader:
                 busy, steal = d_busy / d_total, d_steal / d_total
         try:
             cpus = self.cpus()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 — an injected reader: whatever it raises, the CPU count is unknown
             cpus = None
         errors = sorted(set(a.errors + b.errors))
         return {"load_1m": sum(loads) / len(loads) if loads else NAN, "cpus": int(cpus) if cpus else None,

@@ -17,7 +17,7 @@ The rule:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from harness.errors import ConfigError
 
@@ -51,7 +51,7 @@ def config_positions(config: Any) -> int | None:
     return None
 
 
-def pair_positions(target_config: Any, draft_configs: list[Any] = ()) -> int | None:
+def pair_positions(target_config: Any, draft_configs: Sequence[Any] = ()) -> int | None:
     """The smallest trained context among the pair's models (None when none declares one)."""
     found = [p for p in (config_positions(c) for c in [target_config, *draft_configs]) if p]
     return min(found) if found else None
@@ -62,7 +62,8 @@ def prompt_budget(n_positions: int, max_new_tokens: int, extra: int) -> int:
     return n_positions - max_new_tokens - extra
 
 
-def fit_prompt(ids: list[int], n_positions: int | None, max_new_tokens: int, extra: int) -> tuple[list[int], int | None]:
+def fit_prompt(ids: list[int], n_positions: int | None, max_new_tokens: int,
+               extra: int) -> tuple[list[int], int | None]:
     """``(ids, None)`` when the prompt fits, else ``(its last budget tokens, the original length)``."""
     if n_positions is None:
         return list(ids), None

@@ -100,10 +100,13 @@ def cell_inputs(data_file: str, examples: list, prompt_ids: list[list[int]], mod
 def changed_inputs(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """What differs between the inputs a cell's records came from and the inputs now, each naming its file."""
     out = []
-    if stored.get("examples_sha256") and now.get("examples_sha256") and stored["examples_sha256"] != now["examples_sha256"]:
-        out.append(f"the data of {now['data_file']} changed (sha256 of its prompts {str(stored['examples_sha256'])[:12]} "
+    if stored.get("examples_sha256") and now.get("examples_sha256") \
+            and stored["examples_sha256"] != now["examples_sha256"]:
+        out.append(f"the data of {now['data_file']} changed "
+                   f"(sha256 of its prompts {str(stored['examples_sha256'])[:12]} "
                    f"when the records were written, {now['examples_sha256'][:12]} now)")
-    elif stored.get("prompts_sha256") and now.get("prompts_sha256") and stored["prompts_sha256"] != now["prompts_sha256"]:
+    elif stored.get("prompts_sha256") and now.get("prompts_sha256") \
+            and stored["prompts_sha256"] != now["prompts_sha256"]:
         out.append(f"the prompts of {now['data_file']} changed (sha256 {str(stored['prompts_sha256'])[:12]} when its "
                    f"records were written, {now['prompts_sha256'][:12]} now)")
     for ref, was in (stored.get("weights") or {}).items():

@@ -8,8 +8,9 @@ with ``runner.interleave=true`` one interleaved comparison (the cells that diffe
 
 ``harness task INDEX OVERRIDES...`` runs unit INDEX of that plan; ``harness plan --write PLAN.json`` stores the
 composed plan once and ``harness task --plan PLAN.json INDEX`` reads its unit from it without composing the sweep
-again (:mod:`harness.run.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``); ``harness merge SRC... --into DST`` copies the finished, verified cells of
-several results folders into one (under each cell's lock, summary last, so a concurrent reader or a
+again (:mod:`harness.run.planfile`; ``scripts/sbatch_array.sh`` does this, passing ``$SLURM_ARRAY_TASK_ID``);
+``harness merge SRC... --into DST`` copies the finished, verified cells of several results folders into one (under each
+cell's lock, summary last, so a concurrent reader or a
 second merger never sees a torn or half-merged cell).
 """
 from __future__ import annotations
@@ -187,7 +188,8 @@ def plan_main(argv: list[str]) -> int:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print(f"\n{len(rows)} cells in {len(units(jobs))} units: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"\n{len(rows)} cells in {len(units(jobs))} units: " + kinds)
     return 0
 
 

@@ -48,7 +48,8 @@ def read_plan(path: str | Path) -> dict:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"--plan: plan file not found: {path} (write it with `harness plan --write {path} ...`)") from None
+        raise ConfigError(f"--plan: plan file not found: {path} "
+                          f"(write it with `harness plan --write {path} ...`)") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"--plan: {path} is not a readable plan file ({e})") from e
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("units"), list):

@@ -53,17 +53,15 @@ log = logging.getLogger("harness")
 _PAIR_CACHE: dict[str, ModelPair] = {}
 
 
-def get_pair(pair: PairSpec | Mapping[str, Any], progress: bool = True) -> ModelPair:
+def get_pair(pair: PairSpec, progress: bool = True) -> ModelPair:
     """Load (once per process: a local sweep runs its cells in one process) the model pair, and set its execution
     mode (``pair.execution``: cells of both modes share the loaded weights)."""
-    pair_cfg = dataclasses.asdict(pair) if isinstance(pair, PairSpec) else dict(pair)
-    loaded = {k: v for k, v in pair_cfg.items() if k != "execution"}
+    loaded = {k: v for k, v in dataclasses.asdict(pair).items() if k != "execution"}  # what the weights depend on
     key = json.dumps(loaded, sort_keys=True, default=str)
     if key not in _PAIR_CACHE:
         _PAIR_CACHE.clear()
-        kwargs = {k: v for k, v in loaded.items() if k not in ("target", "draft")}
-        _PAIR_CACHE[key] = load_pair(pair_cfg["target"], pair_cfg.get("draft"), progress=progress, **kwargs)
-    return _PAIR_CACHE[key].set_execution(pair_cfg.get("execution") or DEFAULT_EXECUTION)
+        _PAIR_CACHE[key] = load_pair(**loaded, progress=progress)
+    return _PAIR_CACHE[key].set_execution(pair.execution or DEFAULT_EXECUTION)
 
 
 def environment_info(device: torch.device, pair: ModelPair | None = None) -> dict:
@@ -152,8 +150,8 @@ def run_cells(cfgs: Sequence[Cell | Mapping[str, Any]], results_dir: str | Path 
 def _track(cells: list[CellRun], results_dir) -> None:
     """Copy each cell finished in this run to the configured experiment tracker (:mod:`harness.results.trackers`)."""
     for c in cells:
-        tracker = c.cfg.get("tracker") or {}
-        if c.outcome is not None and c.outcome.status == "done" and tracker.get("name", "none") != "none":
+        tracker = c.cell.tracker
+        if c.outcome is not None and c.outcome.status == "done" and tracker is not None and tracker.name != "none":
             from harness.results.trackers import log_cell
 
             log_cell(tracker, c.cell_dir, results_dir)
@@ -210,19 +208,19 @@ def _load(cell: Cell) -> _Shared:
 
 def _prepare(c: CellRun, sh: _Shared) -> None:
     """Fit the cell's prompts, build its decoder and run the warm-up generations (untimed, unrecorded)."""
-    if c.writer.next_index > len(sh.examples):
-        raise ValueError(f"{c.cell_dir / store.PARTIAL} has {c.writer.next_index} records but the dataset "
+    if c.open_writer.next_index > len(sh.examples):
+        raise ValueError(f"{c.cell_dir / store.PARTIAL} has {c.open_writer.next_index} records but the dataset "
                          f"has {len(sh.examples)} prompts")
     # prompts longer than the trained context keep their last tokens, flagged (harness.run.context's rule;
     # the lookahead is the method's own, so each cell of a comparison fits its prompts itself)
-    c.fitted = [context.fit_prompt(ids, sh.n_positions, sh.max_new, c.plan.method.lookahead)
+    c.fitted = [context.fit_prompt(ids, sh.n_positions, sh.max_new, c.cell_plan.method.lookahead)
                 for ids in sh.raw_ids]
     if any(n is not None for _, n in c.fitted):
         log.warning("cell %s: %d prompt(s) longer than the model's context (%d positions) keep their last "
                     "tokens (records: prompt_truncated)", c.cid, sum(n is not None for _, n in c.fitted),
                     sh.n_positions)
     torch.manual_seed(sh.seed)
-    c.decoder = c.plan.method.build(sh.pair, sync_timing=sh.runner.breakdown or sh.runner.sync_timing)
+    c.decoder = c.cell_plan.method.build(sh.pair, sync_timing=sh.runner.breakdown or sh.runner.sync_timing)
     c.decoder.prepare([ids for ids, _ in c.fitted])  # e.g. draft selection fits its prompt features (adaptive §5)
     warm_up(c.decoder, c.fitted[0][0], sh.runner, sh.seed, sh.max_new)  # every set-up cost before the first window
 
@@ -230,13 +228,13 @@ def _prepare(c: CellRun, sh: _Shared) -> None:
 def _run(cells: list[CellRun]) -> None:
     sh = _load(cells[0].cell)
     inputs = cell_inputs(sh.task._data_file(), sh.examples, sh.raw_ids,
-                         [cells[0].plan.pair.target, *cells[0].plan.pair.draft_ids])
+                         [cells[0].cell_plan.pair.target, *cells[0].cell_plan.pair.draft_ids])
     for c in list(cells):
         try:
             _prepare(c, sh)
         except ConfigError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — this cell fails (recorded); the comparison's other cells go on
             c.fail(e)
             cells.remove(c)
     for c in list(cells):
@@ -252,7 +250,7 @@ def _run(cells: list[CellRun]) -> None:
 def _loop(cells: list[CellRun], sh: _Shared) -> None:
     """Prompt by prompt, every method (order rotating), each prompt in its own energy window; then finish."""
     totals = {"new_tokens": 0, "wall_time_s": 0.0}
-    start = min(c.writer.next_index for c in cells)
+    start = min(c.open_writer.next_index for c in cells)
     with make_energy_meter(sh.cell.energy, sh.pair.cuda_devices()) as meter:
         label = cells[0].cid if len(cells) == 1 else f"compare[{len(cells)}]"
         progress = _progress(len(sh.examples) - start, label, sh.runner.progress)
@@ -260,7 +258,7 @@ def _loop(cells: list[CellRun], sh: _Shared) -> None:
         for i in range(start, len(sh.examples)):
             rot = i % len(cells)
             for c in cells[rot:] + cells[:rot]:  # rotating order: each method goes first equally often
-                if c.outcome is not None or c.writer.next_index != i:
+                if c.outcome is not None or c.open_writer.next_index != i:
                     continue
                 try:
                     gen = _one_prompt(c, sh, meter, i)
@@ -279,7 +277,7 @@ def _loop(cells: list[CellRun], sh: _Shared) -> None:
             continue
         try:
             _finish_cell(c, sh, energy_info, gpu_state, [cid for cid in survivors if cid != c.cid])
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 — this cell fails (recorded); the others are still finished
             c.fail(e)
 
 
@@ -289,9 +287,9 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
     tok, pair, task, ex = sh.pair.tokenizer, sh.pair, sh.task, sh.examples[i]
     ids, original = c.fitted[i]
     if ex.history:  # a later turn of a conversation: its prompt holds this cell's own earlier answers
-        ex = task.with_history(ex, c.writer.records)
+        ex = task.with_history(ex, c.open_writer.records)
         ids, original = context.fit_prompt(task.prompt_ids(ex, tok), sh.n_positions, sh.max_new,
-                                           c.plan.method.lookahead)
+                                           c.cell_plan.method.lookahead)
     if pair.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(pair.device)
     host = contention.reader()  # the host's load around the prompt (issue 33.1), sampled outside its window
@@ -311,8 +309,8 @@ def _one_prompt(c: CellRun, sh: _Shared, meter, i: int):
                 **energy_breakdown(meter.attribute, gen.stats, sh.runner.breakdown)}, host=load,
         peak_gpu_mem_bytes=(torch.cuda.max_memory_allocated(pair.device) if pair.device.type == "cuda"
                             else math.nan))
-    c.writer.write(record.flat())
-    c.lock.heartbeat()
+    c.open_writer.write(record.flat())
+    c.held_lock.heartbeat()
     return gen
 
 
@@ -334,9 +332,9 @@ def _finish_cell(c: CellRun, sh: _Shared, energy_info: dict, gpu_state, partners
     segments = store.read_segments(c.cell_dir)
     if segments:  # the partners that ran this segment to its end (one that failed midway does not count)
         segments[-1]["interleaved_with"] = partners
-    records_path = c.writer.commit()
+    records_path = c.open_writer.commit()
     count, digest = store.records_digest(records_path)
-    summary = CellSummary.of(c.writer.records, summarize_records, identity=_identity(c, sh),
+    summary = CellSummary.of(c.open_writer.records, summarize_records, identity=_identity(c, sh),
                              run=_run_facts(c, sh, segments, energy_info, gpu_state),
                              integrity={"records_count": count, "records_sha256": digest}).flat()
     store.write_summary(c.cell_dir, summary)  # sealed with the results folder's key (harness.results.integrity)
@@ -350,7 +348,7 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
     """What the cell ran: the method resolved, its parameters and facts, the config, whether it is lossless
     for its parameters and decoding (``Decoder.is_lossless``; ``Decoder.lossless``: for every setting) and the
     task's primary quality metric."""
-    params, method_name = c.decoder.params_dict(), c.plan.decoder_cls.method
+    params, method_name = c.decoder.params_dict(), c.cell_plan.decoder_cls.method
     return {"cell_id": c.cid, identity.VERSION_KEY: identity.version_of(c.cid, c.cfg), "status": "done",
             "method_name": method_name, "decoding": c.decoder.decoding,
             "decoder": type(c.decoder).__name__, "lossless": c.decoder.is_lossless(),
@@ -362,7 +360,7 @@ def _identity(c: CellRun, sh: _Shared) -> dict:
 
 def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict, gpu_state) -> dict:
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
-    interleaved, group = interleave_label(segments, c.cid, len(c.writer.records))
+    interleaved, group = interleave_label(segments, c.cid, len(c.open_writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
             "env": environment_info(sh.pair.device, sh.pair), "execution": sh.pair.execution_facts(),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -9,8 +9,9 @@ given on the command line replaces the same key of ``params`` and of every grid)
 this is Hydra's :class:`BasicSweeper` unchanged. Identical cells from two grids run once.
 
 The sweeper class itself lives in ``hydra_plugins/harness_grids`` (Hydra loads sweepers only from the
-``hydra_plugins`` namespace); this module holds its config and the expansion. Used by the experiments (``conf/experiment/*.yaml``, ``harness -m +experiment=NAME``), which select it
-with ``override /hydra/sweeper: grids``. A grid is dropped from the command line with
+``hydra_plugins`` namespace); this module holds its config and the expansion. Used by the experiments
+(``conf/experiment/*.yaml``, ``harness -m +experiment=NAME``), which select it with ``override /hydra/sweeper: grids``.
+A grid is dropped from the command line with
 ``~hydra.sweeper.grids.NAME``. :func:`sweep_overrides` gives the cells' override lists without
 running anything (tests, validation, planning tools).
 """

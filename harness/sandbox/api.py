@@ -74,26 +74,27 @@ class RunResult:
         self.flags, self.files, self.denied = tuple(flags), tuple(files), tuple(denied)
 
     def __repr__(self):
-        return "RunResult(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if k not in ("stdout", "stderr")) + ")"
+        return "RunResult(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__
+                                        if k not in ("stdout", "stderr")) + ")"
 
 
-def run_python(source: str, limits: PythonLimits = PythonLimits(), audit_guard: bool = True,
+def run_python(source: str, limits: PythonLimits | None = None, audit_guard: bool = True,
                isolation: str | None = None) -> RunResult:
     """Run ``source`` as ``__main__`` in the sandbox. ``isolation``: ``None`` = ``namespaces`` (or what
     ``HARNESS_SANDBOX`` opts in to), ``"fallback"``/``"weak"`` opt in to the fallback, ``"namespaces"``
     requires it (see :mod:`.levels`); ``audit_guard=False`` leaves out the audit hook (to test the
-    kernel layers alone)."""
-    return _supervised(source, limits, audit_guard, isolation, None)
+    kernel layers alone). ``limits``: :class:`PythonLimits`' defaults unless given."""
+    return _supervised(source, limits or PythonLimits(), audit_guard, isolation, None)
 
 
 def check_candidate(program: str, entry_point: str, test: str, test_context: str = "",
-                    limits: PythonLimits = PythonLimits(), audit_guard: bool = True,
+                    limits: PythonLimits | None = None, audit_guard: bool = True,
                     isolation: str | None = None) -> RunResult:
     """Run ``program`` in the sandbox and ``test_context`` + ``test`` + ``check(candidate)`` in the
     checker, where ``candidate`` (and the name ``entry_point``) calls ``program``'s ``entry_point``
     with copies of its arguments and returns a plain-data copy of its result. ``passed`` is the
     checker's verdict: ``check`` returned normally (see :mod:`harness.sandbox`)."""
-    return _supervised(program, limits, audit_guard, isolation,
+    return _supervised(program, limits or PythonLimits(), audit_guard, isolation,
                        {"entry_point": entry_point, "test": test, "test_context": test_context})
 
 

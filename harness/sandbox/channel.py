@@ -45,7 +45,8 @@ class Program:
                 "extensions": sorted({os.path.basename(p).split(".")[0] for p in view["extensions"]}),
                 "denied_modules": job["denied_modules"],
                 "sources": {name: (_HERE / f"{name}.py").read_text(encoding="utf-8") for name in ("wire", "guard")}}
-        cmd = [view["exe"], "-I", "-S", "-B", "-c", (_HERE / "program.py").read_text(encoding="utf-8"), json.dumps(spec)]
+        cmd = [view["exe"], "-I", "-S", "-B", "-c", (_HERE / "program.py").read_text(encoding="utf-8"),
+               json.dumps(spec)]
         env = {"TMPDIR": self.tmp, "LANG": "C.UTF-8"}  # nothing a library reads its configuration from
         plan = self.plan
         self.proc = subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL, stdout=self.out,

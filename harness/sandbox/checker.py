@@ -109,6 +109,7 @@ def main() -> None:
     verdict = {"nonce": job["nonce"], "passed": passed, "timed_out": timed_out, "reason": reason,
                "returncode": returncode, "stdout": stdout, "stderr": stderr,
                "flags": sorted(program.notes) if program else [],
-               "files": program.reports["file"] if program else [], "denied": program.reports["denied"] if program else []}
+               "files": program.reports["file"] if program else [],
+               "denied": program.reports["denied"] if program else []}
     os.write(verdict_fd, b"\n" + wire.dumps(verdict))
 

@@ -46,7 +46,8 @@ STAT_FUNCTIONS = ("stat", "lstat", "access")  # no audit event of their own (Pyt
 
 
 def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _denied_modules=frozenset(),
-           _readable=(), _hidden=(), _dev_ok=frozenset(), _path_events=(), _denied_prefixes=(), _denied_events=frozenset(),
+           _readable=(), _hidden=(), _dev_ok=frozenset(), _path_events=(), _denied_prefixes=(),
+           _denied_events=frozenset(),
            _listing=(), _report_fd=-1, _last_pyc=None, _writing_flags=0,
            _dir_flags=0, _type=None, _isinstance=None, _str=None, _bytes=None, _int=None, _bool=None,
            _memoryview=None, _len=None, _range=None, _sjoin=None, _bjoin=None, _to_int=None, _lstat=None,
@@ -117,7 +118,7 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
         try:
             return _readlink("/proc/self/fd/" + _str(fd))
         except _oserror:
-            raise _perm("sandbox: unknown file descriptor")
+            raise _perm("sandbox: unknown file descriptor") from None
 
     def within(path, folder=_tmp):
         return path == folder or path.startswith(folder + "/")
@@ -132,7 +133,8 @@ def _guard(event, args, _tmp="", _pid=0, _dynload=(), _extensions=frozenset(), _
 
     def tell(kind, what):  # to the checker at once (it drops repeats): kind b"file" or b"denied"
         try:
-            _oswrite(_report_fd, _bjoin(b"", [b'["', kind, b'","', what.encode("utf-8", "surrogateescape").hex().encode(),
+            _oswrite(_report_fd, _bjoin(b"", [b'["', kind, b'","',
+                                              what.encode("utf-8", "surrogateescape").hex().encode(),
                                                b'"]\n']))
         except _oserror:
             pass

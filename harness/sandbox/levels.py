@@ -34,7 +34,7 @@ ABSENT_ENV = "HARNESS_SANDBOX_ABSENT"  # comma-separated: namespaces, seccomp, l
 ROOT_ENV = "HARNESS_SANDBOX_ROOT"  # refuse (default) | allow: the fallback may keep effective uid 0
 _FORCES = ("auto", "fallback", "weak")
 _FEATURES = ("namespaces", "seccomp", "landlock")
-_PROBES: dict[str, object] = {}
+_PROBES: dict[str, bool | int] = {}  # what the kernel offers, probed once per process
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``harness`` package
 
 
@@ -228,5 +228,6 @@ def plan(level: str, tmp: str, limits) -> dict:
             "identity": {"root": root, "real_only": mode == "fallback" and not _reachable()},
             "rlimits": rlimits.limits(limits.timeout_s, limits.memory_mb, file_mb, limits.max_open_files,
                                       limits.max_processes, own_uid=root),
-            "landlock": abi, "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],
+            "landlock": abi,
+            "landlock_rules": _view.landlock_rules(v, tmp, mount_view=mode == "namespaces") if abi else [],
             "seccomp": seccomp_available()}

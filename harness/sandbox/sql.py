@@ -111,7 +111,8 @@ def readonly_query(db_path, sql: str, timeout_s: float = 5.0, max_rows: int = 10
         reply = worker.ask(request, timeout_s + GRACE_S)
     with _LOCK:
         _IDLE.append(worker)
-    if "error" in reply:  # stopped at its deadline or over its memory inside the worker: killed, as by the worker's kill
+    # stopped at its deadline or over its memory inside the worker: killed, as by the worker's kill
+    if "error" in reply:
         raise (QueryKilled if reply.get("killed") else QueryError)(reply["error"])
     rows = [tuple(bytes.fromhex(v["hex"]) if type(v) is dict else v for v in row) for row in reply["rows"]]
     if len(rows) > max_rows:

@@ -44,7 +44,8 @@ def _stdlib_dirs(exe: str) -> list[str]:
 def _extension_files(stdlib: list[str]) -> tuple[list[str], list[str]]:
     """(allowed, hidden) C extension files in the standard library's folders: allowed only when the
     file is a standard-library module (``sys.stdlib_module_names``) that is not denied."""
-    allowed, hidden = [], []
+    allowed: list[str] = []
+    hidden: list[str] = []
     for folder in stdlib:
         for entry in sorted(os.listdir(folder)):
             if not entry.endswith(".so"):
@@ -77,8 +78,10 @@ def compute() -> dict:
         stdlib = _stdlib_dirs(exe)
         allowed, hidden = _extension_files(stdlib)
         _CACHE["view"] = {
-            "exe": exe, "stdlib": stdlib, "stdlib_top": top_folders(stdlib), "extensions": allowed, "hidden_files": hidden,
-            "hidden_dirs": [os.path.join(d, h) for d in stdlib for h in _HIDDEN_DIRS if os.path.isdir(os.path.join(d, h))],
+            "exe": exe, "stdlib": stdlib, "stdlib_top": top_folders(stdlib), "extensions": allowed,
+            "hidden_files": hidden,
+            "hidden_dirs": [os.path.join(d, h) for d in stdlib for h in _HIDDEN_DIRS
+                            if os.path.isdir(os.path.join(d, h))],
             "libs": [p for p in _shared_libraries([exe, *allowed]) if p != exe],
             "extras": [p for p in _EXTRAS if os.path.exists(p)], "devices": list(DEVICES)}
     return _CACHE["view"]

@@ -171,7 +171,8 @@ class Task:
                               key="dataset.path") from e
         except FileNotFoundError as e:
             raise ConfigError(f"dataset '{self.name}': data file not found: {e.filename or self._data_file()} "
-                              "(dataset.path is relative to the shipped task data (tasks/ in a checkout, harness/data in an install) unless absolute)",
+                              "(dataset.path is relative to the shipped task data (tasks/ in a checkout, "
+                              "harness/data in an install) unless absolute)",
                               key="dataset.path") from e
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise ConfigError(f"dataset '{self.name}': {self._data_file()} has a row of the wrong shape for task "

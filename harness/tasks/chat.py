@@ -128,7 +128,8 @@ class SpecBench(MTBench):
     def __post_init__(self):
         super().__post_init__()
         if self.per_category is not None and not (isinstance(self.per_category, int)
-                                                  and not isinstance(self.per_category, bool) and self.per_category >= 1):
+                                                  and not isinstance(self.per_category, bool)
+                                                  and self.per_category >= 1):
             raise ConfigError(f"dataset.per_category must be an integer >= 1, or null (every prompt of each category), "
                               f"got {self.per_category!r}", key="dataset.per_category")
         if self.categories is not None and (not isinstance(self.categories, (list, tuple)) or not self.categories

@@ -136,7 +136,8 @@ class GenericTask(TemplateTask):
         try:
             import datasets
         except ImportError as e:
-            raise ConfigError("task 'generic' needs the 'datasets' package: pip install 'decoding-harness[tasks]'") from e
+            raise ConfigError("task 'generic' needs the 'datasets' package: "
+                              "pip install 'decoding-harness[tasks]'") from e
         files = local_files(self.hf_dataset)
         if files is not None:
             builders = {SUFFIX_BUILDERS.get(Path(f).suffix) for f in files}

@@ -21,8 +21,9 @@ no value at all), or opened or listed files it had no reason to (``flag_opened_f
 outside its own folder, the standard library and ``/dev/{null,zero,urandom}`` — a completion
 looking for the answer key; the sandbox did not let it read them), or tried something the
 sandbox's audit hook refused (``flag_denied``: a socket, a process, a denied module under any
-name...) — where our pass@1 and the reference's may differ, or the completion is hostile. Every record also carries ``meta.isolation`` ("namespaces" | "fallback" |
-"weak") and ``meta.sandbox_layers``; below ``min_isolation`` the task refuses to run.
+name...) — where our pass@1 and the reference's may differ, or the completion is hostile. Every record also carries
+``meta.isolation`` ("namespaces" | "fallback" | "weak") and ``meta.sandbox_layers``; below ``min_isolation`` the task
+refuses to run.
 """
 from __future__ import annotations
 

@@ -33,9 +33,9 @@ def exact_sequence_distribution(model, prompt: list[int], length: int, warp: War
     With an EOS id, sequences end at EOS (shorter tuples). Enumerates V^length prefixes.
     """
     dist: dict[tuple[int, ...], float] = {}
-    frontier = {(): 1.0}
+    frontier: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(length):
-        nxt = {}
+        nxt: dict[tuple[int, ...], float] = {}
         for seq, pr in frontier.items():
             probs = next_token_probs(model, prompt + list(seq), warp)
             for tok in torch.nonzero(probs > 0).flatten().tolist():

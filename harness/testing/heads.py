@@ -41,11 +41,12 @@ def random_acceptance_head(hidden: int, seed: int = 5) -> torch.nn.Module:
 
 def saved(kind: str, module_factory, *key) -> str:
     """A temporary directory holding ``module_factory()`` saved in float32 (one per ``(kind, *key)``)."""
-    if (kind, *key) not in _DIRS:
+    full = (kind, *key)
+    if full not in _DIRS:
         path = tempfile.mkdtemp(prefix=f"random_{kind}_")
         module_factory().save_pretrained(path, dtype=torch.float32)
-        _DIRS[(kind, *key)] = path
-    return _DIRS[(kind, *key)]
+        _DIRS[full] = path
+    return _DIRS[full]
 
 
 def random_head_params(method: str, pair) -> dict:

@@ -93,7 +93,10 @@ class ScriptedPolicy(GammaPolicy):
     (``resets``), the depths it gave (``requested``) and the rounds it observed (``seen``)."""
 
     def __init__(self, depths: Sequence[int]):
-        self.depths, self.i, self.seen, self.resets, self.requested = list(depths), 0, [], [], []
+        self.depths, self.i = list(depths), 0
+        self.seen: list[Round] = []
+        self.resets: list[list[int]] = []
+        self.requested: list[int] = []
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.resets.append(list(prompt_ids))

@@ -174,13 +174,13 @@ def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bo
         clock = RealClock()
         return make_energy_meter(cfg, [0], nvml=SimulatedNVML([SimGPU(clock)], clock), clock=clock)
 
-    per_round = {"off": [], "on": []}
+    per_round: dict[str, list[tuple[int, float]]] = {"off": [], "on": []}
     for r in range(rounds):
         for arm in (("off", "on") if r % 2 == 0 else ("on", "off")):
             meter = on_meter() if arm == "on" else NullMeter("sampler off")
             tokens = seconds = 0
             for i, p in enumerate(ids):
-                g = meter.measure("p", lambda p=p: decoder.generate(p, max_new, seed=i)).result
+                g = meter.measure("p", lambda p=p, i=i: decoder.generate(p, max_new, seed=i)).result
                 tokens, seconds = tokens + g.stats.new_tokens, seconds + g.stats.wall_time_s
             meter.close()
             per_round[arm].append((tokens, seconds))
@@ -199,6 +199,11 @@ def sampler_overhead(pair, rounds: int, prompts: int, max_new: int, use_nvml: bo
     return {"ratio_on_off": value, "ci95": ci, "rounds": rounds, "status": status, "prompts_per_round": prompts,
             "max_new_tokens": max_new, "polled": "nvml" if use_nvml else "simulated NVML (CPU: no GPU to poll)",
             "goal": ">= 0.99"}
+
+
+def _flag_list(flags: list) -> str:
+    """``(a, b)``: the distinct flags, sorted; empty without flags."""
+    return "(" + ", ".join(sorted(set(flags))) + ")" if flags else ""
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -221,9 +226,10 @@ def _device_markdown(name: str, gpu: dict) -> list[str]:
         lines.append(f"| {k} | {_fmt(c['j_per_token'], 4)} | "
                      f"{'—' if k == 'counter' else _fmt(100 * cell['vs_counter'][k], 3) + ' %'} | "
                      f"{'—' if k == 'counter' else _fmt(100 * per_prompt.get(k, math.nan), 3) + ' %'} | "
-                     f"{len(c['prompts'])} | {len(flags)} {('(' + ', '.join(sorted(set(flags))) + ')') if flags else ''} |")
+                     f"{len(c['prompts'])} | {len(flags)} {_flag_list(flags)} |")
     lines += ["", "Every protocol measured the same prompts, after a warm-up run of the first one that is left out.",
-              "", f"Polled power vs counter over the same windows: {_fmt(100 * cell['polled_vs_counter_same_windows'], 3)} "
+              "", "Polled power vs counter over the same windows: "
+              f"{_fmt(100 * cell['polled_vs_counter_same_windows'], 3)} "
               "% (the protocols' own cells above ran the workload separately: run-to-run variation included)"]
     ext = cell["external"]
     lines += ["", f"External meter: {_fmt(100 * ext['external_vs_counter'], 3)} % vs counter ({ext['note']})"
@@ -240,7 +246,8 @@ def render_markdown(result: dict) -> str:
     for name, gpu in result["gpus"].items():
         lines += _device_markdown(name, gpu)
     so = result["sampler_overhead"]
-    lines += ["## Sampler overhead", "", f"tokens/s with the 50 Hz sampler ÷ without: {so['ratio_on_off']:.4f} (95 % CI "
+    lines += ["## Sampler overhead", "",
+              f"tokens/s with the 50 Hz sampler ÷ without: {so['ratio_on_off']:.4f} (95 % CI "
               f"{so['ci95'][0]:.4f}-{so['ci95'][1]:.4f}, {so['rounds']} interleaved rounds; polling {so['polled']}; "
               f"goal ≥ 0.99) — **{so['status']}**", "", "## Cost curves", ""]
     ks = [k for k in result["ks"] if k > 1]
@@ -256,7 +263,8 @@ def render_markdown(result: dict) -> str:
     if "roofline_7b" in result:
         r = result["roofline_7b"]
         lines += ["", "## AR decoding vs HBM roofline (Llama-2-7B shape)", "",
-                  f"{_fmt(r['ar_tokens_per_s'], 4)} tokens/s; roofline {_fmt(r['roofline_tokens_per_s_measured_bw'], 4)} "
+                  f"{_fmt(r['ar_tokens_per_s'], 4)} tokens/s; "
+                  f"roofline {_fmt(r['roofline_tokens_per_s_measured_bw'], 4)} "
                   f"tokens/s at the measured copy bandwidth {_fmt(r['copy_bandwidth_gbs'], 4)} GB/s "
                   f"({_fmt(100 * r['fraction_of_roofline'], 3)} %), {_fmt(r['roofline_tokens_per_s_nominal_bw'], 4)} "
                   f"at the nominal {_fmt(r['nominal_bandwidth_gbs'], 4)} GB/s"]

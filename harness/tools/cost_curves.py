@@ -95,10 +95,12 @@ def verification_curve(model, ks: list[int], prefix: int, device, reps: int) -> 
                 forward(ids[:, prefix:prefix + k], cache)
                 truncate(cache, prefix)
             seconds[k] = _timed(call, device, reps)
-    return {"prefix_tokens": prefix, "seconds": seconds, "ratio_to_k1": {k: s / seconds[ks[0]] for k, s in seconds.items()}}
+    ratios = {k: s / seconds[ks[0]] for k, s in seconds.items()}
+    return {"prefix_tokens": prefix, "seconds": seconds, "ratio_to_k1": ratios}
 
 
-def ar_tokens_per_s(model, device, tokens: int = 64, prefix: int = 32, warmup: int = 8, clock=time.perf_counter) -> float:
+def ar_tokens_per_s(model, device, tokens: int = 64, prefix: int = 32, warmup: int = 8,
+                    clock=time.perf_counter) -> float:
     """Greedy one-token steps with a KV cache (the AR baseline's inner loop), tokens per second, after ``warmup``
     untimed steps on the same cache (issue 28 item 4).
 
@@ -169,7 +171,6 @@ def copy_bandwidth_gbs(device, gib: float = 1.0) -> float:
     a = torch.empty(n, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
     seconds = _timed(lambda: b.copy_(a), device, 10)
-    del a, b
     return 2 * n * 4 / seconds / 1e9
 
 
@@ -186,7 +187,7 @@ def cost_curves(pairs: dict, ks: list[int], device, reps: int, log) -> dict:
         started = time.perf_counter()
         try:
             target, draft, dtype = build()
-        except Exception as e:  # out of memory, or a shape this transformers cannot build
+        except Exception as e:  # noqa: BLE001 — out of memory, or a shape this transformers cannot build: recorded
             out[name] = {"measured": False, "why": f"could not build: {type(e).__name__}: {e}"}
             continue
         curve = verification_curve(target, ks, 128 if str(device).startswith("cuda") else 32, device, reps)

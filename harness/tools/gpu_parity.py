@@ -8,6 +8,7 @@ cache of a short generation is a rounding error) and each AR arm's fraction of i
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -79,7 +80,7 @@ def parity(pair: str, prompts: int, new_tokens: int, gamma: int, roofline: bool 
     for mode, call in arms.values():  # warm-up (untimed): allocator, cuBLAS, the graphs' first captures
         p.set_execution(mode)
         call(ids[0], min(8, new_tokens))
-    rows = {k: ([], []) for k in arms}
+    rows: dict[str, tuple[list[int], list[float]]] = {k: ([], []) for k in arms}
     names = list(arms)
     for i, x in enumerate(ids):
         for name in names[i % len(names):] + names[:i % len(names)]:
@@ -89,7 +90,7 @@ def parity(pair: str, prompts: int, new_tokens: int, gamma: int, roofline: bool 
             rows[name][0].append(tokens)
             rows[name][1].append(seconds)
     p.set_execution("eager")
-    out = {"pair": pair, "prompts": len(ids), "new_tokens": new_tokens, "gamma": gamma,
+    out: dict[str, Any] = {"pair": pair, "prompts": len(ids), "new_tokens": new_tokens, "gamma": gamma,
            "tokens_per_s": {k: sum(t) / sum(s) for k, (t, s) in rows.items()}, "ratios": {}}
     for mine, theirs in (("ar/eager", "hf_generate"), ("ar/graphs", "hf_generate"), ("sd/eager", "hf_assisted"),
                          ("sd/graphs", "hf_assisted")):

@@ -95,7 +95,8 @@ def graphs_refused() -> dict[str, str]:
 
 def _sweep(out: Path, tag: str, methods, pair: str, modes: str, prompts: int, new_tokens: int, sizes: Sizes,
            decoding: str = "greedy") -> list:
-    return [sys.executable, "-m", "harness", "-m", f"method={','.join(methods)}", f"decoding={decoding}", f"pair={pair}",
+    return [sys.executable, "-m", "harness", "-m", f"method={','.join(methods)}", f"decoding={decoding}",
+            f"pair={pair}",
             f"pair.execution={modes}", f"dataset.num_prompts={prompts}", f"dataset.max_new_tokens={new_tokens}",
             "runner.interleave=true", "gpu=auto", f"results_dir={out / 'results'}",
             f"hydra.sweep.dir={out / 'hydra' / tag}", *sizes.energy]

@@ -29,7 +29,8 @@ def header(doc: dict) -> list[str]:
 
     from harness.run.runner import git_sha
 
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no GPU: a dry run, not a measurement)"
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() \
+        else "CPU (no GPU: a dry run, not a measurement)"
     return [f"**Device:** {device} · **date:** {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC · "
             f"**commit:** {git_sha() or 'unknown'} · torch {torch.__version__}"
             + (" · **dry run**" if doc.get("dry_run") else ""), ""]

@@ -12,11 +12,13 @@ import json
 import math
 import shutil
 import sys
+from typing import Any
 
 from harness.energy.sensors import characterize
 from harness.energy.sampler import RealClock, Sampler
 from harness.energy.series import HOLD
-from harness.energy.sources import NvmlCounter, NvmlPower, describe_device, init_nvml, unsupported_reason
+from harness.energy.sources import (Channel, NvmlCounter, NvmlPower, describe_device, init_nvml,
+                                    unsupported_reason)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:
@@ -39,7 +41,8 @@ def mean_power(series, a: float, b: float) -> float:
 def probe_device(nvml, index: int, poll_seconds: float, idle_seconds: float, clock) -> dict:
     device = describe_device(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
     channels = [NvmlCounter(nvml, [device])] + [NvmlPower(nvml, [device], r) for r in ("instant", "average", "usage")]
-    available, missing = [], {}
+    available: list[Channel] = []
+    missing: dict[str, str] = {}
     for channel in channels:
         why = unsupported_reason(nvml, lambda h, c=channel: c.read_one(h), [device.handle])
         if why is None:
@@ -83,7 +86,7 @@ def probe(poll_seconds: float = 1.0, idle_seconds: float = 2.0, nvml=None, clock
     """Everything the probe reports, as a dict (``gpus`` is empty where there is no GPU)."""
     smi = shutil.which("nvidia-smi")
     module, reason = init_nvml(nvml)
-    report = {"nvml": reason or "ok", "nvidia_smi": smi or "not on PATH", "gpus": []}
+    report: dict[str, Any] = {"nvml": reason or "ok", "nvidia_smi": smi or "not on PATH", "gpus": []}
     if module is None:
         return report
     try:

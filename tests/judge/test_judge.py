@@ -328,3 +328,14 @@ def test_logs_and_reasons_hold_no_key(caplog):
             judge.complete(MESSAGES)
     assert KEY not in str(info.value) and KEY not in caplog.text
     assert KEY not in json.dumps(dataclasses.asdict(judge.cfg))
+
+
+def test_a_judge_without_its_endpoint_or_model_is_a_judge_failure_not_a_crash():
+    """Issue 29.4 (a typed Optional): a judge built without its base URL / model fails as a judge (its judgments
+    say why; the cell stands), never with an AttributeError deep in the client."""
+    from harness.judge.local import LocalJudge
+
+    with pytest.raises(JudgeFailure, match="judge.base_url"):
+        OpenAIJudge(dataclasses.replace(PRESETS["openai"], base_url=None))
+    with pytest.raises(JudgeFailure, match="judge.model"):
+        LocalJudge(JudgeConfig(name="hf", backend="hf", model=None))

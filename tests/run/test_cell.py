@@ -26,6 +26,7 @@ def _config(*overrides) -> dict:
 
 def test_every_node_of_the_cell_is_typed():
     from harness.judge.config import JudgeConfig
+    from harness.results.trackers import TrackerConfig
 
     names = {**vars(cell_module), "Task": Task, "GpuProfile": GpuProfile, "EnergyConfig": EnergyConfig,
              "JudgeConfig": JudgeConfig, "RunnerConfig": RunnerConfig, "ReportConfig": ReportConfig}
@@ -38,6 +39,7 @@ def test_every_node_of_the_cell_is_typed():
     assert isinstance(cell.gpu, GpuProfile) and isinstance(cell.energy, EnergyConfig)
     assert isinstance(cell.runner, RunnerConfig) and isinstance(cell.report, ReportConfig)
     assert cell.plan.method.gamma_policy.name == "online" and cell.seed == 0
+    assert isinstance(cell.tracker, TrackerConfig) and cell.tracker.name == "none"  # read typed by the runner
 
 
 def test_a_method_that_does_not_apply_is_a_cell_without_a_plan():

@@ -24,6 +24,8 @@ class HFHeuristicPolicy(BoundedPolicy):
     stands for ``num_assistant_tokens`` (HF 5.x default 20, schedule "constant").
     """
 
+    params: HFHeuristicParams
+
     def reset(self, prompt_ids: list[int]) -> None:
         if self.params.transient:
             super().reset(prompt_ids)

@@ -30,6 +30,7 @@ class OnlinePolicy(BoundedPolicy):
     there is no Acc or no timing yet. Rounds with unmeasured (NaN) times add nothing to a_q, b_p.
     """
 
+    params: OnlineParams
     needs_timing = True
 
     def __init__(self, params: OnlineParams, gamma_init: int):

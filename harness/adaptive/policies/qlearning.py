@@ -29,6 +29,8 @@ class QLearningPolicy(BoundedPolicy):
     Pure Python lists: well under a millisecond per round (scripts/bench_gamma_policies.py).
     """
 
+    params: QLearningParams
+
     def __init__(self, params: QLearningParams, gamma_init: int, q_init: float = Q_INIT, seed: int = SEED):
         super().__init__(params, gamma_init)
         self.n_actions = self.gamma_max - self.gamma_min + 1

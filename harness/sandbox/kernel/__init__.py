@@ -11,7 +11,8 @@ interpreter — so they hold from the interpreter's first instruction, whatever 
 
 In the fallback the program's folder is a host folder: before the uid changes, the one file the program
 writes there (``program.py``) is made for it, and then nothing more can be created there (Landlock's
-``write-existing``; seccomp refuses what Landlock does not see, or every creation without Landlock); with ``RLIMIT_FSIZE`` at most the disk quota
+``write-existing``; seccomp refuses what Landlock does not see, or every creation without Landlock); with
+``RLIMIT_FSIZE`` at most the disk quota
 (:func:`harness.sandbox.levels.plan`), what the folder holds stays within the quota by construction.
 
 Any failure ends the process with :data:`SETUP_FAILED` and the reason on its stderr: no layer, no run.

@@ -64,7 +64,8 @@ def restrict(rules: list[tuple[str, str]], version: int) -> None:
     handled = _handled(version)
     rights = {"list": _READ_DIR, "read": _READ_FILE | _READ_DIR, "exec": _READ_FILE | _EXECUTE,
               "device": _READ_FILE | _WRITE_FILE | _TRUNCATE, "write": handled & ~_EXECUTE,
-              "write-only": handled & ~_EXECUTE & ~_READ_FILE, "write-existing": handled & ~_EXECUTE & ~_READ_FILE & ~_MAKE}
+              "write-only": handled & ~_EXECUTE & ~_READ_FILE,
+              "write-existing": handled & ~_EXECUTE & ~_READ_FILE & ~_MAKE}
     attr = _RulesetAttr(handled, 3 if version >= 4 else 0, 3 if version >= 6 else 0)  # net: bind+connect TCP
     lib = libc()
     ruleset = check(lib.syscall(NR_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0),

@@ -70,7 +70,8 @@ _EQ, _MASKED_EQ = 4, 7
 PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS = 0x2, 0x4, 0x20
 O_CREAT, O_TMPFILE = 0o100, 0o20000000  # O_TMPFILE's own bit (the flag also holds O_DIRECTORY)
 CREATING = {"any": (), "named": ("open", "openat", "fallocate"),  # what each ``create`` level does not allow as is
-            "none": ("open", "openat", "creat", "mkdir", "mkdirat", "link", "linkat", "symlink", "symlinkat", "fallocate")}
+            "none": ("open", "openat", "creat", "mkdir", "mkdirat", "link", "linkat", "symlink", "symlinkat",
+                     "fallocate")}
 _FLTATR_ACT_BADARCH = 2
 
 
@@ -78,7 +79,7 @@ class _Cmp(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
 
 
-_LIBRARY = []
+_LIBRARY: list[ctypes.CDLL] = []
 
 
 def library():
@@ -133,7 +134,8 @@ def install(own_pid: int, allow_exec: bool = True, create: str = "any") -> None:
         # W^X, and executable memory only from files: mmap without PROT_EXEC, or PROT_EXEC without
         # PROT_WRITE of a file (not MAP_ANONYMOUS); mprotect never adds PROT_EXEC
         rule(_ALLOW, "mmap", _Cmp(2, _MASKED_EQ, PROT_EXEC, 0))
-        rule(_ALLOW, "mmap", _Cmp(2, _MASKED_EQ, PROT_EXEC | PROT_WRITE, PROT_EXEC), _Cmp(3, _MASKED_EQ, MAP_ANONYMOUS, 0))
+        rule(_ALLOW, "mmap", _Cmp(2, _MASKED_EQ, PROT_EXEC | PROT_WRITE, PROT_EXEC),
+             _Cmp(3, _MASKED_EQ, MAP_ANONYMOUS, 0))
         rule(_ALLOW, "mprotect", _Cmp(2, _MASKED_EQ, PROT_EXEC, 0))
         for name in ("kill", "tgkill", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             rule(_ALLOW, name, _Cmp(0, _EQ, own_pid, 0))
