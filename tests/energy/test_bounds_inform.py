@@ -3,26 +3,9 @@ within 5× of the median actual error — over a handful of seeded simulated pro
 developers' study scenarios (scripts/study_energy_accuracy.py)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
+from test_energy_study import STUDY  # the study module, loaded once (scripts/ is no package)
 
 from harness.energy import make_energy_meter
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _study():
-    spec = importlib.util.spec_from_file_location("study_energy_accuracy", ROOT / "scripts" / "study_energy_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-STUDY = _study()
 
 
 def _summary(name: str, meter: str, seeds: int = 2, prompts: int = 6) -> dict:
