@@ -32,51 +32,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from harness.adaptive.columns import selection_columns
-from harness.adaptive.draft_selection import DIM, N_FIT, DraftSelector, PromptFeaturizer, alpha_from_record
+from harness.adaptive.selection_params import SELECTIONS, NoSelection, SelectionParams  # noqa: F401 (their home)
+from harness.adaptive.draft_selection import DraftSelector, PromptFeaturizer, alpha_from_record
 from harness.decoders.base import Decoder, Generation
 from harness.errors import ConfigError
 from harness.metrics.perplexity import output_perplexity
 from harness.models import ModelPair
-from harness.params import Params, is_int, param
 
 
 def _params(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@dataclass(frozen=True)
-class SelectionParams(Params):
-    """``draft_selection=ols``: Eq. 8's OLS per draft on prompt features, Theorem 2 / Eq. 1's choice (adaptive §5)."""
-
-    name: ClassVar[str] = "ols"
-
-    fit_prompts: int = param(N_FIT, "prompts run with every draft to fit Eq. 8 (adaptive §6.1: 25)")
-    features: int = param(DIM, "feature vector length r (adaptive App. C.5 Table 11: 4..16)")
-
-    def describe_group(self) -> str:
-        return "draft_selection:"
-
-    def __post_init__(self):
-        self.check("fit_prompts", is_int(self.fit_prompts) and self.fit_prompts >= 2,
-                   "an integer >= 2 (prompts per draft)")
-        self.check("features", is_int(self.features) and 3 <= self.features <= 64, "an integer in [3, 64]")
-
-
-@dataclass(frozen=True)
-class NoSelection(Params):
-    """``draft_selection=none``: the pair's draft for every prompt (the same as leaving the group unset)."""
-
-    name: ClassVar[str] = "none"
-
-
-SELECTIONS: dict[str, type[Params]] = {"none": NoSelection, SelectionParams.name: SelectionParams}
 
 
 class DraftSelection:

@@ -158,6 +158,12 @@ SCENARIOS = [
              load="square:0.1:0.5", gpu={"power_jitter_s": 0.008, "has_counter": False}),
     Scenario("idle step at the prompt edge", "30.5 edges", (1, 4), ("counter",), gpu={"hysteresis_w": 30.0,
                                                                                      "hysteresis_s": 0.3}),
+    Scenario("idle steps down 0.12 s after work (+30 W)", "30.5 edges", (1, 4), ("counter", "polled"),
+             gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12}),
+    Scenario("idle step 0.12 s after work, counter lag 50 ms", "30.5 edges", (1, 4), ("counter",),
+             gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12, "counter_lag_s": 0.05}),
+    Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
+             gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
 ]
 

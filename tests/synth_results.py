@@ -76,7 +76,8 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
     """A finished cell as the runner would write it for a composed config (no model runs): the decoder's
     parameters and decoding from the Params, the cell id from the identity, records with synthetic timings
     (per prompt ``secs`` × (1 + i/20) s), drafting rounds where the method drafts, DSBD's width and β̄
-    stats, and draft selection's phases (the first ``selection_fit_prompts`` prompts: fit)."""
+    stats, draft selection's phases (the first ``selection_fit_prompts`` prompts: fit), and a decision model's
+    per-round predictions (``stat.decision_predictions``: the first check's token accepted, the others rejected)."""
     from harness.config.identity import cell_id
     from harness.run.runner import plan_cell
 
@@ -92,6 +93,10 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
              "stat.beta_layers": 4} if plan.decoder_cls.method == "dsbd" else {}
         if fit:
             r["selection.phase"] = "fit" if i < fit else "select"
+        if values.get("decision_model") and gamma:  # every round: checks 1..γ−1, the first judging an accepted token
+            r["stat.decision_predictions"] = [[0.85 + 0.01 * (i % 3)] + [0.45, 0.35, 0.15, 0.05][:gamma - 2]
+                                              for _ in range(10 // 2)]
+            r["stat.decision_lookahead"] = 0
         return r
 
     d = Path(results) / "cells" / cid

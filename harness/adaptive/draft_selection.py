@@ -35,11 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from harness.adaptive import estimators as est
+from harness.adaptive.selection_params import DIM, N_FIT
 from harness.errors import ConfigError
-
-N_FIT = 25          # prompts used to fit Eq. 8 per draft (§6.1: "25 prompts in online predictive model construction")
-DIM = 8             # vector length r (App. C.5 Table 11: 4..16 all within 2 %)
-
 
 # ---------------------------------------------------------------------------- features
 

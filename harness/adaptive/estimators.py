@@ -24,9 +24,10 @@ Eq. 13 as printed has γ β^{γ+2} in its numerator; dividing Eq. 12 by n gives 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads with the two fits that use it, not with the config (harness --help)
+    import numpy as np
 
 
 def expected_tokens(beta: float, gamma: int) -> float:
@@ -127,6 +128,8 @@ def acc_mle_truncated(accept_lengths: Sequence[int], gammas: Sequence[int], acc_
 
 def eq12_coefficients(accept_lengths: Sequence[int], gamma: int) -> np.ndarray:
     """Coefficients (highest degree first, for ``numpy.roots``) of Eq. 12's polynomial in β̂."""
+    import numpy as np
+
     n, s = len(accept_lengths), float(sum(accept_lengths))
     c = np.zeros(gamma + 3)
     c[0] = s - n * (gamma + 2) + n            # β^{γ+2}
@@ -144,6 +147,8 @@ def fit_verify_cost(gammas: Sequence[int], times: Sequence[float], ridge: float 
     verification never costs less); a line whose intercept would be ≤ 0 falls back to the
     constant mean. Returns (b0, b1).
     """
+    import numpy as np
+
     g = np.asarray(gammas, dtype=float)
     t = np.asarray(times, dtype=float)
     if g.size == 0:

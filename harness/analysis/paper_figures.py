@@ -106,3 +106,45 @@ def heatmap(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
     fig.suptitle(t.title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def column_lines(t: PaperTable, xlabel: str, ylabel: str) -> Figure | None:
+    """One line per column of ``t`` (a single-level row index: the x values), e.g. the optimal γ against α, one
+    line per latency ratio c."""
+    v = t.values
+    if v is None or v.empty or not np.isfinite(v.to_numpy(float)).any():
+        return None
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    xs = pd.to_numeric(pd.Series(v.index), errors="coerce").to_numpy(float)
+    for col in v.columns:
+        ax.plot(xs, v[col].to_numpy(float), marker="o", ms=3, label=_name(col))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(textwrap.fill(t.title, 60), fontsize=8)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def histograms(t: PaperTable, bins: list, xlabel: str) -> Figure | None:
+    """One panel per row of ``t`` but its last level (e.g. a cell's setting), one set of translucent bars per value
+    of the last level (e.g. accepted / rejected) over the columns ``bins`` (shares per bin): where they overlap."""
+    v = t.values
+    if v is None or v.empty or not all(b in v.columns for b in bins) or not np.isfinite(v[bins].to_numpy(float)).any():
+        return None
+    panels = list(dict.fromkeys(r[:-1] for r in v.index))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 2.8), squeeze=False)
+    x = np.arange(len(bins))
+    for ax, panel in zip(axes[0], panels):
+        for row in [r for r in v.index if r[:-1] == panel]:
+            ax.bar(x, v.loc[row, bins].to_numpy(float), 0.9, alpha=0.5, label=str(row[-1]))
+        ax.set_xticks(x, bins, rotation=60, fontsize=6)
+        ax.set_xlabel(xlabel)
+        ax.set_title(_name(panel), fontsize=7)
+    axes[0][0].set_ylabel("share of checks")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(t.title, fontsize=8)
+    fig.tight_layout()
+    return fig

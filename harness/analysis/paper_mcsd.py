@@ -40,6 +40,19 @@ ALPHA_NOTE = ("α of the target-initialised tree is a best-of-n_t statistic: eac
 GREEDY_ROOTS = "greedy_roots"
 
 
+def fixed_depth(summary: pd.DataFrame) -> pd.DataFrame:
+    """The cells that draft to their full depth: no early-stop decision model (``decision_model`` null). Tables 1-4
+    and Figs. 3-6 are the static and the D 5 W 16 settings; the decision model's cells are Figs. 7-8's own
+    (:mod:`harness.analysis.paper_mcsd_figs`) and never compete with them."""
+    col = summary.get("param.decision_model", pd.Series(None, index=summary.index, dtype=object))
+    return summary[col.map(unset)]
+
+
+def unset(v) -> bool:
+    """A parameter left null, however a summary holds it (None, NaN, "null")."""
+    return v is None or (isinstance(v, float) and v != v) or str(v) in ("", "null", "None")
+
+
 def _temperature(regime: str) -> float | None:
     if regime == "greedy":
         return 0.0
@@ -75,6 +88,7 @@ def _quality_entry(rows, prim, row, col, why) -> Entry:
 
 def _alpha_table(summary: pd.DataFrame, roles, temperature: float, key: str, title: str, paper: dict,
                  records: pd.DataFrame | None = None, quality: bool = False) -> PaperTable:
+    summary = fixed_depth(summary)
     s = _with_names(summary[summary["regime"].map(_temperature) == temperature])
     entries, notes, any_lossy = [], [], False
     found = blocks(s, ["dataset", "gpu", "regime", "draft"], laid_out=["pair"])
@@ -159,6 +173,7 @@ def _temp_row(cells: pd.DataFrame) -> str:
 def table4(summary: pd.DataFrame, records: pd.DataFrame | None = None) -> PaperTable:
     """Table 4: α of our method (D 5, W 16) at T 0 and 1 (under greedy: one row per root rule), per dataset,
     gpu, draft and target, with the output quality beside it."""
+    summary = fixed_depth(summary)
     s = _with_names(summary[OURS_DYNAMIC.mask(summary)])
     found = blocks(s, ["dataset", "gpu", "draft"], laid_out=["pair", "regime"])
     names, common = block_names([k for k, _ in found], ["dataset", "gpu", "draft"])
@@ -191,7 +206,7 @@ def table4(summary: pd.DataFrame, records: pd.DataFrame | None = None) -> PaperT
 
 def table1(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:
     """Table 1: quality of the target-initialised tree with n_t = 2, 3 roots at T 0.7, and its change from AR."""
-    s = _with_names(summary[summary["regime"].map(_temperature) == 0.7])
+    s = _with_names(fixed_depth(summary[summary["regime"].map(_temperature) == 0.7]))
     ti = s[MethodSpec.parse("mcsd_target_init").mask(s)]
     ti = ti.assign(n_t=ti["param.k_config"].map(lambda k: json.loads(k)[0] if isinstance(k, str) else None))
     ti = ti[ti["param.k_config"].map(lambda k: isinstance(k, str) and json.loads(k)[1:] == [4, 3, 1, 1])]
@@ -231,7 +246,7 @@ def _speedups(summary: pd.DataFrame, records: pd.DataFrame, roles, temperature: 
               **boot) -> PaperTable:
     """Speed-ups over AR (vanilla decoding in the same comparison group: same pair, dataset, prompts, warp), paired
     by prompt, per dataset and pair (the paper's "draft + target" bars), one column per method."""
-    s = _with_names(summary[summary["regime"].map(_temperature) == temperature])
+    s = _with_names(fixed_depth(summary[summary["regime"].map(_temperature) == temperature]))
     entries, any_lossy = [], False
     found = blocks(s, ["dataset", "pair", "gpu", "regime"])
     names, common = block_names([k for k, _ in found], ["dataset", "pair", "gpu", "regime"])
@@ -264,7 +279,8 @@ def fig5(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperTable:
 def fig6(summary: pd.DataFrame) -> PaperTable:
     """Fig. 6 (App. A.1.1): the target-initialised tree at T 1, depth 5 (k_config [W, 1, 1, 1, 1, 1]), per width W:
     acceptance rate α and tokens/s, per block where more than one W was run."""
-    s = summary[(summary["regime"].map(_temperature) == 1.0) & MethodSpec.parse("mcsd_target_init").mask(summary)]
+    s = fixed_depth(summary[(summary["regime"].map(_temperature) == 1.0) &
+                            MethodSpec.parse("mcsd_target_init").mask(summary)])
     width = s.get("param.k_config", pd.Series(None, index=s.index)).map(_width)
     s = s[width.notna()].assign(_w=width[width.notna()])
     entries, any_lossy = [], False
@@ -298,7 +314,8 @@ def fig4(summary: pd.DataFrame) -> PaperTable:
     (the paper finds (2, 4, 3, 1, 1) fastest on MT-Bench)."""
     import json
 
-    s = summary[(summary["regime"].map(_temperature) == 0.7) & MethodSpec.parse("mcsd_target_init").mask(summary)]
+    s = fixed_depth(summary[(summary["regime"].map(_temperature) == 0.7) &
+                            MethodSpec.parse("mcsd_target_init").mask(summary)])
     ks = s.get("param.k_config", pd.Series(None, index=s.index))
     ks = ks.map(lambda k: json.loads(k) if isinstance(k, str) else None)
     grid = ks.map(lambda k: isinstance(k, list) and len(k) == 5 and k[0] == 2 and k[3:] == [1, 1])

@@ -61,8 +61,10 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
          "(2, a, b, 1, 1) at T 0.7; the axes a, b are this harness's reading of the heat map)"),
         ("Fig. 6 (width against α and speed)", BUILT, "mcsd.fig6 and the figure mcsd_fig6 (grid fig6_width: "
          "k_config [W, 1, 1, 1, 1, 1] at T 1; W 16 is Tables 3-4's cell)"),
-        ("Figs. 7-8 (decision model predictions, on/off)", TODO,
-         "the decision models are trained and tested in scripts/ and tests; no paper-layout figure yet"),
+        ("Fig. 7 (decision model predictions, accepted vs rejected)", BUILT, "mcsd.fig7 and the figure mcsd_fig7 "
+         "(cells with a decision model: each check's recorded prediction against the round's outcome)"),
+        ("Fig. 8 (decision model on/off: α and speed per width)", BUILT, "mcsd.fig8 and the figure mcsd_fig8 (grid "
+         "fig78_decision: the embedded pair, whose draft alone has decision models)"),
     ),
     "adaptive": (
         ("Fig. 1 (framework)", OUT, ILLUSTRATION),
@@ -84,8 +86,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
          "8, the default, is Table 3's selection cell)"),
         ("Fig. 3 (throughput and acceptance rate against γ / γ_max)", BUILT, "adaptive.fig3 and the figure "
          "adaptive_fig3 (grids fig3_*; the paper's 'upper bound', verification skipped, is not a decoder here)"),
-        ("Fig. 5 (optimal γ for α and c)", TODO, "a theory figure (harness.analysis.theory.improvement_factor holds "
-         "the formula); not drawn in the paper's layout yet"),
+        ("Fig. 5 (optimal γ for α and c)", BUILT, "adaptive.fig5 and the figure adaptive_fig5 (theory: objective 1's "
+         "argmax, checked against theory.improvement_factor at every grid point; no cells)"),
         ("Figs. 6-7 (every γ policy)", BUILT, "adaptive.policies"),
     ),
 }

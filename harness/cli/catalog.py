@@ -68,11 +68,8 @@ class Catalog:
     def describe(self, group: str, option: str) -> str:
         """One line: the decoder's docstring for a method, else the YAML file's first comment line."""
         if group == "method":
-            from harness.decoders.base import registry
-
-            cls = registry().get(option)
-            if cls is not None:
-                doc = sys.modules[cls.__module__].__doc__ or cls.__doc__ or ""
+            doc = _method_doc(option)
+            if doc is not None:
                 return _first_line(doc)
         if group == "gamma_policy":
             from harness.adaptive.policies import POLICIES
@@ -106,6 +103,25 @@ class Catalog:
             helps.update(_yaml_help(path))
         values = OmegaConf.to_container(node, resolve=False)
         return [(k, v, helps.get(k, "")) for k, v in values.items()]
+
+
+def _method_doc(name: str) -> str | None:
+    """A method's description: its decoder module's docstring, read from the source (a decoder of this package is
+    not imported: ``harness ls`` stays torch-free); a plugin's decoder, imported; None for no method."""
+    import ast
+    import importlib.util
+
+    from harness.config.groups import methods
+
+    if name not in methods():  # an alias (conf/method/*.yaml): its YAML comment
+        return None
+    spec = importlib.util.find_spec(f"harness.decoders.{name}")
+    if spec is not None and spec.origin:
+        return ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
+    from harness.decoders.base import registry
+
+    cls = registry().get(name)
+    return None if cls is None else (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "")
 
 
 def _first_line(doc: str) -> str:

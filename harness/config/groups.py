@@ -14,6 +14,7 @@ Deprecated names of earlier releases are not in any schema: the command line map
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from typing import Any
 
@@ -21,12 +22,12 @@ from hydra.core.config_store import ConfigStore
 
 from harness.config import schema
 from harness.adaptive.policies import POLICIES
-from harness.decoders.base import Decoder, registry
+from harness.decoders.params import method_params
 from harness.config.legacy import old_presets
 from harness.decoding import PRESETS, WARP_KEYS, Decoding
 from harness.energy.config import register_energy_schema
 from harness.energy.hardware import register_gpu_schema
-from harness.selection import SELECTIONS
+from harness.adaptive.selection_params import SELECTIONS
 from harness.run.sweeper import register_sweeper
 
 METHOD_GROUP = "method"
@@ -45,11 +46,31 @@ def params_schema(params_cls: type, name: str, title: str, what: str, skip: tupl
     return dataclasses.make_dataclass(title, fields)
 
 
-def method_schema(cls: type[Decoder]) -> type:
-    """A Hydra structured-config dataclass for ``cls``: ``name`` (the method) plus its Params fields (the warp
-    is the decoding's)."""
-    return params_schema(cls.Params, cls.method, f"{cls.__name__}Config", "the decoder (registered method name)",
-                         skip=WARP_KEYS)
+def method_schema(name: str, params: type) -> type:
+    """A Hydra structured-config dataclass for method ``name``: ``name`` plus its Params fields (the warp is the
+    decoding's)."""
+    return params_schema(params, name, f"Method_{name}", "the decoder (registered method name)", skip=WARP_KEYS)
+
+
+def methods() -> dict[str, type]:
+    """Every method's Params by name, from the torch-free :mod:`harness.decoders.params` (``harness --help`` and
+    ``harness ls`` import no decoder); with a plugin installed (an entry point of ``harness.decoders``), from
+    the registry itself, which imports every decoder and the plugins' (their Params are known only so)."""
+    if not _decoder_plugins():
+        return method_params()
+    from harness.decoders.base import registry
+
+    return {name: cls.Params for name, cls in registry().items()}
+
+
+@functools.cache
+def _decoder_plugins() -> bool:
+    """Whether an installed package declares decoders (entry-point group ``harness.decoders``); asked once."""
+    import importlib.metadata
+
+    from harness.registry import ENTRY_POINT_GROUPS
+
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[0]))
 
 
 def decoding_schema(preset: Decoding) -> type:
@@ -66,8 +87,8 @@ def register_configs() -> None:
     if _REGISTERED:
         return
     cs = ConfigStore.instance()
-    for name, cls in sorted(registry().items()):
-        cs.store(group=METHOD_GROUP, name=name, node=method_schema(cls))
+    for name, params in sorted(methods().items()):
+        cs.store(group=METHOD_GROUP, name=name, node=method_schema(name, params))
     for name, preset in {**PRESETS, **old_presets(PRESETS)}.items():  # the deprecated names stay composable
         cs.store(group=DECODING_GROUP, name=name, node=decoding_schema(preset))
     schema.register(cs)  # the primary config's typed keys (harness/config/schema.py)

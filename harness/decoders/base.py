@@ -40,69 +40,20 @@ from typing import Any, ClassVar, Generic, Sequence, TypeVar, get_args, get_orig
 
 import torch
 
-from harness.decoding import SAMPLING
+from harness.decoders.params import DecoderParams, SamplingParams, method_params, param
 from harness.errors import ConfigError
 from harness.models import ModelPair
-from harness.params import Params, param
 from harness.primitives.forward import CountedModel, synchronize
 from harness.primitives.graphs import graph_runner
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.round import Round
 from harness.primitives.device import make_generator
 from harness.primitives.stopping import StopCondition
-from harness.primitives.warping import Warp
 from harness.registry import Registry
 from harness.stats import GenerationStats, NoExtras
 
 __all__ = ["Beam", "DecodeRequest", "Decoded", "Decoder", "DecoderParams", "Generation", "SamplingParams", "param",
            "register", "registry"]
-
-
-@dataclass(frozen=True)
-class DecoderParams(Params):
-    """Base of every decoder's parameters: a frozen dataclass whose fields are the method's config keys."""
-
-    @property
-    def decoding(self) -> str:
-        """``"greedy"`` (deterministic) or ``"sampling"``."""
-        return "greedy"
-
-    @property
-    def lookahead(self) -> int:
-        """Positions a generation may touch beyond its accepted output (for fitting prompts into the
-        context, :mod:`harness.run.context`): the deepest draft of a round plus the bonus token; 1 without drafts."""
-        return 1
-
-    def describe_group(self) -> str:
-        return "method parameter"
-
-
-@dataclass(frozen=True)
-class SamplingParams(DecoderParams):
-    """The warp T of every method that can sample, with its checks, written once. Defaults: the
-    ``sampling`` decoding preset (mtad App. F: temperature 1, top-20, top-p 0.9); on the command
-    line these come from the ``decoding`` group, never from the method."""
-
-    temperature: float = param(SAMPLING.temperature, "temperature of the warp T; 0 = greedy")
-    top_k: int = param(SAMPLING.top_k, "keep the k most likely tokens (0 = off); mtad App. F: 20")
-    top_p: float = param(SAMPLING.top_p, "nucleus: keep the smallest set of probability >= p (1 = off); "
-                                         "mtad App. F: 0.9")
-
-    @property
-    def warp(self) -> Warp:
-        return Warp(self.temperature, self.top_k, self.top_p)
-
-    @property
-    def decoding(self) -> str:
-        return "greedy" if self.temperature == 0 else "sampling"
-
-    def __post_init__(self):
-        self.warp  # validates ranges  # noqa: B018
-
-    def require_sampling(self, method: str, why: str) -> None:
-        """ConfigError unless the warp samples (``method`` ``why``, e.g. "samples its draft beams")."""
-        if self.warp.is_greedy:
-            raise ConfigError(f"{method} {why}: it needs temperature > 0 (decoding=sampling)")
 
 
 @dataclass(frozen=True)
@@ -331,7 +282,18 @@ def _host_ids(prompt_ids) -> tuple[int, ...] | None:
 
 DECODERS: Registry[type[Decoder]] = Registry("method", "method", "harness.decoders", entry_points="harness.decoders",
                                              base=Decoder)
-register = DECODERS.register
+
+
+def register(cls: type[Decoder]) -> type[Decoder]:
+    """Class decorator: register a decoder under its ``method``. A decoder of this package takes the Params its
+    torch-free params module names (``harness/decoders/params/<method>.py``: what the CLI's config lists)."""
+    if cls.__module__.startswith(f"{__package__}."):
+        declared = method_params().get(cls.method)
+        if declared is not cls.Params:
+            raise TypeError(f"{cls.__name__} (method '{cls.method}') takes {cls.Params.__name__}, but "
+                            f"harness/decoders/params/{cls.method}.py names "
+                            f"{getattr(declared, '__name__', 'no Params')}: the CLI would list other keys")
+    return DECODERS.register(cls)
 
 
 def registry() -> dict[str, type[Decoder]]:

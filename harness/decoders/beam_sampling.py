@@ -11,23 +11,12 @@ holds every final beam. The dsbd paper's warp (§4.1: top-k 10, top-p 0.8) is ``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, register
+from harness.decoders.params.beam_sampling import BeamSamplingParams
 from harness.primitives.beams import BeamSet, sampled
 from harness.primitives.kv_cache import new_cache
-
-
-@dataclass(frozen=True)
-class BeamSamplingParams(SamplingParams):
-    width: int = param(4, "beams W drawn i.i.d. from T∘p_beam each step")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "width")
-        self.require_sampling("beam_sampling", "draws beams (for deterministic beams use method=beam_search)")
 
 
 @register

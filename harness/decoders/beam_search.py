@@ -7,27 +7,13 @@ HF's early-stopping heuristic, and the prompt prefilled once per beam row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, DecoderParams, param, register
-from harness.errors import ConfigError
+from harness.decoders.base import Beam, DecodeRequest, Decoded, Decoder, register
+from harness.decoders.params.beam_search import BeamSearchParams
 from harness.primitives.kv_cache import new_cache, reorder
 
 NEG = -1.0e9
-
-
-@dataclass(frozen=True)
-class BeamSearchParams(DecoderParams):
-    width: int = param(4, "beams W of the search")
-    length_penalty: float = param(1.0, "finished hypotheses score sum log p / length^length_penalty (HF)")
-    early_stopping: bool | str = param(False, "true, false or 'never', as in HF generate")
-
-    def __post_init__(self):
-        self.check_at_least(1, "width")
-        if self.early_stopping not in (True, False, "never"):
-            raise ConfigError(f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
 
 
 @register

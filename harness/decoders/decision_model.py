@@ -48,10 +48,10 @@ from pathlib import Path
 
 import torch
 
+from harness.decoders.params.mcsd_dynamic import DEFAULT_THRESHOLD, check_threshold
 from harness.errors import ConfigError
 from harness.resources import assets_dir
 
-DEFAULT_THRESHOLD = 0.4  # β (mcsd §3.3: "the threshold is 0.4 for both decision models"; Fig. 2)
 DEFAULT_TOP_K = 10  # not given in the paper
 ASSETS_DIR = assets_dir() / "decision_models"
 
@@ -78,12 +78,6 @@ def early_stop(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD) ->
     """The seed's rule (§3.3): stop drafting when every sequence's predicted acceptance is below β."""
     check_threshold(threshold)
     return bool((predicted < threshold).all())
-
-
-def check_threshold(threshold: float) -> float:
-    if not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"decision threshold must be in [0, 1] (mcsd uses 0.4), got {threshold}")
-    return float(threshold)
 
 
 def stop_depth(predicted: torch.Tensor, threshold: float = DEFAULT_THRESHOLD, lookahead: int = 1) -> torch.Tensor:
@@ -253,7 +247,10 @@ class EarlyStopRule:
     distribution the next tokens come from — and stops when all are below β (§3.3). T2's features use
     the decoder's warp T∘q, as in training; under greedy decoding (T∘q one-hot, featureless) the plain
     softmax of the draft's logits, as ``scripts/train_decision_models.py`` trains the T = 0 models.
-    ``checks`` and ``stops`` count the evaluations and the early stops since the last :meth:`reset`.
+    ``checks`` and ``stops`` count the evaluations and the early stops since the last :meth:`reset`;
+    ``predictions`` holds, per round (opened by :meth:`new_round`, one per drafting round), the rule's own
+    quantity at each check d = 1, 2, …: the largest predicted acceptance over the W sequences (the rule stops
+    when it is below β) — what mcsd Fig. 7 sets against the verification's outcome (``stat.decision_predictions``).
     """
 
     def __init__(self, model: DecisionModel, threshold: float | None = None, warp=None):
@@ -261,17 +258,26 @@ class EarlyStopRule:
         self.threshold = model.threshold if threshold is None else check_threshold(threshold)
         self.warp = warp
         self.needs_hidden = model.kind == "t1"
-        self.checks = self.stops = 0
+        self.reset()
 
     def reset(self) -> None:
         self.checks = self.stops = 0
+        self.predictions: list[list[float]] = []
+
+    def new_round(self) -> None:
+        """A drafting round begins: its checks' predictions go into a list of their own (empty if it has none)."""
+        self.predictions.append([])
 
     def __call__(self, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor) -> bool:
         probs = None
         if not self.needs_hidden:
             greedy = self.warp is None or self.warp.is_greedy
             probs = torch.softmax(logits.float(), -1) if greedy else self.warp.probs(logits)
-        stop = self.model.should_stop(hidden, probs, self.threshold)
+        top = float(self.model.predict(self.model.features(hidden, probs)).max())  # the one host read of a check
+        stop = top < self.threshold  # = every sequence's prediction below β (early_stop)
+        if not self.predictions:
+            self.new_round()
+        self.predictions[-1].append(round(top, 4))
         self.checks += 1
         self.stops += int(stop)
         return stop

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import param, register
-from harness.decoders.speculative import DraftFreeDecoder, SpeculativeParams
+from harness.decoders.base import register
+from harness.decoders.params.lookahead import LookaheadParams
+from harness.decoders.speculative import DraftFreeDecoder
 from harness.primitives.acceptance import SelectionRule, greedy_select, point_mass_select
 from harness.primitives.drafting import Proposal
 from harness.primitives.spec_loop import TreeWalk, Verified
@@ -39,26 +40,6 @@ from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree import TokenTree, children_lists
 
 WINDOW_SEED = 0  # the initial window's draw from the prompt (deterministic: greedy runs repeat exactly)
-
-
-@dataclass(frozen=True)
-class LookaheadParams(SpeculativeParams):
-    window: int = param(15, "W: lookahead window, future positions decoded in parallel (paper: 15 for 7B, A100)")
-    ngram: int = param(5, "N: n-gram size, Jacobi levels kept + 1 (paper: 5)")
-    guess: int = param(15, "G: most cached n-grams verified per step (paper: G = W)")
-
-    @property
-    def gamma(self) -> int:
-        return self.ngram - 1
-
-    @property
-    def lookahead(self) -> int:
-        return max(self.window + self.ngram - 2, self.ngram - 1) + 1  # the window's deepest node, + the bonus
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "window", "guess")
-        self.check_at_least(2, "ngram")
 
 
 class Window:

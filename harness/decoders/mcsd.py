@@ -13,41 +13,12 @@ of the k-config) or more (chains of width 1 below its last level, as EAGLE-2's d
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from harness.decoders.base import param, register
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
-from harness.errors import ConfigError
+from harness.decoders.base import register
+from harness.decoders.params.mcsd import MCSDParams
+from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select, multi_step_select_without_replacement
 from harness.primitives.drafting import merge_duplicates
 from harness.primitives.spec_loop import TreeWalk
-
-
-def check_k_config(k_config, min_length: int = 1) -> tuple[int, ...]:
-    """``k_config`` as a tuple of positive ints, at least ``min_length`` long; a ConfigError naming it otherwise."""
-    try:
-        out = tuple(int(k) for k in k_config)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"k_config must be a list of positive integers, got {k_config!r}") from e
-    if len(out) < min_length or (out and min(out) < 1):
-        raise ConfigError(f"k_config must be a list of at least {min_length} positive integer(s), got {k_config!r}")
-    return out
-
-
-@dataclass(frozen=True)
-class MCSDParams(SpeculativeParams):
-    k_config: tuple[int, ...] = param((4, 2, 2, 1), "children per node at each depth; depth γ = len(k_config) "
-                                      "(mcsd: (4, 2, 2, 1))")
-    replacement: bool = param(False, "false: candidates drawn without replacement (MCSD); true: i.i.d. (SpecInfer)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        object.__setattr__(self, "k_config", check_k_config(self.k_config))
-
-    @property
-    def gamma(self) -> int:
-        """The tree's depth γ."""
-        return len(self.k_config)
 
 
 @register

@@ -25,49 +25,46 @@ adaptive §4; the masks are built for an adaptive policy's γ_max). Draft select
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from harness.decoders.base import param, register
-from harness.decoders.decision_model import DEFAULT_THRESHOLD, EarlyStopRule, check_threshold, decision_rule
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
+from harness.decoders.base import register
+from harness.decoders.decision_model import EarlyStopRule, decision_rule
+from harness.decoders.params.mcsd_dynamic import DynamicParams, EarlyStopParams
+from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select_without_replacement
 from harness.primitives.multi_candidate import TreeMasks
 from harness.primitives.spec_loop import TreeWalk
 from harness.primitives.tree_attention import fork_parents
 
-@dataclass(frozen=True)
-class EarlyStopParams(SpeculativeParams):
-    """The decision-model keys of the mcsd paper's dynamic drafting, shared by ``mcsd_dynamic`` and ``mcsd_target_init``."""
 
-    decision_model: str | None = param(None, "early-stop decision model (mcsd §3.3): null = none (fixed depth); "
-                                             "t1 | t2 = the tiny draft's model of that kind at this temperature; "
-                                             "or a name in harness/assets/decision_models, or a path")
-    decision_threshold: float = param(DEFAULT_THRESHOLD, "β: stop drafting when every sequence's predicted "
-                                                         "acceptance is below it (mcsd §3.3: 0.4)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_threshold(self.decision_threshold)
-
-    def stop_rule(self, pair, draft) -> EarlyStopRule | None:
-        """The decision model's stop hook for ``pair``'s draft (None without one)."""
-        return decision_rule(self.decision_model, self.decision_threshold, self.warp, pair, draft)
-
-
-@dataclass(frozen=True)
-class DynamicParams(EarlyStopParams):
-    gamma: int = param(5, "D: maximum draft depth per round (mcsd §4.1: 5); the decision model may stop earlier")
-    num_drafts: int = param(16, "W: candidate sequences of the fork (mcsd §4.1: 16)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "gamma", "num_drafts")
+def stop_rule(params: EarlyStopParams, pair, draft) -> EarlyStopRule | None:
+    """The decision model's stop hook for ``pair``'s draft (None without one): ``params``' decision keys."""
+    return decision_rule(params.decision_model, params.decision_threshold, params.warp, pair, draft)
 
 
 @dataclass
 class EarlyStopExtras:
     early_stops: int = 0  # rounds the decision model ended before their depth
     decision_checks: int = 0  # evaluations of the early-stop rule
+    # per round, the largest predicted acceptance over the sequences at each check d = 1, 2, … (mcsd Fig. 7);
+    # the token check d judges is draft level d + decision_lookahead (0: T1, the token just drafted; 1: T2)
+    decision_predictions: list = field(default_factory=list)
+    decision_lookahead: int | None = None
+
+    @classmethod
+    def of(cls, stop: EarlyStopRule | None, **more) -> EarlyStopExtras:
+        """The extras of a generation drafted with ``stop`` (None: no decision model)."""
+        if stop is None:
+            return cls(**more)
+        model = getattr(stop, "model", None)  # any DraftStop may stand in (tests): what it keeps is recorded
+        return cls(stop.stops, stop.checks, [list(p) for p in getattr(stop, "predictions", [])],
+                   getattr(model, "lookahead", None), **more)
+
+
+def begin_round(stop) -> None:
+    """Open a drafting round's list of decision-model predictions (a stop hook without one: nothing)."""
+    if stop is not None and hasattr(stop, "new_round"):
+        stop.new_round()
 
 
 @register
@@ -81,7 +78,7 @@ class MCSDDynamic(SpeculativeDecoder[DynamicParams]):
 
     def __init__(self, pair, params=None, **kwargs):
         super().__init__(pair, params, **kwargs)
-        self.stop = self.params.stop_rule(pair, self.draft)
+        self.stop = stop_rule(self.params, pair, self.draft)
         # masks for the deepest round: D, or an adaptive policy's γ_max (adaptive App. C.4)
         depth = max(self.params.gamma, int(getattr(self.gamma_policy, "gamma_max", 0) or 0))
         self.masks = TreeMasks.for_parents(fork_parents(self.params.num_drafts, depth), self.target, self.draft)
@@ -92,11 +89,12 @@ class MCSDDynamic(SpeculativeDecoder[DynamicParams]):
             self.stop.reset()
 
     def propose(self, spec, depth):
+        begin_round(self.stop)
         widths = [self.params.num_drafts] + [1] * (depth - 1) if depth else []
         return spec.draft_tree(widths, replacement=False, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
-        return EarlyStopExtras(*(self.stop.stops, self.stop.checks) if self.stop is not None else ())
+        return EarlyStopExtras.of(self.stop)
 
     def facts(self) -> dict:
         if self.stop is None:

@@ -42,54 +42,13 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import param, register
-from harness.errors import ConfigError
-from harness.decoders.mcsd import check_k_config
-from harness.decoders.mcsd_dynamic import EarlyStopExtras, EarlyStopParams
+from harness.decoders.base import register
+from harness.decoders.params.mcsd_target_init import TargetInitParams
+from harness.decoders.mcsd_dynamic import EarlyStopExtras, begin_round, stop_rule
 from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select_without_replacement
 from harness.primitives.multi_candidate import BestRootWalk, TargetInit, TreeMasks, target_prefill, target_roots
 from harness.primitives.tree_attention import level_order_parents
-
-
-@dataclass(frozen=True)
-class TargetInitParams(EarlyStopParams):
-    k_config: tuple[int, ...] = param((2, 4, 3, 1, 1), "n_t target-sampled roots, then children per node at each "
-                                                       "draft depth; γ = len(k_config) − 1 (mcsd §4.1: "
-                                                       "(2, 4, 3, 1, 1); n_t = 1 is lossless)")
-
-    greedy_roots: str | None = param(None, "the roots under greedy decoding: null (= argmax) the target's argmax, one "
-                                           "root, exact; top_nt the target's top-n_t tokens (mcsd Table 4's T 0 rows; "
-                                           "lossy: a non-argmax root may win)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        object.__setattr__(self, "k_config", check_k_config(self.k_config, min_length=2))
-        if self.greedy_roots not in GREEDY_ROOTS:
-            raise ConfigError(f"mcsd_target_init: greedy_roots must be one of {', '.join(map(str, GREEDY_ROOTS))} "
-                              f"(null = argmax); got {self.greedy_roots!r}")
-
-    @property
-    def top_roots(self) -> bool:
-        """Several roots under greedy decoding: the target's top-n_t tokens (the paper's T 0 variant)."""
-        return self.warp.is_greedy and self.greedy_roots == "top_nt" and self.k_config[0] > 1
-
-    @property
-    def gamma(self) -> int:
-        """The draft depth γ below the target-sampled roots."""
-        return len(self.k_config) - 1
-
-    @property
-    def lookahead(self) -> int:
-        return len(self.k_config) + 1  # the roots, γ drafts below them, and the next round's root
-
-    @property
-    def target_tokens(self) -> int:
-        """n_t, the target-initialised tokens per round."""
-        return self.k_config[0]
-
-
-GREEDY_ROOTS = (None, "argmax", "top_nt")
 
 
 @dataclass
@@ -129,7 +88,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
 
     def __init__(self, pair, params=None, **kwargs):
         super().__init__(pair, params, **kwargs)
-        self.stop = self.params.stop_rule(pair, self.draft)
+        self.stop = stop_rule(self.params, pair, self.draft)
         k_config = list(self.params.k_config)
         if self.params.warp.is_greedy and not self.params.top_roots:
             k_config[0] = 1  # one-hot r: one distinct root (module docstring)
@@ -160,6 +119,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         return KeepLogits(walk) if self.params.top_roots else walk
 
     def propose(self, spec, depth):
+        begin_round(self.stop)
         k_config = list(self.params.k_config)[:depth + 1]
         if self.params.top_roots:  # the target's top-n_t tokens, argmax first (other_root_wins: non-argmax wins)
             roots = torch.topk(spec.state.logits.float(), k_config[0]).indices
@@ -168,8 +128,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
-        stops = (self.stop.stops, self.stop.checks) if self.stop is not None else (0, 0)
-        return TargetInitExtras(*stops, other_root_wins=spec.state.other_root_wins)
+        return TargetInitExtras.of(self.stop, other_root_wins=spec.state.other_root_wins)
 
     def facts(self) -> dict:
         facts = {"target_prefill_calls": 1, "lossless": self.params.target_tokens == 1}

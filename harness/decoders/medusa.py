@@ -15,55 +15,14 @@ its tree's depth.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from functools import cached_property
-
-from harness.decoders.base import param, register
+from harness.decoders.base import register
 from harness.decoders.head_drafting import HeadDecoder
-from harness.decoders.speculative import P, SpeculativeParams
+from harness.decoders.params.medusa import MedusaParams
+from harness.decoders.speculative import P
 from harness.errors import ConfigError
-from harness.heads.medusa import MC_SIM_7B_63, MedusaTree, load_medusa, medusa_tree, medusa_tree_tokens
+from harness.heads.medusa import MedusaTree, load_medusa, medusa_tree, medusa_tree_tokens
 from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree_attention import SlicedTreeMask
-
-TREES = {"mc_sim_7b_63": MC_SIM_7B_63}
-
-
-@dataclass(frozen=True)
-class MedusaParams(SpeculativeParams):
-    heads: str = param("tiny/medusa", "Medusa heads: tiny/medusa (embedded, on tiny/target), a checkpoint "
-                                      "directory or a hub id (FasterDecoding/Medusa layout)")
-    choices: str = param("mc_sim_7b_63", f"the tree: {' | '.join(TREES)} (Medusa's default, 63 nodes), or a JSON "
-                                         "list of rank paths, e.g. [[0], [0, 0], [1]]")
-    tree_nodes: int | None = param(None, "keep the first N choices only (ordered by importance); null: all")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.paths  # validates choices  # noqa: B018
-        if self.tree_nodes is not None:
-            self.check_at_least(1, "tree_nodes")
-
-    @cached_property
-    def paths(self) -> tuple[tuple[int, ...], ...]:
-        """The choices as rank paths, cut to ``tree_nodes``."""
-        if self.choices in TREES:
-            paths = TREES[self.choices]
-        else:
-            try:
-                paths = tuple(tuple(int(r) for r in p) for p in json.loads(self.choices))
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"method.choices={self.choices!r}: neither a tree name ({', '.join(TREES)}) nor a "
-                                  f"JSON list of rank paths ({exc})") from None
-        paths = paths[: self.tree_nodes]
-        medusa_tree(paths)  # every path's parent must be a path too
-        return paths
-
-    @property
-    def gamma(self) -> int:
-        """The tree's depth (its deepest path)."""
-        return max(len(p) for p in self.paths)
-
 
 class MedusaDecoder(HeadDecoder[P]):
     """Medusa's drafting (module doc); subclasses choose the acceptance."""

@@ -13,21 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.decoders.base import param, register
-from harness.decoders.medusa import MedusaDecoder, MedusaParams
-from harness.decoders.typical import check_typical
+from harness.decoders.base import register
+from harness.decoders.medusa import MedusaDecoder
+from harness.decoders.params.medusa_typical import MedusaTypicalParams
 from harness.primitives.acceptance import greedy_select, typical_tree_path
 from harness.primitives.spec_loop import TreeWalk, Verified, draw
-
-
-@dataclass(frozen=True)
-class MedusaTypicalParams(MedusaParams):
-    posterior_threshold: float = param(0.09, "ε, the acceptance bar where the target is unsure (Medusa: 0.09)")
-    posterior_alpha: float = param(0.3, "δ, scales exp(−H) (Medusa: √ε = 0.3)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_typical(self)
 
 
 @dataclass(frozen=True)

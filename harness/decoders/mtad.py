@@ -17,32 +17,16 @@ Table 15 defaults: γ = 4, 8 draft beams, τ = 0.1 (0.9 on Spider / MT-Bench wit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import param, register
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
-from harness.errors import ConfigError
+from harness.decoders.base import register
+from harness.decoders.params.mtad import MTADParams
+from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import mtad_rule, parameterised
 from harness.primitives.beams import BeamSet, sampled
 from harness.primitives.kv_cache import reorder
 from harness.primitives.spec_loop import ChainAcceptance
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
-
-
-@dataclass(frozen=True)
-class MTADParams(SpeculativeParams):
-    gamma: int = param(4, "draft length γ (Table 15: 4)")
-    draft_width: int = param(8, "beams of the draft's beam sampling (Table 15: 8)")
-    tau: float = param(0.1, "acceptance threshold τ in [0, 1] (Table 15: 0.1, 0.9); 1 rejects every draft")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "gamma", "draft_width")
-        if not 0.0 <= self.tau <= 1.0:
-            raise ConfigError(f"tau must be in [0, 1], got {self.tau}")
-        self.require_sampling("mtad", "samples its draft beams")
 
 
 @register

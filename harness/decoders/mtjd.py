@@ -13,28 +13,13 @@ draft counts stay 0); ``accept_lengths`` are the tokens each step committed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams, param, register
+from harness.decoders.base import DecodeRequest, Decoded, Decoder, register
+from harness.decoders.params.mtjd import MTJDParams
 from harness.primitives.beams import BeamSet, sampled, top
 from harness.primitives.kv_cache import new_cache, reorder
 from harness.primitives.round import Round
-
-
-@dataclass(frozen=True)
-class MTJDParams(SamplingParams):
-    gamma: int = param(4, "tokens per joint step γ_i (App. C.1: 4)")
-    width: int = param(4, "beams W of the target's beam decoding")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "gamma", "width")
-
-    @property
-    def lookahead(self) -> int:
-        return self.gamma + 1
 
 
 @register

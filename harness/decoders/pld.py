@@ -17,31 +17,14 @@ tokens. The lookup length is a cap, not a drafting cost, so there is no γ polic
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.decoders.base import param, register
-from harness.decoders.speculative import DraftFreeDecoder, SpeculativeParams
+from harness.decoders.base import register
+from harness.decoders.params.pld import PLDParams
+from harness.decoders.speculative import DraftFreeDecoder
 from harness.primitives.acceptance import point_mass_chain
 from harness.primitives.spec_loop import ChainAcceptance
 from harness.primitives.spec_state import DraftTree
-
-
-@dataclass(frozen=True)
-class PLDParams(SpeculativeParams):
-    prompt_lookup_num_tokens: int = param(10, "most tokens copied after a match per round (HF's "
-                                              "prompt_lookup_num_tokens; HF's example and the PLD repo: 10)")
-    max_matching_ngram_size: int = param(2, "largest n-gram matched; sizes tried from it down to 1 (HF's "
-                                            "max_matching_ngram_size; HF default 2)")
-
-    @property
-    def gamma(self) -> int:
-        return self.prompt_lookup_num_tokens
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "prompt_lookup_num_tokens", "max_matching_ngram_size")
 
 
 class NgramIndex:

@@ -9,21 +9,11 @@ from the γ policy (``gamma_policy``, adaptive §4; ``fixed`` = γ every round),
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from harness.decoders.base import param, register
-from harness.decoders.speculative import SpeculativeDecoder, SpeculativeParams
+from harness.decoders.base import register
+from harness.decoders.params.sd import SDParams
+from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import speculative_sampling
 from harness.primitives.spec_loop import ChainAcceptance
-
-
-@dataclass(frozen=True)
-class SDParams(SpeculativeParams):
-    gamma: int = param(4, "draft length γ per round (mtad Table 15: 4)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "gamma")
 
 
 @register

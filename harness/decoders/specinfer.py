@@ -10,23 +10,12 @@ target's greedy one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from harness.decoders.base import param, register
-from harness.decoders.sd import SDParams
+from harness.decoders.base import register
+from harness.decoders.params.specinfer import MultiDraftParams
 from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select
 from harness.primitives.drafting import merge_duplicates
 from harness.primitives.spec_loop import TreeWalk
-
-
-@dataclass(frozen=True)
-class MultiDraftParams(SDParams):
-    num_drafts: int = param(2, "draft sequences m (mtad Table 15: 2 or 4; 2 in 7 of its 10 settings)")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.check_at_least(1, "num_drafts")
 
 
 @register

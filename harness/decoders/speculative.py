@@ -28,7 +28,7 @@ rounds, which the base records. A new speculative method is one file here plus i
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar, Sequence, TypeVar
 
@@ -37,7 +37,8 @@ import torch
 from harness.adaptive.columns import policy_columns
 from harness.adaptive.policies import PolicyParams
 from harness.adaptive.policies.fixed import FixedParams
-from harness.decoders.base import DecodeRequest, Decoded, Decoder, SamplingParams
+from harness.decoders.base import DecodeRequest, Decoded, Decoder
+from harness.decoders.params import SpeculativeParams
 from harness.errors import ConfigError
 from harness.models import ModelPair
 from harness.primitives.drafting import Proposal
@@ -46,16 +47,6 @@ from harness.primitives.round import Round
 from harness.primitives.spec_loop import Acceptance, Speculation, speculative_loop, speculative_round
 from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree_attention import SlicedTreeMask
-
-
-@dataclass(frozen=True)
-class SpeculativeParams(SamplingParams):
-    """Base of the Params of decoders that draft in rounds: ``gamma`` (a field or a property of the subclass)
-    is the draft depth per round, the fixed γ and every adaptive γ policy's γ_init."""
-
-    @property
-    def lookahead(self) -> int:
-        return int(self.gamma) + 1
 
 
 P = TypeVar("P", bound=SpeculativeParams)

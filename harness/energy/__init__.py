@@ -15,12 +15,24 @@ meter keeps through a cell), the protocols :mod:`.counter`, :mod:`.polled` and :
 overhead, for ``harness plan``), :mod:`.characterize` (sensor properties on a known load, for
 ``harness-gpu-check``). :mod:`.simulated` and :mod:`.simloads`: an NVML stand-in and load shapes
 (tests, studies, ``energy.source=simulated``). Console tools are in :mod:`harness.tools`.
-"""
-from harness.energy.config import EnergyConfig
-from harness.energy.factory import make_energy_meter
-from harness.energy.meter import EnergyMeter, GpuEnergyMeter, Measurement, NullMeter
-from harness.energy.reading import EnergyReading, summarize_records
-from harness.energy.windows import Window
 
+The names below load their module when first used, so that the torch- and numpy-free :mod:`.config` and
+:mod:`.hardware` (the config's schemas: ``harness --help``) import alone.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULES = {"config": ("EnergyConfig",), "factory": ("make_energy_meter",),
+            "meter": ("EnergyMeter", "GpuEnergyMeter", "Measurement", "NullMeter"),
+            "reading": ("EnergyReading", "summarize_records"), "windows": ("Window",)}
 __all__ = ["EnergyConfig", "EnergyMeter", "EnergyReading", "GpuEnergyMeter", "Measurement", "NullMeter", "Window",
            "make_energy_meter", "summarize_records"]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _MODULES.items():
+        if name in names:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

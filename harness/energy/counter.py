@@ -22,17 +22,18 @@ A run is measured once when its expected error bound (edges, counter resolution)
 ``min_repetitions``), over ``trials`` trials. Cost: the edge waits, ~1.5 updates per prompt, and
 for sub-second runs at most a few repetitions — predictable (:mod:`harness.energy.cost`).
 
-The bound (≈ 95 %) adds: the idle power's uncertainty times each edge's idle stretch, each
-refresh's timing (± half a 1 ms poll) times idle power, the counter's resolution (measured:
-0.78 Q for one window, the difference of two truncations), half an update at the mean power per
-edge that could not be aligned, and the lag's residue where the counter was seen lagging.
-"""
+The bound (99 %, issue 30) is the root sum of squares of independent terms, each from what was
+measured: every idle stretch at an edge × the idle's movement between adjacent intervals (:mod:`.idlesteps`),
+each refresh's timing × idle power, the counter's steps (gcd of its increments: 0.9 q, two truncations),
+the lag's bracket × the edges' idle difference, half an update at the mean power per unaligned edge."""
 from __future__ import annotations
 
 import math
 from typing import Callable
 
+from harness.energy import idlesteps
 from harness.energy.crosscheck import polled_estimate
+from harness.energy.idle import Z, quantile
 from harness.energy.phases import Refresh
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
@@ -40,19 +41,9 @@ from harness.energy.series import COUNTER
 from harness.energy.trials import Runs, Trial, release
 
 NAN = math.nan
-
-
-def _rate(state, first: Refresh, second: Refresh) -> tuple[float, float]:
-    """Mean power between two refreshes of one device, and its uncertainty (± W)."""
-    spacing = state.spacing(state.primary, first, second)
-    if spacing <= 0:
-        return NAN, NAN
-    q = state.sensors[state.primary.name].resolution_j
-    watts = (second.value - first.value) / spacing
-    if watts < 0 or watts > 5 * (state.power_limit_w() if math.isfinite(state.power_limit_w()) else 2000.0):
-        return NAN, NAN  # a counter that went backwards (reset, wrap) or jumped
-    timing = (first.halfwidth + second.halfwidth) / spacing if spacing != second.t - first.t else 0.0
-    return watts, abs(watts) * timing + (q if math.isfinite(q) else 1e-3) / spacing + 0.02 * abs(watts)
+# a uniform error on ± h: σ = h/√3, its share of a 99 % bound on a sum of several such terms Z σ (two uniform
+# edges' timing sum to a triangle, which ± h √2 would cover only 91 %)
+UNIFORM = Z / math.sqrt(3)
 
 
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
@@ -121,9 +112,10 @@ def _lead(state, trial: Trial, timeout: float) -> None:
                       if t < lead.t - lead.halfwidth - 1e-3 and v < lead.value]
             prev = seen[-2] if len(seen) >= 2 else (before[-1] if before else None)
             if prev is not None and prev.t - prev.halfwidth - lag >= synced:  # the GPU was idle all through it
-                rate, sigma = _rate(state, prev, lead)
+                rate, sigma = idlesteps.rate(state, prev, lead, d)
         if not math.isfinite(rate):
-            rate, sigma = state.idle.edge_at(trial.opened)[d], NAN
+            rate, sigma = state.idle.edge_at(trial.opened)[d], state.idle.edge_uncertainty(trial.opened, trial.opened) \
+                / Z / math.sqrt(state.devices)
         trial.lead_rate.append(rate)
         trial.lead_sigma.append(sigma)
 
@@ -133,16 +125,20 @@ def _tail(state, trial: Trial, timeout: float) -> None:
     post-work idle over the interval after it, and the settled idle when due."""
     counter = state.primary
     b, coarse = trial.b, state.coarse()
+    if trial.aligned and not coarse:
+        for d in range(state.devices):
+            _rise_test(state, trial, d)
     lag_lo = max(state.device_sensor(counter, d).lag_lo for d in range(state.devices))
     idle_due = state.post_idle_due() or state.settled_due()
     watcher = state.watcher(counter)
     chosen: list[int | None] = [None] * state.devices
+    trial.residue = [0.0] * state.devices
     deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
     while state.clock.now() < deadline:
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
-                chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d)
-        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 1) for d, c in enumerate(chosen))
+                chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
+        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
     state.note(counter, watcher.seen)
@@ -150,11 +146,19 @@ def _tail(state, trial: Trial, timeout: float) -> None:
     for d, seen in enumerate(watcher.seen):
         k = chosen[d] if chosen[d] is not None else (0 if seen else None)
         trial.tail.append(seen[k] if k is not None and k < len(seen) else None)
-        rate, sigma = _rate(state, seen[k], seen[k + 1]) if k is not None and len(seen) > k + 1 and not coarse \
-            else (NAN, NAN)
+        rate, sigma = idlesteps.rate(state, seen[k], seen[k + 1], d) \
+            if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
         rates.append(rate)
+        if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
+            first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
+            idlesteps.from_refreshes(state, counter, d, seen[k:k + 3], after=True)
+            lag = state.device_sensor(counter, d).lag_estimate()
+            moved = idlesteps.counter_rates(state, counter, seen[k:k + 3])
+            if first and all(math.isfinite(m) for m in moved):
+                stretch = max(seen[k].t - b - (lag if lag > 0 else 0.0), 0.0)
+                trial.residue[d] += UNIFORM * abs(moved[1] - moved[0]) * stretch
         if not math.isfinite(rate):
-            rate, sigma = state.idle.edge_at(b)[d], NAN
+            rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
         trial.tail_sigma.append(sigma)
     if idle_due and all(math.isfinite(r) for r in rates):
@@ -175,9 +179,10 @@ def _lag_hi(state, sensor, coarse: bool, device: int = 0) -> float:
     return max(sensor.lag_lo, period if math.isfinite(period) else 0.1)
 
 
-def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, device: int) -> int | None:
+def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, device: int,
+               residue: list[float]) -> int | None:
     """Index of the first refresh of ``device`` in ``seen`` known to have caught up with ``b`` (testing
-    that device's own lag); None: need more."""
+    that device's own lag; what the test could not have seen goes to ``residue[device]``); None: need more."""
     k, lag_hi, test = 0, _lag_hi(state, sensor, coarse, device), True
     while k < len(seen):
         after = seen[k].t - b
@@ -188,17 +193,60 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
             continue
         if len(seen) < k + 3:
             return None
-        first, _ = _rate(state, seen[k], seen[k + 1])
-        second, sigma = _rate(state, seen[k + 1], seen[k + 2])
-        behind = first > second + 2 * sigma
+        first, _ = idlesteps.rate(state, seen[k], seen[k + 1], device)
+        second, sigma = idlesteps.rate(state, seen[k + 1], seen[k + 2], device)
+        # adjacent idle intervals differ by σ (measured RMS, or √2 × each rate's own noise): 3 σ is work showing
+        diff = max(sigma, math.sqrt(2) * idlesteps.own_noise(state, seen[k + 1], seen[k + 2], second))
+        # behind where a rising edge showed the lag shorter: the idle stepping down after work (P-state), not lag
+        behind = first > second + 3 * diff and after < sensor.rise_hi
+        # "not behind" hides at most 3 σ of one interval's work energy: the lag known to within that more
+        excess = state.mean_power_w / state.devices - second if math.isfinite(state.mean_power_w) else NAN
+        interval = seen[k + 1].t - seen[k].t
+        slack = 3 * diff * interval / excess if math.isfinite(excess) and excess > 3 * diff else interval
         # a coarse counter's steps may hide a lag: only a clear answer counts (idle intervals known to ± 25 %)
         conclusive = not coarse or behind or (math.isfinite(sigma) and sigma < 0.25 * max(second, 1e-9))
-        if test and conclusive:
-            sensor.lag_seen(after, behind)
+        if test and conclusive:  # behind: work still showing, or the idle stepping down (the rising edge's
+            sensor.lag_seen(after if behind else after + slack, behind)  # tests, which cannot mistake it, reset it)
         if not behind and conclusive:
+            residue[device] += 3 * diff * interval  # work energy the test could not have seen (J, one-sided)
             return k
+        if first > second + 3 * diff and not coarse:  # passed over: the idle moved this much after work (or work
+            # still showed: a coarse counter's lag, which its steps hide from the rising edge, is not counted here)
+            residue[device] = max(residue[device], UNIFORM * (first - second) * (seen[k + 1].t - b))
         k += 1
     return None
+
+
+def _rise_test(state, trial: Trial, device: int) -> None:
+    """The longest lag the window's rising edge allows, where only the work raises the power: the counter
+    interval from the lead refresh to the next, t1, holds t1 − a − lag of work, drawing at most what the
+    busiest interval of the window drew; its excess over idle (less 3 σ) bounds the lag from above. (The
+    tail's intervals cannot tell a lagging counter from the idle stepping down after work: P-state.)"""
+    lead = trial.lead[device] if device < len(trial.lead) else None
+    rate_a, sigma = trial.lead_rate[device], trial.lead_sigma[device]
+    if lead is None or not math.isfinite(rate_a) or not math.isfinite(sigma):
+        return
+    series = state.sampler.snapshot(state.primary.name)[device]
+    after = [Refresh(t, v, state.cfg.interval_s / 2) for t, v in zip(series.times, series.values)
+             if t > lead.t + lead.halfwidth + 1e-3 and v > lead.value]
+    if len(after) < 2:
+        return
+    first = Refresh(lead.t + state.spacing(state.primary, lead, after[0]), after[0].value, after[0].halfwidth)
+    if first.t + after[1].halfwidth > trial.b:  # the interval after must lie inside the work
+        return
+    r1, _ = idlesteps.rate(state, lead, first, device)
+    inside = [r for r in after if r.t <= trial.b]
+    rates = [r for r in idlesteps.counter_rates(state, state.primary, [first] + inside[1:]) if math.isfinite(r)]
+    diff = max(sigma, math.sqrt(2) * idlesteps.own_noise(state, lead, first, r1))
+    sensor = state.device_sensor(state.primary, device)
+    top = max(rates, default=NAN)
+    if not math.isfinite(r1) or not math.isfinite(top) or r1 <= rate_a + 3 * diff or top <= rate_a:
+        return
+    # the first interval holds (P − lag) of work at most the highest interval's power: lag ≤ P (1 − excess share)
+    interval = first.t - lead.t
+    hi = (first.t - trial.a) - interval * min((r1 - rate_a - 3 * diff) / (top - rate_a), 1.0)
+    sensor.rise_hi = min(sensor.rise_hi, hi)
+    sensor.lag_seen(hi, False)
 
 
 def _expected_bound(state, trial: Trial, kept: list[tuple[float, float]]) -> float:
@@ -214,10 +262,13 @@ def _expected_bound(state, trial: Trial, kept: list[tuple[float, float]]) -> flo
     inside = [(t, v) for t, v in zip(snapshot.times, snapshot.values) if lead is not None and t > kept[0][0] + 0.5 * p_eff]
     if lead is not None and inside and inside[-1][0] > lead.t:
         mean_w = max((inside[-1][1] - lead.value) / (inside[-1][0] - lead.t), idle)
-    # the edges' idle is measured on the adjacent counter intervals (± ~2-3 %) unless the counter is coarse
-    unc = state.idle.edge_uncertainty(kept[0][0], kept[-1][1]) if state.coarse() else 0.03 * idle
+    # the edges' idle is measured on the adjacent counter intervals (± the idle's measured movement between
+    # intervals; ± 3 % before it is measured) unless the counter is coarse
+    step = state.idle.step_sigma()
+    unc = state.idle.edge_uncertainty(kept[0][0], kept[-1][1]) if state.coarse() else \
+        Z * step if math.isfinite(step) else 0.03 * idle
     q = state.sensors[state.primary.name].resolution_j
-    quant = 0.78 * (q if math.isfinite(q) else 1e-3) * state.devices
+    quant = 0.9 * (q if math.isfinite(q) else 1e-3) * math.sqrt(state.devices)
     # no idle known yet: the edges will be interpolated (± half an update at the mean power each)
     edges = unc * p_eff + 2 * 5e-4 * idle if math.isfinite(unc) and idle > 0 else p_eff * mean_w
     energy = mean_w * seconds
@@ -236,11 +287,14 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
         last = max((r.t for r in t.tail if r is not None), default=t.b)
         reason = reason or state.trouble(counter, first - 0.5 * state.cfg.interval_s, last)[0]
     failed = state.sampler.glitches(counter.name, trials[0].watched_from, state.clock.now())[0]
-    energies, err, edges = [], 0.0, {"aligned": 0, "interpolated": 0}
+    for series in state.sampler.snapshot(counter.name):  # the counter's steps, from what it showed under load
+        state.sensors[counter.name].see_increments([round(1000 * (v1 - v0)) for v0, v1 in zip(series.values,
+                                                                                              series.values[1:])])
+    energies, terms, edges = [], [], {"aligned": 0, "interpolated": 0}
     for trial in trials:
-        energy, e_err = _trial_energy(state, trial, edges)
+        energy, e_terms = _trial_energy(state, trial, edges)
         energies.append(energy)
-        err += e_err
+        terms += e_terms
     if reason is None and not all(math.isfinite(e) for e in energies):
         reason = (f"{counter.name}: a window edge is not bracketed by counter updates (window shorter than the "
                   "update period, or at the edge of the readings)")
@@ -251,12 +305,14 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
     mean_w = total / measured if measured > 0 and math.isfinite(total) else NAN
     period = state.update_period(counter)
     p_eff = period if math.isfinite(period) else 0.1
-    err += edges["interpolated"] * 0.5 * p_eff * (mean_w if math.isfinite(mean_w) else 0.0)
+    terms += [0.5 * p_eff * (mean_w if math.isfinite(mean_w) else 0.0)] * edges["interpolated"]
     q = state.sensors[counter.name].resolution_j
     q = q if math.isfinite(q) else 1e-3
     k = len(trials) * state.devices
-    quant = q * (0.78 if k == 1 else 2 * math.sqrt(k / 6))
-    bound = (err + quant) / total if math.isfinite(total) and total > 0 else NAN
+    # per window and device two truncations: triangular on ± q, 99 % within 0.9 q (several: ≈ normal, σ = q/√6)
+    quant = 0.9 * q if k == 1 else Z * q * math.sqrt(k / 6)
+    # independent terms, each ≈ 99 %: their root sum of squares (exact for normal terms, wider for bounded ones)
+    bound = math.hypot(quant, *terms) / total if math.isfinite(total) and total > 0 else NAN
     runs = [t.runs for t in trials]
     lags = " / ".join(_fmt_ms(state.device_sensor(counter, d).lag_estimate()) for d in range(state.devices))
     updates = " / ".join(f"{state.update_period(counter, d) * 1e3:.0f}" for d in range(state.devices)) \
@@ -273,39 +329,63 @@ def reading(state, label: str, trials: list[Trial], single: bool) -> EnergyReadi
     return out
 
 
-def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, float]:
-    """One trial's energy (devices summed) and its edges' error (J)."""
+def _lag_halfwidth(state, sensor, device: int) -> float:
+    """How far the lag used may be off: half its bracket, or (not bracketed) up to the longest assumed."""
+    if math.isfinite(sensor.lag_hi):
+        return (sensor.lag_hi - sensor.lag_lo) / 2
+    hi = _lag_hi(state, sensor, state.coarse(), device)
+    return max(hi - sensor.lag_lo, 0.0) if math.isfinite(hi) else 0.0
+
+
+def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]:
+    """One trial's energy (devices summed) and its edges' independent error terms (J, each ≈ 99 %; the
+    devices' terms of one kind added: their idle may move together).
+
+    With lag λ a refresh at t holds the energy up to t − λ, so the lead's idle stretch (at the rate of
+    the interval before it) is a − t_lead + λ long and the tail's t_tail − b − λ, each next to the
+    interval whose rate it takes: t σ × its length (Student's 99 % t on the differences σ rests on), σ
+    the idle's measured movement between adjacent intervals (:func:`.idlesteps.rate`); each refresh located to ± its
+    half-width (uniform: × the rate); the lag to ± :func:`_lag_halfwidth` × the difference of the rates."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
-    energy, err = 0.0, 0.0
+    energy, terms = 0.0, {"lead": 0.0, "lead timing": 0.0, "tail": 0.0, "tail timing": 0.0, "lag": 0.0}
     for d in range(state.devices):
-        lag = state.device_sensor(state.primary, d).lag_estimate()  # every device's own
-        lag = lag if math.isfinite(lag) else 0.0
+        sensor = state.device_sensor(state.primary, d)  # every device's own lag
+        lag = sensor.lag_estimate() if math.isfinite(sensor.lag_estimate()) else 0.0
         lead = trial.lead[d] if trial.aligned and d < len(trial.lead) else None
         tail = trial.tail[d] if d < len(trial.tail) else None
         rate_a, rate_b = trial.lead_rate[d], trial.tail_rate[d]
-        unc = state.idle.edge_uncertainty(trial.a, trial.b)
-        sig_a = trial.lead_sigma[d] if math.isfinite(trial.lead_sigma[d]) else unc / state.devices
-        sig_b = trial.tail_sigma[d] if math.isfinite(trial.tail_sigma[d]) else unc / state.devices
+        unc = state.idle.edge_uncertainty(trial.a, trial.b) / Z / math.sqrt(state.devices)
+        sig_a = trial.lead_sigma[d] if math.isfinite(trial.lead_sigma[d]) else unc
+        sig_b = trial.tail_sigma[d] if math.isfinite(trial.tail_sigma[d]) else unc
+        both = lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b)
+        shift = lag if both else 0.0
+        def stretch(seconds: float, sig: float, d: int = d) -> float:  # an idle stretch at an adjacent rate
+            fine, dof = state.idle.stretch_sd(d, seconds), state.idle.step_dof(d)
+            return (quantile(dof) if dof >= 2 else Z) * max(seconds * sig, fine if math.isfinite(fine) else 0.0)
+
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            err += (trial.a - lead.t) * sig_a + lead.halfwidth * rate_a
+            terms["lead"] += stretch(trial.a - lead.t + shift, sig_a)
+            terms["lead timing"] += UNIFORM * lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
             start = va[d][COUNTER]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
             end = tail.value - rate_b * (tail.t - trial.b)
-            err += (tail.t - trial.b) * sig_b + tail.halfwidth * rate_b
+            terms["tail"] += stretch(max(tail.t - trial.b - shift, 0.0), sig_b)
+            terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
+            terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1
         else:
             end = vb[d][COUNTER]
             edges["interpolated"] += 1
-        if lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b):
+        if both:
             end += lag * (rate_b - rate_a)  # the idle either side of a lagging counter's refreshes
-            err += lag * (sig_a + sig_b)
+            terms["lag"] += UNIFORM * _lag_halfwidth(state, sensor, d) * abs(rate_b - rate_a)
         energy += end - start
-    return energy, err
+    return energy, list(terms.values())
 
 
-def _fmt_ms(seconds: float) -> str:
+def _fmt_ms(seconds: float) -> str:  # noqa: D103
     return "not yet seen" if not math.isfinite(seconds) else f"{seconds * 1e3:.0f} ms"

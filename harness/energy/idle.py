@@ -26,6 +26,18 @@ import math
 import statistics
 
 NAN = math.nan
+# a stated bound covers its error with 99 % (per term: 2.576 standard deviations of a normal error), so
+# that a cell of a few tens of prompts sees ≥ 95 % of them within it (issue 30); a 95 % figure would miss
+# that in a quarter of 20-prompt cells. A standard deviation estimated from n differences: Student's t
+Z = 2.576
+
+
+def quantile(dof: int) -> float:
+    """The 99 % two-sided quantile for an error whose standard deviation was estimated with ``dof``
+    degrees of freedom (Student's t; Z when known exactly)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.995, dof)) if dof >= 1 else math.inf
 
 
 class Curve:
@@ -92,6 +104,10 @@ class Curve:
         return math.sqrt(sum(x * x for x in dev) / len(dev)) if dev else NAN
 
 
+def _ms(values: list[float]) -> float:
+    return sum(x * x for x in values) / len(values) if values else NAN
+
+
 def _range(curve: Curve) -> float:
     totals = [sum(w) for w in curve.watts]
     return max(totals) - min(totals) if len(totals) >= 2 else 0.0
@@ -106,6 +122,53 @@ class IdleTracker:
         self.last_post = -math.inf
         self.last_settled = -math.inf
         self.settle_s = 0.0
+        self.steps: list[list[float]] = [[] for _ in range(devices)]  # adjacent idle intervals' differences (W)
+        self.after: list[list[float]] = [[] for _ in range(devices)]  # the same right after work
+        self.fine: list[list[float]] = [[] for _ in range(devices)]  # the same on a faster power reading
+        self.fine_scale = NAN  # the faster reading's interval (s)
+
+    def add_steps(self, device: int, diffs: list[float], fine: bool = False, after: bool = False) -> None:
+        """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``fine``:
+        of a power reading faster than the primary sensor: how the idle moves on a shorter time scale;
+        ``after``: right after work, where P-state steps fall)."""
+        pool = (self.fine if fine else self.after if after else self.steps)[device]
+        pool.extend(d for d in diffs if math.isfinite(d))
+        del pool[:-256]
+
+    def step_sigma(self, device: int | None = None) -> float:
+        """How much the idle power moves between adjacent sensor intervals (W, one standard deviation) on
+        ``device``, or devices summed in quadrature: the RMS of the measured differences — what an idle
+        stretch next to an interval differs from that interval's mean power by. NaN before two differences."""
+        devices = range(self.devices) if device is None else [device]
+        if not all(len(self._pool(d)) >= 2 for d in devices):
+            return NAN
+        return math.sqrt(sum(_ms(self._pool(d)) for d in devices))
+
+    def _pool(self, device: int) -> list[float]:
+        """The differences σ rests on: at idle and right after work together, unless right after work they
+        move significantly more (F-test, 95 %: P-state steps there), then those alone."""
+        after, steps = self.after[device], self.steps[device]
+        if len(after) < 2 or len(steps) < 2:
+            return steps if len(after) < 2 else after
+        from scipy.stats import f
+
+        return after if _ms(after) / _ms(steps) > f.ppf(0.95, len(after), len(steps)) else steps + after
+
+    def step_dof(self, device: int | None = None) -> int:
+        """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
+        return min(len(self._pool(d)) for d in (range(self.devices) if device is None else [device]))
+
+    def stretch_sd(self, device: int, seconds: float) -> float:
+        """One standard deviation (J) of an idle stretch's energy taken at an adjacent interval's power:
+        σ × its length on the time scale the differences were measured on (the sensor's interval) or
+        shorter; a faster reading's differences (``self.fine``, measured on ``fine_scale``)
+        as they add up over a longer stretch, √(stretch × its interval) × σ (independent intervals)."""
+        pool = self._pool(device)
+        out = math.sqrt(_ms(pool)) * seconds if len(pool) >= 2 else NAN
+        if len(self.fine[device]) >= 2 and math.isfinite(self.fine_scale):
+            fine = math.sqrt(_ms(self.fine[device])) * min(seconds, math.sqrt(seconds * self.fine_scale))
+            out = max(out, fine) if math.isfinite(out) else fine
+        return out
 
     def add_post(self, t: float, watts: list[float]) -> None:
         if self.post.add(t, watts):
@@ -138,12 +201,19 @@ class IdleTracker:
         return self.post.integral(a, b) if len(self.post) else self.settled.integral(a, b)
 
     def edge_uncertainty(self, a: float, b: float) -> float:
-        """± W (devices summed) of the post-work idle near [a, b]: twice its roughness (before five
-        measurements: their range, ≥ 5 %), ≥ 2 % of it."""
+        """± W (devices summed, ≈ 99 %) of the post-work idle near [a, b] as the power of an idle stretch
+        there: the idle's own movement between adjacent sensor intervals (Z × :meth:`step_sigma`, as
+        measured) with twice the post-work curve's roughness (before five measurements: their range).
+        Where the idle's movement was never measured: ≥ 2 % of the level (before five measurements ≥ 5 %),
+        assumed."""
         level = sum(self.edge_at((a + b) / 2))
         rough = self.post.roughness(a, b)
         if not math.isfinite(level):
             return NAN
+        tracked = 2 * rough if math.isfinite(rough) else _range(self.post)
+        step = self.step_sigma()
+        if math.isfinite(step):
+            return math.hypot(tracked, quantile(self.step_dof()) * step)
         return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
 
     # ---- for net energy: the settled floor ----------------------------------------------------

@@ -38,7 +38,9 @@ class Sensor:
     lag_lo: float = 0.0                # counter: the lag is above this (a tail refresh this soon was behind) ...
     lag_hi: float = math.inf           # ... and at most this (a tail refresh this soon had caught up)
     lag_tests: int = 0
+    rise_hi: float = math.inf          # counter: the lag is below this, seen where only work raises the power
     device_update_s: list[float] = field(default_factory=list)  # every device's inferred update period
+    increments_mj: set[int] = field(default_factory=set)  # counter: distinct positive increments seen (for the gcd)
     _grid: tuple[int, Grid] | None = None
 
     def update_period(self) -> float:
@@ -50,6 +52,17 @@ class Sensor:
         seen = sorted(r.t for r in self.refreshes)
         spacings = [b - a for a, b in zip(seen, seen[1:]) if 0 < b - a < 2.0]
         return statistics.median(spacings) if spacings else NAN
+
+    def see_increments(self, increments_mj: list[int]) -> None:
+        """Refine a counter's resolution with increments seen while measuring: at idle every increment may
+        be the same (one update's idle energy: the resolution then only bounded by it); under load they
+        differ, and their gcd is the step."""
+        new = {i for i in increments_mj if i > 0} - self.increments_mj
+        if not new:
+            return
+        divisor = reduce(math.gcd, self.increments_mj | new)
+        self.increments_mj = set(sorted(self.increments_mj | new)[:32]) | {divisor}
+        self.resolution_j, self.resolution_note = counter_resolution(list(self.increments_mj))
 
     def note(self, seen: list[Refresh]) -> None:
         """Keep refreshes of device 0 seen by the meter's own polling (to refine the grid)."""
@@ -157,4 +170,5 @@ def characterize(channels, clock, duration_s: float, poll_s: float = 0.001, max_
             (statistics.median(known) if known else NAN)
         if channel.kind == "energy":
             sensor.resolution_j, sensor.resolution_note = counter_resolution(increments[channel.name])
+            sensor.increments_mj = {i for i in increments[channel.name] if i > 0}
     return sensors

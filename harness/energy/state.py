@@ -18,7 +18,7 @@ import math
 import random
 from typing import Callable
 
-from harness.energy import profiles
+from harness.energy import idlesteps, profiles
 from harness.energy.config import EnergyConfig
 from harness.energy.gpustate import StateWatch, cool_down, gpu_state
 from harness.energy.hardware import UNKNOWN, apply_profile, power_semantics
@@ -141,11 +141,16 @@ class MeterState:
             return NAN, "no idle baseline at start (energy.idle_baseline_s=0); idle is measured after each window"
         begin = max(started + cfg.idle_settle_s, self.clock.now())
         period = self.update_period(self.idle_channel)
-        span = max(cfg.idle_baseline_s, 2.5 * period if math.isfinite(period) else 0.0)  # ≥ 2 counter refreshes
+        span = max(cfg.idle_baseline_s, 4.5 * period if math.isfinite(period) else 0.0)  # ≥ 3 adjacent intervals
+        self.clock.sleep(begin - self.clock.now())
+        channel = self.idle_channel
+        watcher = self.watcher(channel)  # every refresh to ± 0.5 ms: how the idle moves between intervals
+        while self.clock.now() < begin + span and watcher.step():
+            pass
         self.clock.sleep(begin + span - self.clock.now())
         end = self.clock.now()
         self.await_settled(end)
-        channel = self.idle_channel
+        idlesteps.from_baseline(self, channel, watcher.seen, begin, end)
         begin += self.power_window(channel) or 0.0
         watts = self.device_powers(channel, begin, end)
         failure = self.sampler.failure(channel.name, end)

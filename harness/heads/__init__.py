@@ -11,13 +11,25 @@ Each loader reads its authors' published checkpoint layout from a hub id, a loca
 embedded tiny head trained on the tiny pair's target (``tiny/medusa``, ``tiny/eagle``,
 ``tiny/specdecpp``: ``harness/assets/heads/``, trained by ``scripts/train_*_head*.py``). No decoding
 loop lives here: the decoders verify what these heads propose.
-"""
-from harness.heads.checkpoints import EMBEDDED_HEADS, resolve_head
-from harness.heads.eagle import EagleHead, EagleTree, eagle_draft_tree, load_eagle
-from harness.heads.medusa import MC_SIM_7B_63, MedusaConfig, MedusaHeads, load_medusa, medusa_tree, medusa_tree_tokens
-from harness.heads.specdecpp import AcceptanceHead, SpecDecPPStop, load_acceptance_head, rejection_probability, \
-    stop_drafting
 
-__all__ = ["EMBEDDED_HEADS", "resolve_head", "EagleHead", "EagleTree", "eagle_draft_tree", "load_eagle",
-           "MC_SIM_7B_63", "MedusaConfig", "MedusaHeads", "load_medusa", "medusa_tree", "medusa_tree_tokens",
-           "AcceptanceHead", "SpecDecPPStop", "load_acceptance_head", "rejection_probability", "stop_drafting"]
+The names below load their module (and torch) when first used: :mod:`harness.heads.defaults` is torch-free.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULES = {"checkpoints": ("EMBEDDED_HEADS", "resolve_head"),
+            "eagle": ("EagleHead", "EagleTree", "eagle_draft_tree", "load_eagle"),
+            "medusa": ("MC_SIM_7B_63", "MedusaConfig", "MedusaHeads", "load_medusa", "medusa_tree",
+                       "medusa_tree_tokens"),
+            "specdecpp": ("AcceptanceHead", "SpecDecPPStop", "load_acceptance_head", "rejection_probability",
+                          "stop_drafting")}
+__all__ = [name for names in _MODULES.values() for name in names]
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _MODULES.items():
+        if name in names:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

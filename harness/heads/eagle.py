@@ -35,14 +35,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.errors import ConfigError, HarnessError
+from harness.heads.defaults import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL_TOKENS, check_tree_params
+from harness.errors import HarnessError
 from harness.heads.checkpoints import check_keys, read_config, read_weights, write_checkpoint
 from harness.primitives.kv_cache import cache_length, truncate
 
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
-DEFAULT_TOP_K = 10
-DEFAULT_DEPTH = 6
-DEFAULT_TOTAL_TOKENS = 59
 
 
 def _decoder_layer(config, index: int) -> nn.Module:
@@ -169,18 +167,6 @@ def check_parents_kept(parents: list[int], depths: list[int]) -> None:
 def _log_probs(lm_head: nn.Module, hidden: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
     logits = lm_head(hidden)
     return torch.log_softmax(logits[..., :vocab_size].float(), dim=-1)
-
-
-def check_tree_params(top_k: int, depth: int, total_tokens: int) -> None:
-    """Refuse tree sizes the expansion cannot produce (each named with its valid range)."""
-    if top_k < 1:
-        raise ConfigError(f"top_k must be >= 1, got {top_k}")
-    if depth < 1:
-        raise ConfigError(f"depth must be >= 1, got {depth}")
-    most = top_k + (depth - 1) * top_k * top_k
-    if not 1 <= total_tokens <= most:
-        raise ConfigError(f"total_tokens must be in [1, {most}] (top_k + (depth − 1)·top_k² nodes are generated), "
-                          f"got {total_tokens}")
 
 
 @torch.no_grad()

@@ -32,14 +32,11 @@ import torch
 from torch import nn
 
 from harness.errors import ConfigError, HarnessError
+from harness.heads.defaults import DEFAULT_MAX_GAMMA, DEFAULT_MIN_GAMMA, DEFAULT_THRESHOLD
 from harness.heads.checkpoints import check_keys, read_config, read_weights, write_checkpoint
 from harness.heads.resnet import load_residual_stack, residual_stack, stack_keys
 
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
-# The reference README's benchmark command: --stop_threshold 0.3 --bound 2 20 (a 3-layer head, weight 6)
-DEFAULT_THRESHOLD = 0.3
-DEFAULT_MIN_GAMMA = 2
-DEFAULT_MAX_GAMMA = 20
 
 
 class AcceptanceHead(nn.Module):

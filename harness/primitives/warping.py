@@ -9,10 +9,12 @@ descending order, every token whose *exclusive* cumulative probability is below
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 #: Valid temperatures besides 0 (greedy). Below 0.01 sampling is argmax up to float underflow, which breaks the
 #: speculative rules' ratios and residuals; above 100 it is uniform sampling.
@@ -44,6 +46,8 @@ class Warp:
 
     def logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Warped logits (float32, masked entries -inf) over the last dimension."""
+        import torch  # here, not at the top: the warp's checks are the config's (torch-free ``harness --help``)
+
         x = logits.float()
         if self.temperature not in (0.0, 1.0):
             x = x / self.temperature
@@ -62,6 +66,8 @@ class Warp:
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """T∘softmax(logits): the warped distribution (one-hot argmax when greedy)."""
+        import torch
+
         if self.is_greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
         return torch.softmax(self.logits(logits), dim=-1)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.analysis import (paper, paper_adaptive, paper_dsbd, paper_figures, paper_mcsd, paper_mtad,
                               paper_mtad_appendix, paper_mtad_fig4, paper_registry, pareto, plots, quality)
+from harness.analysis import paper_adaptive_figs, paper_mcsd_figs
 from harness.analysis.specs import MethodSpec
 from harness.references import ref
 from harness.report.context import Analysis, run_section
@@ -119,7 +120,7 @@ def sec_mtad(doc: Doc, a: Analysis) -> None:
 
 def sec_mcsd(doc: Doc, a: Analysis) -> None:
     s = a.summary
-    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3-6.")
+    doc.p(f"{ref('mcsd').cite()} — Tables 1-4, Figs. 3-8.")
     _show(doc, a, paper_mcsd.table1(s, a.records))
     t2 = paper_mcsd.table2(s)
     _show(doc, a, t2)
@@ -139,6 +140,15 @@ def sec_mcsd(doc: Doc, a: Analysis) -> None:
     _show(doc, a, f6)
     if _has_cells(f6):
         doc.fig("mcsd_fig6", paper_figures.lines(f6, 1, ["α", "tokens/s"], "width W"), f6.title)
+    f7 = paper_mcsd_figs.fig7(s, a.records)
+    _show(doc, a, f7)
+    if _has_cells(f7):
+        doc.fig("mcsd_fig7", paper_figures.histograms(f7, list(paper_mcsd_figs.BIN_NAMES), "predicted acceptance"),
+                f7.title)
+    f8 = paper_mcsd_figs.fig8(s)
+    _show(doc, a, f8)
+    if _has_cells(f8):
+        doc.fig("mcsd_fig8", paper_figures.lines(f8, 2, ["α", "tokens/s"], "width W"), f8.title)
 
 
 def sec_adaptive(doc: Doc, a: Analysis) -> None:
@@ -157,6 +167,9 @@ def sec_adaptive(doc: Doc, a: Analysis) -> None:
     if _has_cells(f3):
         doc.fig("adaptive_fig3", paper_figures.lines(f3, 2, ["tokens/s", "acceptance rate"], "γ (fixed) / γ_max"),
                 f3.title)
+    f5 = paper_adaptive_figs.fig5()  # theory: drawn beside the measured tables, from no cell
+    _show(doc, a, f5)
+    doc.fig("adaptive_fig5", paper_figures.column_lines(f5, "single-token accuracy α", "optimal γ"), f5.title)
     _show(doc, a, paper_adaptive.policy_table(s, a.records, **boot))
 
 

@@ -50,8 +50,7 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
                        f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}",
                        "PRAGMA trusted_schema = OFF"):
             con.execute(pragma)
-        con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
-        con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        capped = _cap_in_sqlite(con, max_value_bytes)
         con.set_authorizer(_authorize)
         deadline, stopped = time.monotonic() + timeout_s, []
 
@@ -61,7 +60,8 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
             return int(bool(stopped))
         con.set_progress_handler(past_deadline, 1000)
         try:
-            return con.execute(sql).fetchmany(max_rows + 1)
+            rows = con.execute(sql).fetchmany(max_rows + 1)
+            return rows if capped else _checked_lengths(rows, max_value_bytes)
         except sqlite3.OperationalError:
             if stopped:  # SQLite's "interrupted": its own deadline, not a wrong query
                 raise _PastDeadline(f"stopped (interrupted by SQLite): the query ran past its {timeout_s:g} s "
@@ -69,6 +69,26 @@ def query(db_path: str, sql: str, timeout_s: float, max_rows: int, max_value_byt
             raise
     finally:
         con.close()
+
+
+def _cap_in_sqlite(con, max_value_bytes: int) -> bool:
+    """SQLite's own caps on a value's length and on ATTACH (``Connection.setlimit``, Python >= 3.11); False where
+    the Python has no ``setlimit`` (3.10): the authorizer still denies ATTACH and the heap limit holds, and the rows
+    read are checked against the length cap after the fetch (``_checked_lengths``)."""
+    if not hasattr(con, "setlimit"):
+        return False
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
+    con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    return True
+
+
+def _checked_lengths(rows: list[tuple], max_value_bytes: int) -> list[tuple]:
+    """The rows, or SQLite's own "string or blob too big" error for a value longer than the cap."""
+    for row in rows:
+        for v in row:
+            if isinstance(v, (str, bytes)) and len(v.encode() if isinstance(v, str) else v) > max_value_bytes:
+                raise sqlite3.DataError("string or blob too big")
+    return rows
 
 
 def _encode(rows: list[tuple]) -> list[list]:

@@ -43,7 +43,30 @@ def hf_rows(dataset: str, config: str | None, split: str) -> list[dict]:
         import datasets
     except ImportError as e:
         raise ConfigError("hf_dataset needs the 'datasets' package (pip install datasets)") from e
+    why = hub_dataset_unreachable(dataset)
+    if why:
+        raise ConfigError(f"dataset.hf_dataset: '{dataset}' is a hub dataset, not in the local hub cache, and the hub "
+                          f"cannot be reached ({why}). Download it where there is network (`hf download --repo-type "
+                          f"dataset {dataset}`, same HF_HOME), or set dataset.hf_dataset to a local copy",
+                          key="dataset.hf_dataset")
     return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
+
+
+def hub_dataset_unreachable(dataset: str) -> str | None:
+    """Why hub dataset ``dataset`` cannot be read here (the hub unreachable, probed once in seconds:
+    :func:`harness.models.hub_unreachable`), where ``datasets`` would retry for half a minute; None for a local
+    path, a dataset in the local hub cache, or a reachable hub."""
+    if Path(dataset).expanduser().exists():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    from harness.models import hub_unreachable
+
+    try:
+        cached = isinstance(try_to_load_from_cache(dataset, "README.md", repo_type="dataset"), str)
+    except Exception:  # noqa: BLE001 — a malformed id: not cached; the hub client names it
+        cached = False
+    return None if cached else hub_unreachable()
 
 
 @dataclass
@@ -57,6 +80,10 @@ class TemplateTask(Task):
     user_template: str = ""
     system_prompt: str = ""
     response_prefix: str = ""
+
+    def required_modules(self) -> tuple[str, ...]:
+        """The task's own, and ``datasets`` where the rows come from ``hf_dataset``."""
+        return (*super().required_modules(), *(("datasets",) if self.hf_dataset else ()))
 
     def rows(self) -> list[dict]:
         if self.hf_dataset:

@@ -222,7 +222,7 @@ def test_tree_depth_adapts_beyond_and_below_the_k_config():
 def test_hydra_schemas_have_the_policy_keys_and_the_method_only_its_own():
     from harness.config.groups import method_schema, params_schema
 
-    names = {f.name for f in dataclasses.fields(method_schema(registry()["sd"]))}
+    names = {f.name for f in dataclasses.fields(method_schema("sd", registry()["sd"].Params))}
     assert names == {"name", "gamma"}
     online = POLICIES.get("online")
     names = {f.name for f in dataclasses.fields(params_schema(online, "online", "X", "policy"))}

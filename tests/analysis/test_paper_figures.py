@@ -24,7 +24,8 @@ def test_mcsd_figs_3_and_5_speedups(mcsd):
     assert _sources(f3, row, "Baseline SD (γ = 4)") == {_find(c, "sd", T07, gamma=4), _find(c, "ar_sampling", T07)}
     f5 = paper_mcsd.fig5(s, res.records, **BOOT)
     assert _sources(f5, f5.text.index[0], "Our method † (D = 5, W = 16)") == {
-        _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]"), _find(c, "ar_sampling", T1)}
+        _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]", decision_model=None),
+        _find(c, "ar_sampling", T1)}
     _filled(f3)
     _filled(f5)
     fig = paper_figures.bars(f3, "speed-up over AR", reference=1.0)
@@ -80,9 +81,9 @@ def test_report_lists_every_table_and_figure_and_draws_the_built_ones(tmp_path, 
     built = " ".join(reg.loc[reg["status"] == "built", "where / why"])
     assert keys and all(k in built for k in keys), (keys, built)  # every table the report makes is registered
     plots = {p.stem for p in out["plots"]}
-    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6"],
+    for fig in {"mcsd": ["mcsd_fig3", "mcsd_fig4", "mcsd_fig5", "mcsd_fig6", "mcsd_fig7", "mcsd_fig8"],
                 "dsbd": ["dsbd_fig8", "dsbd_fig9", "dsbd_width"],
-                "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3"]}[name]:
+                "mtad": ["mtad_fig3", "mtad_fig4"], "adaptive": ["adaptive_fig3", "adaptive_fig5"]}[name]:
         assert fig in plots, (fig, plots)
     if name == "dsbd":  # Fig. 6: the perplexity front beside the primary metric's (here both are PPL: one)
         assert any(p.startswith("dsbd_front_") for p in plots)
@@ -259,7 +260,7 @@ def test_mcsd_fig6_width_against_alpha_and_speed(mcsd):
     assert [r[1] for r in f6.text.index] == ["4", "8", "16"]
     assert list(f6.text.columns) == ["α", "tokens/s"] and "†" in f6.title
     for w, row in zip((4, 8, 16), f6.text.index):
-        cid = _find(c, "mcsd_target_init", T1, k_config=f"[{w}, 1, 1, 1, 1, 1]")
+        cid = _find(c, "mcsd_target_init", T1, k_config=f"[{w}, 1, 1, 1, 1, 1]", decision_model=None)
         assert _sources(f6, row, "α") == _sources(f6, row, "tokens/s") == {cid}
     _filled(f6)
     fig = paper_figures.lines(f6, 1, ["α", "tokens/s"], "W")

@@ -38,6 +38,8 @@ def _find(cells: pd.DataFrame, method: str, regime: str | None = None, **params)
 
 
 def _text(x) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "None"  # an unset parameter, however the summary holds it
     if isinstance(x, list):
         return json.dumps(x)
     if isinstance(x, float) and x.is_integer():
@@ -169,7 +171,7 @@ def test_mcsd_tables_2_3_and_ordering(mcsd):
     t3 = paper_mcsd.table3(s)
     rows = list(t3.text.index)
     assert rows[2][1:] == ("Our method †", "D = 5, W = 16") and rows[1][1] == "MCSD"  # MCSD is lossless
-    ours = _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]")
+    ours = _find(c, "mcsd_target_init", T1, k_config="[16, 1, 1, 1, 1, 1]", decision_model=None)
     assert list(t3.text.columns) == [("tiny/target", "α"), ("tiny/target", "PPL")]  # quality beside α
     assert _sources(t3, rows[2], ("tiny/target", "α")) == _sources(t3, rows[2], ("tiny/target", "PPL")) == {ours}
     assert _sources(t3, rows[1], ("tiny/target", "α")) == {_find(c, "mcsd", T1, k_config="[4, 2, 2, 1, 1]")}
@@ -337,7 +339,7 @@ def test_an_entry_refuses_competing_settings_and_names_the_difference(mcsd):
     from harness.analysis.paper import choose
 
     res, s = mcsd
-    rows = s[(s["method_name"] == "mcsd_target_init") & (s["regime"] != "greedy")]
+    rows = paper_mcsd.fixed_depth(s[(s["method_name"] == "mcsd_target_init") & (s["regime"] != "greedy")])
     chosen, why = choose(rows, "ours")
     assert chosen.empty and "method.k_config" in why and "decoding.temperature (0.7 vs 1)" in why
     one = rows.iloc[:1]

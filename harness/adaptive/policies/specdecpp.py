@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from harness.adaptive.policies.base import BoundedParams, register_policy
 from harness.errors import ConfigError
-from harness.heads.checkpoints import read_config
-from harness.heads.specdecpp import DEFAULT_THRESHOLD, SpecDecPPStop, load_acceptance_head
+from harness.heads.defaults import DEFAULT_THRESHOLD
 from harness.params import param
 from harness.primitives.gamma_policy import GammaPolicy
 from harness.primitives.warping import Warp
+
+if TYPE_CHECKING:  # the head's modules (torch) load with the policy, not with the config (harness --help)
+    import torch
+
+    from harness.heads.specdecpp import SpecDecPPStop
 
 
 @dataclass
@@ -64,6 +66,9 @@ class SpecDecPPPolicy(GammaPolicy):
         self.params = params
         self.gamma_max = params.gamma_max if depth_cap is None else max(1, min(params.gamma_max, depth_cap))
         self.gamma_min = max(1, min(params.gamma_min, self.gamma_max))
+        from harness.heads.checkpoints import read_config
+        from harness.heads.specdecpp import load_acceptance_head
+
         self.head = load_acceptance_head(params.head)
         self.trained_under = read_config(params.head).get("decoding")
 
@@ -77,6 +82,8 @@ class SpecDecPPPolicy(GammaPolicy):
             warnings.warn(f"gamma_policy.head={self.params.head} was trained under decoding={self.trained_under}, "
                           f"this cell decodes {decoding}: its predictions are off (still lossless)", stacklevel=2)
             self.trained_under = None  # once per policy
+        from harness.heads.specdecpp import SpecDecPPStop
+
         rule = SpecDecPPStop(self.head, self.params.threshold, self.gamma_min, self.gamma_max)
         return SpecDecPPHook(rule, self.params.head)
 

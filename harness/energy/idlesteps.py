@@ -1,0 +1,97 @@
+"""How much the idle power moves between adjacent sensor intervals, measured (issue 30).
+
+A window's edge is closed on a sensor refresh next to an idle stretch whose energy is taken at the
+power of the adjacent interval (the counter's, or the post-work readings'). How far the stretch's
+power can differ from that interval's is a property of this GPU's idle (ripple, fans, P-state
+steps) and of the sensor, not a fixed 2 %: it is measured as the differences between the mean
+powers of adjacent idle intervals —
+
+* over the idle baseline at start-up (:func:`from_baseline`), watched every millisecond: every pair
+  of adjacent intervals (a counter: refresh to refresh, spaced on the fitted refresh grid where it
+  agrees; a power reading: readings one averaging window apart, so they share no averaging);
+* after each counter window whose tail saw three refreshes (:func:`from_refreshes`): the post-work
+  idle right where the edges lie, kept apart: P-state steps fall there (the larger movement is used).
+
+:meth:`harness.energy.idle.IdleTracker.step_sigma` is their RMS: the standard deviation of an edge
+stretch's power around the adjacent interval's (each rate's own quantisation and timing noise are
+in it, twice).
+"""
+from __future__ import annotations
+
+import math
+
+from harness.energy.phases import Refresh
+
+NAN = math.nan
+
+
+def rate(state, first: Refresh, second: Refresh, device: int = 0) -> tuple[float, float]:
+    """Mean power between two refreshes of one device, and how far an idle stretch next to that
+    interval may draw otherwise (W, one standard deviation): the idle's measured movement between
+    adjacent intervals (:mod:`.idlesteps`), or this rate's own noise where larger (the refreshes'
+    timing, uniform ± the half-widths; the counter's steps, two truncations: q/√6)."""
+    spacing = state.spacing(state.primary, first, second)
+    if spacing <= 0:
+        return NAN, NAN
+    watts = (second.value - first.value) / spacing
+    if watts < 0 or watts > 5 * (state.power_limit_w() if math.isfinite(state.power_limit_w()) else 2000.0):
+        return NAN, NAN  # a counter that went backwards (reset, wrap) or jumped
+    own = own_noise(state, first, second, watts)
+    step = state.idle.step_sigma(device)
+    return watts, max(step, own) if math.isfinite(step) else own + 0.02 * abs(watts)  # 2 %: assumed, never measured
+
+
+def own_noise(state, first: Refresh, second: Refresh, watts: float) -> float:
+    """One standard deviation (W) of a rate's own noise: its refreshes' timing (uniform ± the
+    half-widths, unless spaced on the grid) and the counter's steps (two truncations: q/√6)."""
+    spacing = state.spacing(state.primary, first, second)
+    q = state.sensors[state.primary.name].resolution_j
+    timing = (first.halfwidth + second.halfwidth) / spacing if spacing != second.t - first.t else 0.0
+    return math.hypot(abs(watts) * timing / math.sqrt(3), (q if math.isfinite(q) else 1e-3) / spacing / math.sqrt(6))
+
+
+def counter_rates(state, channel, refreshes: list[Refresh]) -> list[float]:
+    """Mean power (W) between successive refreshes of one device's counter, spaced on the fitted
+    refresh grid where it agrees (NaN for a pair that went backwards)."""
+    out = []
+    for first, second in zip(refreshes, refreshes[1:]):
+        spacing = state.spacing(channel, first, second)
+        out.append((second.value - first.value) / spacing if spacing > 0 and second.value >= first.value else NAN)
+    return out
+
+
+def from_refreshes(state, channel, device: int, refreshes: list[Refresh], after: bool = False) -> None:
+    """Differences of adjacent counter intervals' powers among ``refreshes`` (all in idle; ``after``: right
+    after work)."""
+    rates = counter_rates(state, channel, refreshes)
+    state.idle.add_steps(device, [b - a for a, b in zip(rates, rates[1:])], after=after)
+
+
+def from_baseline(state, channel, seen: list[list[Refresh]], a: float, b: float) -> None:
+    """Seed the idle's interval-to-interval movement from the refreshes a 1 ms watcher saw over the
+    start-up idle [a, b] (per device); where a power reading refreshes faster than ``channel``, its
+    readings there too (a stretch shorter than ``channel``'s interval moves as much as they do)."""
+    _pool(state, channel, seen)
+    fast = state.cross if state.cross is not None and state.cross is not channel else None
+    if fast is not None and state.update_period(fast) < 0.67 * state.update_period(channel):
+        half = state.cfg.interval_s / 2
+        state.idle.fine_scale = max(state.update_period(fast), state.power_window(fast) or 0.0)
+        _pool(state, fast, [[Refresh(t, v, half) for t, v in zip(s.times, s.values) if a <= t <= b]
+                            for s in state.sampler.snapshot(fast.name)], fine=True)
+
+
+def _pool(state, channel, seen: list[list[Refresh]], fine: bool = False) -> None:
+    window = state.power_window(channel) or 0.0
+    period = state.update_period(channel)
+    apart = max(window, period if math.isfinite(period) else 0.0) - 1e-9
+    for d, refreshes in enumerate(seen):
+        if channel.kind == "energy":
+            from_refreshes(state, channel, d, refreshes)
+            continue
+        diffs, j = [], 0
+        for r in refreshes:  # readings one averaging window (≥ one update) apart: no shared averaging
+            while j < len(refreshes) and refreshes[j].t < r.t + apart:
+                j += 1
+            if j < len(refreshes):
+                diffs.append(refreshes[j].value - r.value)
+        state.idle.add_steps(d, diffs, fine)
