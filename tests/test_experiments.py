@@ -327,14 +327,19 @@ def test_plan_lists_every_cell_of_an_experiment(name):
     """`harness plan` / `harness task` / sbatch arrays expand the experiments' grids exactly as the sweeper
     does (a plan built on the basic sweeper alone would see one cell)."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
     from harness.run.plan import compose_jobs
 
-    jobs = compose_jobs([f"+experiment={name}"])
-    GlobalHydra.instance().clear()
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cells = config_sweep_overrides(_experiment(name), [f"+experiment={name}"])
+    backup = get_gh_backup()  # the module fixture's Hydra, restored after: later tests of this file compose with it
+    try:
+        jobs = compose_jobs([f"+experiment={name}"])
+        GlobalHydra.instance().clear()
+        register_configs()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cells = config_sweep_overrides(_experiment(name), [f"+experiment={name}"])
+    finally:
+        restore_gh_from_backup(backup)
     assert len(jobs) == len(cells) > 1
     wanted = {o.split("=", 1)[1] for cell in cells for o in cell if o.startswith("method=")}
     assert {job["method"]["name"] for job in jobs} == wanted

@@ -18,8 +18,11 @@ def test_each_round_records_its_checks_predictions(tiny_pair, heldout_prompts, m
     dec = build_decoder(method, tiny_pair, temperature=1.0, top_k=0, top_p=1.0, decision_model="t1",
                         decision_threshold=0.75, **params)
     depth, stopped, full = 5, 0, 0
-    for ids in heldout_prompts[:3]:
-        st = dec.generate(ids, 40, seed=1).stats
+    # generations until both kinds of round were seen (seeded trajectories move with the walk's draws: same law)
+    for seed, ids in ((seed, ids) for seed in (1, 2, 3) for ids in heldout_prompts[:4]):
+        if stopped and full:
+            break
+        st = dec.generate(ids, 40, seed=seed).stats
         preds = st.extras.decision_predictions
         assert len(preds) == st.rounds == len(st.round_gammas)
         assert st.extras.decision_lookahead == 0  # T1 judges the token just drafted
