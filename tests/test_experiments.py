@@ -312,7 +312,8 @@ def test_the_sweeper_loads_from_a_checkout_whose_hydra_plugins_is_not_installed(
             " '~hydra.sweeper.grids.multi_draft', '~hydra.sweeper.grids.mtad', '~hydra.sweeper.grids.bild',"
             " '~hydra.sweeper.grids.speculative', '~hydra.sweeper.grids.ablation_beams',"
             " '~hydra.sweeper.grids.ablation_tau', '~hydra.sweeper.grids.table12_k20_p08',"
-            " '~hydra.sweeper.grids.table12_k10']\n"
+            " '~hydra.sweeper.grids.table12_k10', '~hydra.sweeper.grids.table9_mtjd',"
+            " '~hydra.sweeper.grids.table10_typical', '~hydra.sweeper.grids.table10_mcss']\n"
             "harness.cli.app.main()\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "path"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -63,8 +63,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
          "k_config [W, 1, 1, 1, 1, 1] at T 1; W 16 is Tables 3-4's cell)"),
         ("Fig. 7 (decision model predictions, accepted vs rejected)", BUILT, "mcsd.fig7 and the figure mcsd_fig7 "
          "(cells with a decision model: each check's recorded prediction against the round's outcome)"),
-        ("Fig. 8 (decision model on/off: α and speed per width)", BUILT, "mcsd.fig8 and the figure mcsd_fig8 (grid "
-         "fig78_decision: the embedded pair, whose draft alone has decision models)"),
+        ("Fig. 8 (decision model on/off: α and speed per width)", BUILT, "mcsd.fig8 and the figure mcsd_fig8 "
+         "(the twin's grid fig78_decision_on: the embedded pair, whose draft alone has decision models)"),
     ),
     "adaptive": (
         ("Fig. 1 (framework)", OUT, ILLUSTRATION),

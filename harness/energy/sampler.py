@@ -60,7 +60,12 @@ class RealClock:
     """Wall-clock time for real measurements."""
 
     now = staticmethod(time.perf_counter)
-    sleep = staticmethod(time.sleep)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """Until ``seconds`` from now; a deadline already past (a loop that overran it on a busy host) returns at once,
+        as the simulated clock does."""
+        time.sleep(max(0.0, seconds))
 
     @staticmethod
     def periodic(period_s: float, fn) -> PollingThread:

@@ -368,3 +368,16 @@ def test_nvidia_smi_without_readings_is_reported(tmp_path, monkeypatch):
     _fake_nvidia_smi(tmp_path, monkeypatch, "echo '[N/A]'; sleep 5")
     meter = make_energy_meter({"source": "smi"}, [0])
     assert isinstance(meter, NullMeter) and "[N/A]" in meter.reason
+
+
+def test_the_real_clock_treats_a_deadline_already_past_as_now():
+    """A baseline watcher that overran its span on a busy host asks to sleep a negative time: no ValueError (a cell on
+    a simulated GPU in real time failed so), the same contract as the simulated clock."""
+    from harness.energy.sampler import RealClock
+    from harness.energy.simulated import SimClock
+
+    RealClock.sleep(-0.05)
+    clock = SimClock()
+    before = clock.now()
+    clock.sleep(-0.05)
+    assert clock.now() == before
