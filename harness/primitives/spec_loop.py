@@ -213,7 +213,8 @@ class Walk:
         return self.warp.probs(self.logits[node + self.offset])
 
 
-def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool) -> Walk:
+def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool,
+              keys: torch.Tensor | None = None) -> Walk:
     """THE tree walk: down a verified token tree from each of ``starts`` (−1: the committed sequence), accepting
     with ``select`` — with one host-to-device copy and ONE read (issue 28 item 2).
 
@@ -224,7 +225,8 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     the walk is also followed on the device, level by level, and the next token drawn from where it stops. The
     outcome, the tree's tokens and that token come to the host in one transfer, where the walk follows the outcome:
     the nodes it does not visit are never looked at, so every visited node's decision and the drawn token are as
-    the sequential walk's (the same law). Sets ``v.tree_tokens``."""
+    the sequential walk's (the same law). ``keys`` (N,): a value per node the rule reads at each candidate (a rule
+    that looks below the node: :func:`~harness.primitives.acceptance.typical_select`). Sets ``v.tree_tokens``."""
     cands, tokens = v.proposal.candidates, v.proposal.tree.tokens.reshape(-1)
     off = min(v.stem_logits.size(0), 1)
     logits = torch.cat([v.stem_logits[-1:], v.node_logits])  # row u + off: after node u
@@ -242,7 +244,8 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
         q = None if q_all is None else q_all.index_select(0, table[:, 1])
         acc, corr = ROWS[select](v.warp.probs(logits.index_select(0, table[:, 0])), q,
                                  tokens.to(logits.device)[table[:, 2:2 + width]], table[:, 2 + width:].bool(),
-                                 generator, counts=[len(cands[u]) for u in rows])
+                                 generator, counts=[len(cands[u]) for u in rows],
+                                 **({} if keys is None else {"keys": keys[table[:, 2:2 + width]]}))
     walk = Walk([], [], logits, off, row_of, corr, v.warp)
     if draw_next:
         if len(starts) != 1:

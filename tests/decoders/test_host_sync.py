@@ -53,7 +53,7 @@ BUDGETS = {
     ("mcsd_target_init", "sampling"): ("round", 6, "the target-sampled roots are read (how many are distinct) and " + _SHORT_ROWS),
     ("eagle2", "sampling"): ("round", 4, "EAGLE-2's re-ranked tree is read to the host (its shape), its mask and the walk's index copied when the shape is new, and the committed tokens uploaded for the head"),
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
-    ("medusa_typical", "sampling"): ("round", 5, "Medusa's typical acceptance walks the tree on the host (its per-node flags read, then the next token)"),
+    ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
     ("lookahead", "sampling"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
     ("dsbd", "sampling"): ("round", 52, "a beam forest per round: per-beam bookkeeping and tree rollback on the host (not reduced this session)"),
 }
