@@ -50,7 +50,9 @@ class Speculation:
     Optional, off by default: with ``want_hidden`` each round keeps the target's last hidden states (after the
     final norm) at the committed positions its verification fed — the tokens pending before it, then the
     accepted path — as ``hidden`` (k, H): ``hidden[i]`` is at ``tokens[-k - 1 + i]``, the token after it
-    ``tokens[-k + i]`` (the trained heads read them: Medusa, EAGLE; None before the first round). ``draft_stop``:
+    ``tokens[-k + i]`` (the trained heads read them: Medusa, EAGLE; None before the first round), and those k
+    tokens after them still on the device as ``hidden_tokens`` (1, k) (None where the round's token was not
+    drawn there: then read them from ``tokens``). ``draft_stop``:
     a :class:`~harness.primitives.drafting.DraftStop` every :meth:`draft_tree` uses unless given one (a γ policy
     that decides inside the round, SpecDec++)."""
 
@@ -62,6 +64,7 @@ class Speculation:
         self.accept: Acceptance | None = None  # the rounds' acceptance, set by the decoder
         self.want_hidden = False
         self.hidden: torch.Tensor | None = None
+        self.hidden_tokens: torch.Tensor | None = None
         self.draft_stop: DraftStop | None = None
 
     def draft_tree(self, widths: list[int], replacement: bool = True, **options) -> DraftTree:
@@ -336,7 +339,7 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
         verified = Verified(proposal, stem_logits, node_logits, spec.warp)
         path, token = accept(verified, spec.generator)
         if hidden:
-            spec.hidden = torch.cat([hidden[0], hidden[1][path]])
+            _keep_hidden(spec, hidden, caches.target_pending, proposal.tree.tokens, path, verified.next_ids)
         if verified.tree_tokens is not None:
             path_tokens = [verified.tree_tokens[n] for n in path]
         else:
@@ -350,6 +353,19 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
     spec.tokens += committed
     return Round(tuple(committed), gamma=dtree.gamma, accepted=len(path) - (1 if dtree.n_roots else 0),
                  draft_nodes=dtree.draft_nodes, draft_time_s=draft_s, verify_time_s=verify_s)
+
+
+def _keep_hidden(spec: Speculation, hidden: list[torch.Tensor], pending: torch.Tensor, tree_tokens: torch.Tensor,
+                 path: list[int], next_ids: torch.Tensor | None) -> None:
+    """``spec.hidden`` at the pending tokens and the path, and ``spec.hidden_tokens``, the tokens after them (the
+    pending ones but the first, the path's, the next token), gathered on the device (no host-to-device copy)."""
+    rows = host_constant(tuple(path), hidden[1].device)
+    spec.hidden = torch.cat([hidden[0], hidden[1].index_select(0, rows)])
+    if next_ids is None:
+        spec.hidden_tokens = None
+        return
+    path_tokens = tree_tokens.reshape(1, -1).index_select(1, rows.to(tree_tokens.device))
+    spec.hidden_tokens = torch.cat([pending[:, 1:], path_tokens, next_ids.reshape(1, 1)], dim=1)
 
 
 def speculative_loop(step: Callable[[int], Round], policy: GammaPolicy, prompt_ids: list[int], max_new_tokens: int,
