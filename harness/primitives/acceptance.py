@@ -39,7 +39,7 @@ from harness.primitives.sampling import residual
 ChainRule = Callable[..., tuple[int, torch.Tensor]]
 SelectionRule = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor, "torch.Generator | None"],
                          tuple["int | None", torch.Tensor]]
-RowRule = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+RowRule = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]
 
 
 def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator) -> tuple[int, int]:
@@ -166,12 +166,13 @@ def typical_tree_keys(parent_logits: torch.Tensor, tokens: torch.Tensor, ancesto
     return torch.where(ancestors, key[:, None], -1).amax(0)  # column u: the ends below u (u among their ancestors)
 
 
-def typical_rows(p, q, tokens, valid, generator, counts=None, *, keys) -> tuple[torch.Tensor, torch.Tensor]:
+def typical_rows(p, q, tokens, valid, generator, counts=None, *, keys) -> tuple[torch.Tensor, None]:
     """Medusa's typical acceptance at M nodes at once: each row's candidate with the largest key
-    (:func:`typical_tree_keys`, ``keys`` (M, K) at the candidates), none where no key is ≥ 0; the token after the
-    walk comes from p̃ there (lossy by design: no correction)."""
+    (:func:`typical_tree_keys`, ``keys`` (M, K) at the candidates), none where no key is ≥ 0. No correction (lossy
+    by design): the token after the walk comes from p̃ where it stops, so ``p`` is not read (the walk passes
+    None, :data:`NO_CORRECTION`)."""
     best = torch.where(valid, keys, -1).max(-1)
-    return torch.where(best.values >= 0, best.indices, -1), p
+    return torch.where(best.values >= 0, best.indices, -1), None
 
 
 def typical_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, generator, *,
@@ -179,7 +180,10 @@ def typical_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor
     """:func:`typical_rows` at one node (``keys`` (k,) at its candidates, required; ``q`` unused)."""
     if keys is None:
         raise ValueError("typical acceptance needs the keys of the tree's nodes (typical_tree_keys)")
-    return _one_node(typical_rows, p, q, tokens, generator, keys=keys.reshape(1, -1))
+    acc, _ = typical_rows(None, None, tokens.reshape(1, -1), torch.ones_like(tokens.reshape(1, -1), dtype=torch.bool),
+                          generator, keys=keys.reshape(1, -1))
+    i = int(acc[0])
+    return (None if i < 0 else i), p
 
 
 def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,
@@ -370,3 +374,5 @@ ROWS: dict[Callable, RowRule] = {multi_step_select: multi_step_rows,
                                  multi_step_select_without_replacement: partial(multi_step_rows, replacement=False),
                                  k_sequential_select: k_sequential_rows, point_mass_select: point_mass_rows,
                                  greedy_select: greedy_rows, typical_select: typical_rows}
+#: the rules with no correction (the token after the walk comes from p̃ where it stops): their rows are not warped
+NO_CORRECTION = frozenset({typical_select})

@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from harness.primitives.acceptance import ROWS, ChainRule, SelectionRule, greedy_chain, greedy_select
+from harness.primitives.acceptance import NO_CORRECTION, ROWS, ChainRule, SelectionRule, greedy_chain, greedy_select
 from harness.primitives.device import host_constant
 from harness.primitives.drafting import DraftStop, Proposal, draft_tree
 from harness.primitives.gamma_policy import GammaPolicy
@@ -245,7 +245,8 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
         idx = host_constant(tuple(packed), logits.device)
         table = idx[:len(rows) * (2 + 2 * width)].reshape(len(rows), 2 + 2 * width)
         q = None if q_all is None else q_all.index_select(0, table[:, 1])
-        acc, corr = ROWS[select](v.warp.probs(logits.index_select(0, table[:, 0])), q,
+        p = None if select in NO_CORRECTION else v.warp.probs(logits.index_select(0, table[:, 0]))
+        acc, corr = ROWS[select](p, q,
                                  tokens.to(logits.device)[table[:, 2:2 + width]], table[:, 2 + width:].bool(),
                                  generator, counts=[len(cands[u]) for u in rows],
                                  **({} if keys is None else {"keys": keys[table[:, 2:2 + width]]}))
