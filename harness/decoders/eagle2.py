@@ -46,7 +46,9 @@ class Eagle2(HeadDecoder[Eagle2Params]):
             return self.no_draft(spec)
         k = spec.hidden.size(0)
         features = spec.hidden[None]
-        tokens = torch.tensor([spec.tokens[-k:]], dtype=torch.long, device=features.device)
+        tokens = spec.hidden_tokens  # the tokens after the features, on the device
+        if tokens is None or tokens.size(1) != k:
+            tokens = torch.tensor([spec.tokens[-k:]], dtype=torch.long, device=features.device)
         target = self.pair.target
         tree = eagle_draft_tree(self.head, target.get_input_embeddings(), target.get_output_embeddings(), features,
                                 tokens, top_k=self.params.tree_top_k, depth=depth,

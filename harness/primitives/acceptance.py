@@ -14,7 +14,7 @@ Two families, each with ONE signature:
   :func:`speculative_sampling` (Leviathan et al. 2023 Alg. 1, dsbd §2.2) and :func:`greedy_chain`;
   :func:`point_mass_chain` (deterministic drafts: a lookup); lossy baselines: :func:`mtad_rule` (mtad §3.2,
   Alg. 1), :func:`bild_rule` (BiLD's rollback) and :func:`typical_rule` (Medusa's typical acceptance; on a tree
-  :func:`typical_tree_path`).
+  :func:`typical_select` with :func:`typical_tree_keys`).
 * selection rules — :data:`SelectionRule` ``(p (V,), q (V,) | None, candidates (k,), generator) ->
   (index of the accepted candidate or None, distribution of the correction token)``: one node of a
   token tree. :func:`multi_step_select` (SpecInfer), :func:`multi_step_select_without_replacement`
@@ -39,7 +39,7 @@ from harness.primitives.sampling import residual
 ChainRule = Callable[..., tuple[int, torch.Tensor]]
 SelectionRule = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor, "torch.Generator | None"],
                          tuple["int | None", torch.Tensor]]
-RowRule = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+RowRule = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]
 
 
 def accept_chain(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, generator) -> tuple[int, int]:
@@ -149,25 +149,41 @@ def _typical_count(logits, tokens, temperature, epsilon, delta) -> torch.Tensor:
     return typical_mask(logits, tokens, temperature, epsilon, delta).long().cumprod(0).sum()
 
 
-def typical_tree_path(parent_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int], temperature: float,
-                      epsilon: float, delta: float) -> list[int]:
-    """Medusa's typical acceptance on a token tree: the longest root-to-node path whose every node passes
-    :func:`typical_mask` (ties: the first such node in the tree's topological order — Medusa keeps the first
-    candidate path of the longest accepted prefix). ``parent_logits[i]`` (V,): the target's logits where node i
-    is proposed (after its parent). Returns the path's nodes ([]: none accepted)."""
-    ok = typical_mask(parent_logits, tokens, temperature, epsilon, delta).tolist()
-    length = [0] * len(parents)
-    best = -1
-    for i, par in enumerate(parents):
-        if ok[i] and (par < 0 or length[par] > 0):
-            length[i] = 1 + (length[par] if par >= 0 else 0)
-            if best < 0 or length[i] > length[best]:
-                best = i
-    path: list[int] = []
-    while best >= 0:
-        path.append(best)
-        best = parents[best]
-    return path[::-1]
+def typical_tree_keys(parent_logits: torch.Tensor, tokens: torch.Tensor, ancestors: torch.Tensor, temperature: float,
+                      epsilon: float, delta: float) -> torch.Tensor:
+    """Medusa's typical acceptance on a token tree, on the device: the accepted path is the longest root-to-node
+    path whose every node passes :func:`typical_mask` (ties: the first such end node in the tree's topological
+    order — Medusa keeps the first candidate path of the longest accepted prefix). ``parent_logits[i]`` (V,): the
+    target's logits where node i is proposed; ``ancestors`` (N, N) bool, node i's ancestors and itself
+    (:func:`~harness.primitives.tree.tree_topology`). Returns (N,) long: per node u the key of the best such end in
+    u's subtree, depth · (N + 1) + (N − i) for end i (longer first, then earlier), −1 where there is none. Going
+    at each node to the child with the largest key (:func:`typical_rows`) ends at the best end: a walk."""
+    n = tokens.numel()
+    ok = typical_mask(parent_logits, tokens, temperature, epsilon, delta)
+    all_ok = (ok[None, :] | ~ancestors).all(-1)  # every node of the root path to i is typical
+    order = torch.arange(n, device=ok.device)
+    key = torch.where(all_ok, ancestors.sum(-1) * (n + 1) + (n - order), -1)
+    return torch.where(ancestors, key[:, None], -1).amax(0)  # column u: the ends below u (u among their ancestors)
+
+
+def typical_rows(p, q, tokens, valid, generator, counts=None, *, keys) -> tuple[torch.Tensor, None]:
+    """Medusa's typical acceptance at M nodes at once: each row's candidate with the largest key
+    (:func:`typical_tree_keys`, ``keys`` (M, K) at the candidates), none where no key is ≥ 0. No correction (lossy
+    by design): the token after the walk comes from p̃ where it stops, so ``p`` is not read (the walk passes
+    None, :data:`NO_CORRECTION`)."""
+    best = torch.where(valid, keys, -1).max(-1)
+    return torch.where(best.values >= 0, best.indices, -1), None
+
+
+def typical_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, generator, *,
+                   keys: torch.Tensor | None = None) -> tuple[int | None, torch.Tensor]:
+    """:func:`typical_rows` at one node (``keys`` (k,) at its candidates, required; ``q`` unused)."""
+    if keys is None:
+        raise ValueError("typical acceptance needs the keys of the tree's nodes (typical_tree_keys)")
+    acc, _ = typical_rows(None, None, tokens.reshape(1, -1), torch.ones_like(tokens.reshape(1, -1), dtype=torch.bool),
+                          generator, keys=keys.reshape(1, -1))
+    i = int(acc[0])
+    return (None if i < 0 else i), p
 
 
 def typical_rule(logits: torch.Tensor, tokens: torch.Tensor, dtree, warp, generator, *, epsilon: float,
@@ -357,4 +373,6 @@ def greedy_select(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor,
 ROWS: dict[Callable, RowRule] = {multi_step_select: multi_step_rows,
                                  multi_step_select_without_replacement: partial(multi_step_rows, replacement=False),
                                  k_sequential_select: k_sequential_rows, point_mass_select: point_mass_rows,
-                                 greedy_select: greedy_rows}
+                                 greedy_select: greedy_rows, typical_select: typical_rows}
+#: the rules with no correction (the token after the walk comes from p̃ where it stops): their rows are not warped
+NO_CORRECTION = frozenset({typical_select})

@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from harness.primitives.acceptance import ROWS, ChainRule, SelectionRule, greedy_chain, greedy_select
+from harness.primitives.acceptance import NO_CORRECTION, ROWS, ChainRule, SelectionRule, greedy_chain, greedy_select
 from harness.primitives.device import host_constant
 from harness.primitives.drafting import DraftStop, Proposal, draft_tree
 from harness.primitives.gamma_policy import GammaPolicy
@@ -50,7 +50,9 @@ class Speculation:
     Optional, off by default: with ``want_hidden`` each round keeps the target's last hidden states (after the
     final norm) at the committed positions its verification fed — the tokens pending before it, then the
     accepted path — as ``hidden`` (k, H): ``hidden[i]`` is at ``tokens[-k - 1 + i]``, the token after it
-    ``tokens[-k + i]`` (the trained heads read them: Medusa, EAGLE; None before the first round). ``draft_stop``:
+    ``tokens[-k + i]`` (the trained heads read them: Medusa, EAGLE; None before the first round), and those k
+    tokens after them still on the device as ``hidden_tokens`` (1, k) (None where the round's token was not
+    drawn there: then read them from ``tokens``). ``draft_stop``:
     a :class:`~harness.primitives.drafting.DraftStop` every :meth:`draft_tree` uses unless given one (a γ policy
     that decides inside the round, SpecDec++)."""
 
@@ -62,6 +64,7 @@ class Speculation:
         self.accept: Acceptance | None = None  # the rounds' acceptance, set by the decoder
         self.want_hidden = False
         self.hidden: torch.Tensor | None = None
+        self.hidden_tokens: torch.Tensor | None = None
         self.draft_stop: DraftStop | None = None
 
     def draft_tree(self, widths: list[int], replacement: bool = True, **options) -> DraftTree:
@@ -213,7 +216,8 @@ class Walk:
         return self.warp.probs(self.logits[node + self.offset])
 
 
-def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool) -> Walk:
+def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], draw_next: bool,
+              keys: torch.Tensor | None = None) -> Walk:
     """THE tree walk: down a verified token tree from each of ``starts`` (−1: the committed sequence), accepting
     with ``select`` — with one host-to-device copy and ONE read (issue 28 item 2).
 
@@ -224,7 +228,8 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     the walk is also followed on the device, level by level, and the next token drawn from where it stops. The
     outcome, the tree's tokens and that token come to the host in one transfer, where the walk follows the outcome:
     the nodes it does not visit are never looked at, so every visited node's decision and the drawn token are as
-    the sequential walk's (the same law). Sets ``v.tree_tokens``."""
+    the sequential walk's (the same law). ``keys`` (N,): a value per node the rule reads at each candidate (a rule
+    that looks below the node: :func:`~harness.primitives.acceptance.typical_select`). Sets ``v.tree_tokens``."""
     cands, tokens = v.proposal.candidates, v.proposal.tree.tokens.reshape(-1)
     off = min(v.stem_logits.size(0), 1)
     logits = torch.cat([v.stem_logits[-1:], v.node_logits])  # row u + off: after node u
@@ -240,9 +245,11 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
         idx = host_constant(tuple(packed), logits.device)
         table = idx[:len(rows) * (2 + 2 * width)].reshape(len(rows), 2 + 2 * width)
         q = None if q_all is None else q_all.index_select(0, table[:, 1])
-        acc, corr = ROWS[select](v.warp.probs(logits.index_select(0, table[:, 0])), q,
+        p = None if select in NO_CORRECTION else v.warp.probs(logits.index_select(0, table[:, 0]))
+        acc, corr = ROWS[select](p, q,
                                  tokens.to(logits.device)[table[:, 2:2 + width]], table[:, 2 + width:].bool(),
-                                 generator, counts=[len(cands[u]) for u in rows])
+                                 generator, counts=[len(cands[u]) for u in rows],
+                                 **({} if keys is None else {"keys": keys[table[:, 2:2 + width]]}))
     walk = Walk([], [], logits, off, row_of, corr, v.warp)
     if draw_next:
         if len(starts) != 1:
@@ -333,7 +340,7 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
         verified = Verified(proposal, stem_logits, node_logits, spec.warp)
         path, token = accept(verified, spec.generator)
         if hidden:
-            spec.hidden = torch.cat([hidden[0], hidden[1][path]])
+            _keep_hidden(spec, hidden, caches.target_pending, proposal.tree.tokens, path, verified.next_ids)
         if verified.tree_tokens is not None:
             path_tokens = [verified.tree_tokens[n] for n in path]
         else:
@@ -347,6 +354,19 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
     spec.tokens += committed
     return Round(tuple(committed), gamma=dtree.gamma, accepted=len(path) - (1 if dtree.n_roots else 0),
                  draft_nodes=dtree.draft_nodes, draft_time_s=draft_s, verify_time_s=verify_s)
+
+
+def _keep_hidden(spec: Speculation, hidden: list[torch.Tensor], pending: torch.Tensor, tree_tokens: torch.Tensor,
+                 path: list[int], next_ids: torch.Tensor | None) -> None:
+    """``spec.hidden`` at the pending tokens and the path, and ``spec.hidden_tokens``, the tokens after them (the
+    pending ones but the first, the path's, the next token), gathered on the device (no host-to-device copy)."""
+    rows = host_constant(tuple(path), hidden[1].device)
+    spec.hidden = torch.cat([hidden[0], hidden[1].index_select(0, rows)])
+    if next_ids is None:
+        spec.hidden_tokens = None
+        return
+    path_tokens = tree_tokens.reshape(1, -1).index_select(1, rows.to(tree_tokens.device))
+    spec.hidden_tokens = torch.cat([pending[:, 1:], path_tokens, next_ids.reshape(1, 1)], dim=1)
 
 
 def speculative_loop(step: Callable[[int], Round], policy: GammaPolicy, prompt_ids: list[int], max_new_tokens: int,

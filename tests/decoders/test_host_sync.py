@@ -21,6 +21,7 @@ FIXED = 3
 AR, ROUND = 1, 2  # the issue's rules: per token, per speculative round
 _MERGE = "SpecInfer's token-tree merge reads the drafted tokens (duplicates merged on the host); a merged shape not seen before copies its mask and the walk's index once"
 _SHORT_ROWS = "draws without replacement from the toy pair's 16 tokens leave rows short of children, so the tree's shape is read per level and its mask built (a real vocabulary fills the tree, whose masks are sliced)"
+_EAGLE = "EAGLE-2's re-ranked tree is read to the host (its shape) besides the walk's read; a shape not seen before copies its mask and the walk's index once"
 #: (method, decoding) -> (unit, budget per unit, reason); decoding None: both decodings. Tree walks read once per
 #: round (harness.primitives.spec_loop.walk_tree); host-built shapes a round repeats are copied once
 #: (harness.primitives.device.host_constant)
@@ -42,7 +43,7 @@ BUDGETS = {
     ("mcsd", "greedy"): ("round", 3, "a k-config tree's accepted paths are many: a path not seen before copies its cache rollback index once"),
     ("mcsd_dynamic", "greedy"): ("round", ROUND, "the rule"),
     ("mcsd_target_init", "greedy"): ("round", ROUND, "the rule"),
-    ("eagle2", "greedy"): ("round", 3, "EAGLE-2's re-ranked tree is read to the host (its shape), its mask copied when the shape is new, and the committed tokens uploaded for the head"),
+    ("eagle2", "greedy"): ("round", 3, _EAGLE),
     ("medusa", "greedy"): ("round", ROUND, "the rule"),
     ("medusa_typical", "greedy"): ("round", ROUND, "the rule"),
     ("lookahead", "greedy"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
@@ -51,9 +52,9 @@ BUDGETS = {
     ("mcsd", "sampling"): ("round", 4, _MERGE),
     ("mcsd_dynamic", "sampling"): ("round", 8, _SHORT_ROWS),
     ("mcsd_target_init", "sampling"): ("round", 6, "the target-sampled roots are read (how many are distinct) and " + _SHORT_ROWS),
-    ("eagle2", "sampling"): ("round", 4, "EAGLE-2's re-ranked tree is read to the host (its shape), its mask and the walk's index copied when the shape is new, and the committed tokens uploaded for the head"),
+    ("eagle2", "sampling"): ("round", 3, _EAGLE),
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
-    ("medusa_typical", "sampling"): ("round", 5, "Medusa's typical acceptance walks the tree on the host (its per-node flags read, then the next token)"),
+    ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
     ("lookahead", "sampling"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
     ("dsbd", "sampling"): ("round", 52, "a beam forest per round: per-beam bookkeeping and tree rollback on the host (not reduced this session)"),
 }

@@ -130,3 +130,23 @@ def test_the_rounds_keep_the_hidden_states_of_the_committed_positions(pair):
             ref = pair.target(input_ids=torch.tensor([spec.tokens[:-1]]), output_hidden_states=True).hidden_states[-1]
         torch.testing.assert_close(spec.hidden, ref[0, -k:], atol=1e-4, rtol=1e-4)
     assert spec.caches.draft_cache is None  # draft-free: no draft model, no draft cache
+
+
+@pytest.mark.parametrize("decoding", ["greedy", "sampling"])
+def test_eagle2_takes_the_committed_tokens_from_the_device(pair, decoding, monkeypatch):
+    """The tokens after the head's features (the last k committed ones) come from the round on the device
+    (``spec.hidden_tokens``: the pending tokens, the path's, the next token; issue 28 item 2), equal to the host's."""
+    from harness.decoders.eagle2 import Eagle2
+
+    seen: list[tuple[list[int], list[int]]] = []
+    propose = Eagle2.propose
+
+    def checked(self, spec, depth):
+        if spec.hidden is not None:
+            seen.append((spec.hidden_tokens[0].tolist(), spec.tokens[-spec.hidden.size(0):]))
+        return propose(self, spec, depth)
+
+    monkeypatch.setattr(Eagle2, "propose", checked)
+    kw = WARP_PARAMS if decoding == "sampling" else {}
+    _build("eagle2", pair, decoding=decoding, **kw).generate([1, 2, 3, 0, 2, 1], 24, seed=1)
+    assert len(seen) > 3 and all(device == host for device, host in seen), seen

@@ -8,12 +8,15 @@ far from p. The per-node rules of tests/primitives/test_acceptance.py are these 
 import pytest
 import torch
 
+from harness.decoders.medusa_typical import TypicalTree
 from harness.primitives.acceptance import (ROWS, greedy_select, k_sequential_select, multi_step_select,
-                                           multi_step_select_without_replacement, point_mass_select)
+                                           multi_step_select_without_replacement, point_mass_select, typical_mask,
+                                           typical_select, typical_tree_keys)
 from harness.primitives.drafting import Proposal, draw_children
 from harness.primitives.sampling import make_generator, sample
 from harness.primitives.spec_loop import Verified, walk_tree
 from harness.primitives.spec_state import DraftTree
+from harness.primitives.tree import tree_topology
 from harness.primitives.warping import Warp
 from harness.testing import chi_square_pvalue, total_variation, tv_bound
 from harness.testing.host_sync import counting
@@ -102,3 +105,47 @@ def test_the_greedy_walk_follows_the_argmax():
         path.append(hit)
         node = hit
     assert walk.paths[0] == path and walk.next_token == best[node + 1]
+
+
+def _typical_path_on_host(parent_logits, tokens, parents, temperature, epsilon, delta) -> list[int]:
+    """Medusa's typical acceptance walked on the host node by node (the definition): the longest root path whose
+    every node passes ``typical_mask``, ties to the first end node in topological order."""
+    ok = typical_mask(parent_logits, tokens, temperature, epsilon, delta).tolist()
+    length, best = [0] * len(parents), -1
+    for i, par in enumerate(parents):
+        if ok[i] and (par < 0 or length[par] > 0):
+            length[i] = 1 + (length[par] if par >= 0 else 0)
+            if best < 0 or length[i] > length[best]:
+                best = i
+    path: list[int] = []
+    while best >= 0:
+        path.append(best)
+        best = parents[best]
+    return path[::-1]
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_the_typical_walk_ends_where_the_host_definition_does(temperature):
+    """Random trees (ties of length included): the device walk of Medusa's typical acceptance
+    (``typical_tree_keys`` + ``typical_select``) takes the host definition's path, reads once, and draws the next
+    token from p̃ after the path's end (checked through a one-hot warp)."""
+    g = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        n = 1 + trial % 12
+        parents = [-1] + [int(torch.randint(-1, i, (1,), generator=g)) for i in range(1, n)]
+        tokens = torch.randint(0, V, (n,), generator=g)
+        stem, nodes = torch.randn(1, V, generator=g) * 2, torch.randn(n, V, generator=g) * 2
+        dtree = DraftTree(tokens, parents, None, None, num_fed=1, depth=int(tree_topology(parents)[1].max()))
+        v = Verified(Proposal.of(dtree), stem, nodes, Warp(temperature, top_k=1))
+        logits = torch.cat([stem, nodes])
+        parent_logits = logits[[p + 1 for p in parents]]
+        eps, delta = 0.3, 0.09
+        want = _typical_path_on_host(parent_logits, tokens, parents, temperature, eps, delta)
+        keys = typical_tree_keys(parent_logits, tokens, tree_topology(parents)[0], temperature, eps, delta)
+        with counting() as c:
+            walk = walk_tree(v, typical_select, None, [-1], draw_next=True, keys=keys)
+        assert c.by_kind["read"] == 1 and c.by_kind["shape"] == 0, dict(c.by_name)
+        assert walk.paths[0] == want, (parents, walk.paths[0], want)
+        assert walk.next_token == int(logits[(want[-1] if want else -1) + 1].argmax())  # top-1: p̃ is one-hot
+        path, token = TypicalTree(eps, delta)(v, None)
+        assert path == want and token == walk.next_token

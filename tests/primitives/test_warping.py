@@ -51,3 +51,23 @@ def test_residual_distribution():
     q = torch.tensor([0.2, 0.5, 0.1, 0.2])
     torch.testing.assert_close(residual(p, q), torch.tensor([0.75, 0.0, 0.25, 0.0]))
     torch.testing.assert_close(residual(p, p), p)  # undefined case falls back to p
+
+
+@pytest.mark.parametrize("top_k,top_p", [(20, 0.9), (5, 0.47), (8, 0.99), (3, 0.37), (50, 0.93), (10, 0.61)])
+def test_top_p_within_top_k_keeps_what_the_full_sort_keeps_ties_included(top_k, top_p):
+    """Top-p after top-k is computed without sorting the vocabulary: the same kept set as HF's warpers, and with
+    values tied at the k-th place the same number of tokens kept, the untied ones exactly the same (which of the
+    tied ones is HF's unstable sort's choice). The top-p values avoid sums of tied probabilities that meet them
+    exactly (j/10 for ten tied tokens), where float rounding, not the law, decides."""
+    torch.manual_seed(1)
+    logits = (torch.randn(64, 200) * 2).round()  # integer logits: many ties, also at the k-th place
+    hf = LogitsProcessorList([TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)])
+    expected = torch.isfinite(hf(None, logits.clone()))
+    got = torch.isfinite(Warp(1.0, top_k, top_p).logits(logits))
+    assert got.sum(-1).tolist() == expected.sum(-1).tolist()
+    kept_values = lambda kept: sorted(v for v in logits[kept].tolist())  # noqa: E731
+    for row in range(logits.size(0)):
+        assert kept_values((row, got[row])) == kept_values((row, expected[row]))
+    smooth = torch.randn(64, 200) * 3  # no ties: the very same tokens
+    hf_smooth = torch.isfinite(hf(None, smooth.clone()))
+    assert torch.equal(torch.isfinite(Warp(1.0, top_k, top_p).logits(smooth)), hf_smooth)
