@@ -38,7 +38,7 @@ SECRET = "harness-test-secret-93ab"
 CONF = Path(__file__).resolve().parents[2] / "conf" / "dataset"
 
 PRELUDE = '''
-import os, sys
+import os, sys, mmap
 OUT = {outside!r}
 def attempt(name, action):
     try:

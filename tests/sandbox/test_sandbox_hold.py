@@ -14,23 +14,12 @@ from harness.errors import ConfigError
 from harness.sandbox import ABSENT_ENV, PythonLimits, run_python
 from harness.sandbox import levels
 from test_sandbox import KERNEL_LAYERS, LAYERS, MODES
+from test_sandbox_escapes import PRELUDE  # the attempt() prelude the escape tests use
 
 _SECCOMP = pytest.mark.skipif(not levels.seccomp_available(), reason="no libseccomp here")
 
 FAST = PythonLimits(timeout_s=5.0)
 ROOT_ENV = "HARNESS_SANDBOX_ROOT"
-
-PRELUDE = '''
-import os, sys, mmap
-OUT = {outside!r}
-def attempt(name, action):
-    try:
-        action()
-    except BaseException as e:
-        print("denied", name, type(e).__name__, str(e)[:120].replace("\\n", " "))
-    else:
-        print("ESCAPED", name)
-'''
 
 # native code of its own: a copy of an allowed standard-library extension, written into its folder
 # and loaded from there (what a library's environment-driven configuration would make it dlopen); where
