@@ -19,12 +19,10 @@ nvidia-smi's Lack of Attention", arXiv 2312.02741; GUIDE §2): ``trials`` trials
 * trials whose phases do not verify to tile the period: the counter's figure for their windows
   where the GPU has one, else the round is repeated at fresh phases (:mod:`.unverified`).
 
-Expected error (≈ 95 %), by case: part-time reading with phases verified to tile the update
-period — the readings' sampling noise within each trial plus the tiling mismatch; part-time, not
-verified (no counter, after the repeated rounds) — a t-interval over trials (or the readings' noise)
-plus the aliasing a part-time reading can suffer (the unseen fraction times the range from idle to the power limit); full
-coverage — a t-interval over trials; always the post-work idle's uncertainty over the extensions
-and the run-time weighting term.
+Error bound: a 99 % statement derived from the measurement's own data — the two halves of the trials
+(even and odd phases, each tiling the period on its own) as a draw of the estimate's noise, the
+phases' uncertainty, the idle at the edges and the run-time weighting, in quadrature
+(:mod:`.polledbound` derives it).
 """
 from __future__ import annotations
 
@@ -34,7 +32,8 @@ from typing import Callable
 
 from harness.energy import unverified
 from harness.energy.hardware import unevenness
-from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, largest_gap, next_open, phase_of
+from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, next_open, phase_of
+from harness.energy.polledbound import UNEVEN, strata, terms as bound_terms
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
 from harness.energy.series import HOLD
@@ -43,13 +42,6 @@ from harness.energy.trials import Runs, Trial, release
 NAN = math.nan
 
 
-def _t975(dof: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, dof))
-
-
-UNEVEN = 0.01  # readings weighing instants more unevenly than this are phase-shifted (aliasing a periodic load)
 
 
 def phase_shifting(state) -> bool:
@@ -127,16 +119,16 @@ def _round(state, workload, results, refreshes, n_trials, began, shifting, reads
     trials: list[Trial] = []
     retries, glitch = 0, None
     while len(trials) < n_trials:
-        k = len(trials)
-        target = (offset + (k % phases) / phases) % 1.0 if shifting else None
+        stratum = strata(len(trials), phases)
+        target = (offset + stratum / phases) % 1.0 if shifting else None
         if shifting and trials and not trials[0].aimed:  # trial 0 opened unaimed (no refresh seen): aim from it
             first, _ = phase_of(trials[0].opened, refreshes, p_eff, 1e-3)
-            target = (first + (k % phases) / phases) % 1.0 if math.isfinite(first) else target
+            target = (first + stratum / phases) % 1.0 if math.isfinite(first) else target
         watcher = RefreshWatcher(power, clock, cfg.phase_poll_s, cfg.max_gap_s)
         not_before = clock.now() + max(state.rng.uniform(*cfg.trial_delay_s), w_eff + p_eff)
         opened, aimed = aim(watcher, not_before, target, refreshes, p_eff)
         refreshes.extend(watcher.seen[0])
-        trial = Trial(opened=opened, watched_from=began, aimed=aimed)
+        trial = Trial(opened=opened, watched_from=began, aimed=aimed, stratum=stratum if shifting else -1)
         before = (clock.now(), unverified.read_counter(counter)[0]) if counter is not None else None
         runs = Runs(state, trial, workload, results)
         while True:
@@ -172,29 +164,32 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
         if not tail.step():
             break
     refreshes.extend(tail.seen[0])
-    _idle_from_watch(state, tail, trial.b, p_eff, w_eff)
+    trial.tail_range = _idle_from_watch(state, tail, trial.b, p_eff, w_eff)
     if state.settled_due():
         state.settle_idle(trial.b)
 
 
-def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: float, window: float) -> None:
+def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: float, window: float) -> float:
     """Post-work idle from the power readings the meter's own polling saw right after a trial
     (since ``idle_since``, the trial's end): every refresh whose averaging window lies after it, and
     the current reading if it is recent enough. Independent of the sampler thread's rate. Only a
-    trial's tail measures it, so every post-work measurement is taken as soon after work."""
+    trial's tail measures it, so every post-work measurement is taken as soon after work. Returns
+    the range of those readings (W, devices summed): how far the idle moved while they were taken."""
     if watcher.error is not None or watcher.last is None:
-        return
+        return 0.0
     now = state.clock.now()
-    watts, times = [], []
+    watts, times, spread = [], [], 0.0
     for d, seen in enumerate(watcher.seen):
         values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
         if now - period - window >= idle_since:
             values.append((now, watcher.last[d]))
         if not values:
-            return
+            return 0.0
         watts.append(sum(v for _, v in values) / len(values))
         times += [t for t, _ in values]
+        spread += max(v for _, v in values) - min(v for _, v in values)
     state.idle.add_post((min(times) + max(times)) / 2, watts)
+    return spread
 
 
 def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlier: list[Refresh],
@@ -232,10 +227,15 @@ def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlie
 
 def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple[float, float]], float]:
     """Per trial: energy over [a, ext_b] minus post-work idle over the extension; the readings'
-    (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J)."""
+    (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J, ≈ 99 %, added over
+    trials: the same idle follows every trial). That is the idle tracker's figure and, where the idle
+    moves right after work (a P-state stepping down within the extension), half the range of the
+    readings that saw only the extension's idle: the idle subtracted there lies within them (a bounded
+    term, at its full size)."""
     power = state.primary
     energies, stats, idle_unc_j = [], [], 0.0
     for trial in trials:
+        idle_unc_j += trial.tail_range / 2 * (trial.ext_b - trial.b)
         va, vb, ve = (state.values(trial.anchor_a, power), state.values(trial.anchor_b, power),
                       state.values(trial.anchor_ext, power))
         idle_ext = state.idle.edge_energy(trial.b, trial.ext_b)
@@ -276,9 +276,9 @@ def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], gl
     finite = all(math.isfinite(p) for p in powers) and statistics.mean(powers) > 0
     mean_p = statistics.mean(powers) if finite else NAN
     total = mean_p * measured
-    terms = _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite)
+    terms = bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite)
     idle_term = idle_unc_j / total if finite and total > 0 and math.isfinite(idle_unc_j) else 0.0
-    bound = terms["stat"] + terms["alias"] + terms["runtime"] + idle_term
+    bound = math.hypot(terms["stat"], terms["runtime"], idle_term) + terms["alias"]  # 99 % terms; aliasing whole
     if counter_figure is not None and reason is None:
         polled_total, (energies, bound, counter_basis) = total, counter_figure
         total, finite = sum(energies), True
@@ -303,65 +303,3 @@ def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], gl
                         phases_verified=terms["verified"], run_time_cv=cv_runs, phases_action=action)
     release(state.sampler, trials)
     return out
-
-
-def _bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> dict:
-    """The statistical, aliasing and run-time terms of the polled bound, and the phases' facts."""
-    power = state.primary
-    period, window = state.update_period(power), state.power_window(power)
-    part = min(1.0, window / period) if window is not None and math.isfinite(period) else NAN
-    unseen = unevenness(window, period)  # the unseen share, or how unevenly a longer window weighs instants
-    k, total_s = len(trials), sum(seconds)
-    out = {"stat": 0.0, "alias": 0.0, "runtime": 0.0, "gap": NAN, "verified": None, "basis": ""}
-    if not finite:
-        return {**out, "stat": NAN}
-    sampling = 2 * math.sqrt(sum((cv * math.sqrt(unseen / n) * p) ** 2 for (cv, n), p in zip(stats, powers))) / (
-        k * mean_p)
-    t_interval = _t975(k - 1) * statistics.stdev(powers) / math.sqrt(k) / mean_p if k > 1 else NAN
-    out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
-    if math.isfinite(part) and part >= 1 and unseen <= UNEVEN:  # every instant seen, evenly enough
-        stat = max(t_interval if math.isfinite(t_interval) else 0.0, sampling)
-        return {**out, "stat": stat, "basis": f"full coverage; t-interval over {k} trials / readings' noise "
-                f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
-                f"(windows overlapping unevenly: {unseen:.3f})"}
-    ref_period = fit_grid(refreshes, period, 1e-3).period
-    phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
-    out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
-                                                                 min(window, period), ref_period))
-    if all(math.isfinite(p) for p, _ in phases):
-        out["gap"] = largest_gap([p for p, _ in phases])
-    if out["verified"]:
-        # tiling mismatch: gaps off 1/K, and each phase's uncertainty × how fast the trials' power changes with phase
-        order = sorted(range(k), key=lambda i: phases[i][0])
-        m = [powers[i] for i in order]
-        gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
-        tiling = sum(abs(g - 1 / k) * abs(m[j] - mean_p) for j, g in enumerate(gaps))
-        # each phase known to ± its uncertainty (≈ 3 standard errors), errors independent: added in quadrature
-        tiling += math.sqrt(sum(((abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 / (1 / k)
-                                 * phases[order[j]][1] / ref_period / k) ** 2 for j in range(k)))
-        tiling /= mean_p
-        durations = [d for t in trials for d in t.durations]
-        varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
-        if varied and math.isfinite(t_interval) and t_interval > sampling + tiling:
-            # runs that differ are no longer identical strata: the trials' own scatter is the honest figure
-            return {**out, "stat": t_interval, "basis": f"{k} phases verified to tile the update period, runs of "
-                    f"varying length: t-interval over trials {100 * t_interval:.2f} %"}
-        # trials verified to tile the period see complementary parts of it: their readings' noise largely
-        # cancels (÷ K), and what is left is the tiling mismatch (× 2 for ≈ 95 %). Calibrated on the simulated
-        # study (issue 30: the full noise term stated bounds 30-300× the errors; this one 3-40×, all holding)
-        seen = sum(n for _, n in stats) / max(sum(seconds) / ref_period, 1.0)  # share of refreshes the sampler saw
-        # (a window longer than the update overlaps its neighbours unevenly: its noise cancels less, ÷ √K)
-        # a starved sampler: no tiling; runs of varying length are not identical strata: the full noise, as before
-        cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 and not varied else 1.0
-        sampling, tiling = sampling / cancel, (2 if cancel > 1 else 1) * tiling
-        return {**out, "stat": sampling + tiling, "basis": f"stratified over {k} phases verified to tile the update "
-                f"period: readings' noise {100 * sampling:.2f} % + tiling {100 * tiling:.2f} %"}
-    # the unseen fraction of each period could have drawn anything from idle to the power limit
-    idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
-    limit = state.power_limit_w()
-    ceiling = max(limit - mean_p, mean_p - idle_w) / mean_p if math.isfinite(limit) and mean_p > 0 else 1.0
-    stat = t_interval if math.isfinite(t_interval) else sampling
-    return {**out, "stat": stat, "alias": unseen * ceiling,
-            "basis": f"{'t-interval over trials' if math.isfinite(t_interval) else 'readings noise'} {100 * stat:.2f} % "
-                     f"+ aliasing of a part-time reading {100 * unseen * ceiling:.1f} % (trial phases not known to tile "
-                     "the update period)"}

@@ -31,9 +31,11 @@ class Trial:
     residue: list[float] = field(default_factory=list)     # counter: work energy a tail's lag test could miss (J)
     aligned: bool = False      # ``a`` is the first run's start, right after ``lead``
     aimed: bool = False        # polled: opened at a phase aimed from observed refreshes
+    stratum: int = -1          # polled: the index of the phase it was aimed at (of the round's evenly spaced ones)
     anchor_a: Anchor | None = None
     anchor_b: Anchor | None = None
     ext_b: float = NAN         # polled: end of the edge-exact integration
+    tail_range: float = 0.0    # polled: range of the readings of the idle after it (W, devices summed)
     anchor_ext: Anchor | None = None
     host_a: dict | None = None
     host_b: dict | None = None

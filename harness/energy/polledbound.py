@@ -1,0 +1,138 @@
+"""The error bound of the polled protocol (:mod:`.polled`), derived from the measurement's own data:
+a 99 % statement — each error source turned into a standard deviation σ (a normal error keeps its σ;
+a σ estimated from n draws takes Student's t(0.995, n) instead of Z), the terms summed in quadrature,
+× Z = 2.576; a bounded term (known up to a range) counts at its full size. The convention of the
+counter path (:func:`harness.energy.counter._trial_energy`).
+
+**Trials verified to tile the update period** (a part-time or uneven reading; K = 8 phases φ_k = u + k/K).
+Trial k's mean power is p̂_k = p_k + a(φ_k) + n_k: the trial's true power, the aliasing of its phase (how
+the reading's window sees the load at that phase: tens of percent for a load locked to the refresh
+rate) and noise independent between trials (the sensor's refresh jitter moving each window and each
+held reading's edges, the sampler locating each refresh, each trial's aim, runs of varying length).
+The estimate is the mean over trials. With K = 2 P/W phases (25 ms of every 100 ms: K = 8) the even
+phases (0, 2, 4, 6) tile the period on their own, and so do the odd ones: each half's aliasing sums to
+zero, so its mean A (B) is the true power plus the mean of its own trials' noise. The halves' noise is
+independent and alike, so (A + B)/2 − p and d = (A − B)/2 have the same distribution, independently:
+
+    σ²(estimate) = E[d²]     — d, the split-half difference, is one draw of the estimate's noise.
+
+One draw alone supports a 99 % statement only with t(0.995, 1) = 63.7, so d is pooled, relative to the
+estimate, over the meter's stratified measurements on this sensor (this one and up to ``POOL − 1``
+before it): σ² = mean d², with t(0.995, n) for n pooled. A cell's first measurements therefore state
+wide bounds (n = 1: 63.7 σ; n = 3: 5.8 σ; n = 10: 3.2 σ); median bound ÷ median error cannot come
+below t(0.995, n) × 0.97 ÷ 0.674 (≈ 5 at n = 7, 4.4 at n = 15) even where σ is exact. Each trial of a
+round yields no further draw: cutting trials into pieces puts the halves' different attribution of
+the energy near each cut (several % of a piece) into the pieces' differences.
+
+Where d says more than the estimate's noise (on the safe side): the halves do not tile exactly (a window
+that is not a multiple of P/4: the H200's 117 ms on 100 ms — the halves' aliasing is large and opposite,
+the whole round's small); the trials' true powers differ (a load riding on an idle that wanders): the
+halves run in the order A B B A B A A B (Thue–Morse, ``STRATA``), so a drift linear or quadratic in time
+is the same in both and leaves d, a faster one stays in it.
+
+What d cannot see is what the two halves share: where the phases sit (both are placed from one fitted
+refresh grid). Each phase is known to ± σ_φ (a third of :func:`phase_of`'s three-standard-error figure);
+moving phase j by σ_φ moves trial j's power by its slope against phase (from the neighbouring phases'
+powers): σ_tile² = Σ_j (slope_j σ_φ,j / P)² / K². The measured gaps off 1/K are a first-order error
+known up to its sign (Σ_j (gap_j − 1/K)(p_j − p̄)): at full size.
+
+**Every instant seen** (a window of whole updates): a t-interval over trials, or one trial's readings'
+noise. **Phases not verified** (no counter, repeats exhausted): the t-interval over trials plus the
+aliasing a part-time reading can suffer (the unseen share × idle to the power limit), added whole.
+Always, in quadrature (:func:`.polled.reading`): the post-work idle over the extensions (the idle
+tracker's 99 % figure, and half the range of the readings that saw only the extension's idle) and the
+run-time weighting (equal weights per trial against time weights, at full size).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import weakref
+
+from harness.energy.hardware import unevenness
+from harness.energy.idle import Z, quantile
+from harness.energy.phases import covers_period, fit_grid, largest_gap, phase_of
+
+NAN = math.nan
+# the order in which a round visits its 8 phases: even indices (half A) and odd ones (half B) in the Thue–Morse
+# pattern A B B A B A A B — both halves' mean time and mean squared time are equal
+STRATA = (0, 1, 3, 2, 5, 4, 6, 7)
+POOL = 30     # stratified measurements whose split-half differences are pooled (the latest ones)
+UNEVEN = 0.01  # readings weighing instants more unevenly than this are phase-shifted (aliasing a periodic load)
+_SPLITS: "weakref.WeakKeyDictionary[object, list[float]]" = weakref.WeakKeyDictionary()
+
+
+def pooled_split(state, d: float) -> tuple[float, int]:
+    """Add this measurement's relative split-half difference; the pooled σ (RMS) and its degrees of
+    freedom over the latest ``POOL`` of this meter's measurements."""
+    history = _SPLITS.setdefault(state, [])
+    history.append(d)
+    del history[:-POOL]
+    return math.sqrt(sum(x * x for x in history) / len(history)), len(history)
+
+
+def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> dict:
+    """The statistical, aliasing and run-time terms of the polled bound (each a 99 % figure, relative),
+    and the phases' facts (module docstring)."""
+    power = state.primary
+    period, window = state.update_period(power), state.power_window(power)
+    part = min(1.0, window / period) if window is not None and math.isfinite(period) else NAN
+    unseen = unevenness(window, period)  # the unseen share, or how unevenly a longer window weighs instants
+    k, total_s = len(trials), sum(seconds)
+    out = {"stat": 0.0, "alias": 0.0, "runtime": 0.0, "gap": NAN, "verified": None, "basis": ""}
+    if not finite:
+        return {**out, "stat": NAN}
+    # one trial's readings: their scatter over the unseen share (the readings' noise), ≈ 99 %
+    sampling = Z * math.sqrt(sum((cv * math.sqrt(unseen / n) * p) ** 2 for (cv, n), p in zip(stats, powers))) / (
+        k * mean_p)
+    t_interval = quantile(k - 1) * statistics.stdev(powers) / math.sqrt(k) / mean_p if k > 1 else NAN
+    out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
+    if math.isfinite(part) and part >= 1 and unseen <= UNEVEN:  # every instant seen, evenly enough
+        stat = max(t_interval if math.isfinite(t_interval) else 0.0, sampling)
+        return {**out, "stat": stat, "basis": f"full coverage; t-interval over {k} trials / readings' noise "
+                f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
+                f"(windows overlapping unevenly: {unseen:.3f})"}
+    ref_period = fit_grid(refreshes, period, 1e-3).period
+    phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
+    out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
+                                                                 min(window, period), ref_period))
+    if all(math.isfinite(p) for p, _ in phases):
+        out["gap"] = largest_gap([p for p, _ in phases])
+    if out["verified"] and k >= 4 and k % 2 == 0:
+        return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period)}
+    # the unseen fraction of each period could have drawn anything from idle to the power limit
+    idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
+    limit = state.power_limit_w()
+    ceiling = max(limit - mean_p, mean_p - idle_w) / mean_p if math.isfinite(limit) and mean_p > 0 else 1.0
+    stat = t_interval if math.isfinite(t_interval) else sampling
+    what = "t-interval over trials" if math.isfinite(t_interval) else "readings noise"
+    return {**out, "stat": stat, "alias": unseen * ceiling,
+            "basis": f"{what} {100 * stat:.2f} % + aliasing of a part-time reading {100 * unseen * ceiling:.1f} % "
+                     "(trial phases not known to tile the update period)"}
+
+
+def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
+                ref_period: float) -> dict:
+    """Split-half noise (pooled) and the phases' shared uncertainty, for trials that tile the period."""
+    k = len(powers)
+    halves = [[p for t, p in zip(trials, powers) if t.stratum % 2 == h] for h in (0, 1)]
+    if min(map(len, halves)) == 0:
+        halves = [powers[0::2], powers[1::2]]
+    d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p
+    split, dof = pooled_split(state, d)
+    order = sorted(range(k), key=lambda i: phases[i][0])
+    m = [powers[i] for i in order]
+    gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
+    known = abs(sum((g - 1 / k) * (m[j] - mean_p) for j, g in enumerate(gaps))) / mean_p
+    slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
+    tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
+    stat = math.sqrt((quantile(dof) * split) ** 2 + (Z * tile) ** 2 + known ** 2)
+    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: split-half noise σ "
+            f"{100 * split:.3f} % (even against odd phases, pooled over {dof} measurement(s), this one "
+            f"{100 * d:.3f} %), phases' uncertainty σ {100 * tile:.3f} %, gaps off 1/{k} {100 * known:.3f} %"}
+
+
+def strata(k: int, phases: int) -> int:
+    """The phase index (of ``phases`` evenly spaced) trial ``k`` of a round is aimed at: for 8 phases in the
+    order ``STRATA`` (drift leaves the split-half difference), else in turn."""
+    return STRATA[k % 8] if phases == len(STRATA) else k % phases
