@@ -227,15 +227,16 @@ def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlie
 
 def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple[float, float]], float]:
     """Per trial: energy over [a, ext_b] minus post-work idle over the extension; the readings'
-    (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J, ≈ 99 %, added over
-    trials: the same idle follows every trial). That is the idle tracker's figure and, where the idle
+    (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J, ≈ 99 %). Two terms:
+    the idle tracker's figure for each extension — the idle's own movement, measured anew in each
+    trial's tail, so independent between trials: in quadrature over trials — and, where the idle
     moves right after work (a P-state stepping down within the extension), half the range of the
-    readings that saw only the extension's idle: the idle subtracted there lies within them (a bounded
-    term, at its full size)."""
+    readings that saw only the extension's idle: the idle subtracted there lies within them, and the
+    same step follows every trial (bounded, at full size, added over trials)."""
     power = state.primary
-    energies, stats, idle_unc_j = [], [], 0.0
+    energies, stats, tracked_sq, moved_j = [], [], 0.0, 0.0
     for trial in trials:
-        idle_unc_j += trial.tail_range / 2 * (trial.ext_b - trial.b)
+        moved_j += trial.tail_range / 2 * (trial.ext_b - trial.b)
         va, vb, ve = (state.values(trial.anchor_a, power), state.values(trial.anchor_b, power),
                       state.values(trial.anchor_ext, power))
         idle_ext = state.idle.edge_energy(trial.b, trial.ext_b)
@@ -248,9 +249,9 @@ def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple
         mean_r = s1 / n if n else NAN
         cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
         stats.append((cv, max(n / state.devices, 1.0)))
-        idle_unc_j += state.idle.edge_uncertainty(trial.b, trial.ext_b) * (trial.ext_b - trial.b)
+        tracked_sq += (state.idle.edge_uncertainty(trial.b, trial.ext_b) * (trial.ext_b - trial.b)) ** 2
         energies.append(energy)
-    return energies, stats, idle_unc_j
+    return energies, stats, math.hypot(math.sqrt(tracked_sq), moved_j)
 
 
 def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], glitch: str | None = None,

@@ -59,16 +59,17 @@ NAN = math.nan
 STRATA = (0, 1, 3, 2, 5, 4, 6, 7)
 POOL = 30     # stratified measurements whose split-half differences are pooled (the latest ones)
 UNEVEN = 0.01  # readings weighing instants more unevenly than this are phase-shifted (aliasing a periodic load)
-_SPLITS: "weakref.WeakKeyDictionary[object, list[float]]" = weakref.WeakKeyDictionary()
+_POOLS: "weakref.WeakKeyDictionary[object, list[tuple[float, int]]]" = weakref.WeakKeyDictionary()
 
 
-def pooled_split(state, d: float) -> tuple[float, int]:
-    """Add this measurement's relative split-half difference; the pooled σ (RMS) and its degrees of
-    freedom over the latest ``POOL`` of this meter's measurements."""
-    history = _SPLITS.setdefault(state, [])
-    history.append(d)
+def pooled(state, variance: float, dof: int) -> tuple[float, int]:
+    """Add this measurement's estimate of its relative noise variance (with its degrees of freedom); the
+    pooled σ and degrees of freedom over the latest ``POOL`` of this meter's measurements."""
+    history = _POOLS.setdefault(state, [])
+    history.append((variance, dof))
     del history[:-POOL]
-    return math.sqrt(sum(x * x for x in history) / len(history)), len(history)
+    total = sum(n for _, n in history)
+    return math.sqrt(sum(v * n for v, n in history) / total), total
 
 
 def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> dict:
@@ -119,7 +120,12 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     if min(map(len, halves)) == 0:
         halves = [powers[0::2], powers[1::2]]
     d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p
-    split, dof = pooled_split(state, d)
+    durations = [x for t in trials for x in t.durations]
+    varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+    if varied:  # runs of varying length scatter each trial's phases: the trials are independent draws
+        split, dof = pooled(state, statistics.variance(powers) / k / mean_p ** 2, k - 1)
+    else:
+        split, dof = pooled(state, d * d, 1)
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
     gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
@@ -127,9 +133,11 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
     tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
     stat = math.sqrt((quantile(dof) * split) ** 2 + (Z * tile) ** 2 + known ** 2)
-    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: split-half noise σ "
-            f"{100 * split:.3f} % (even against odd phases, pooled over {dof} measurement(s), this one "
-            f"{100 * d:.3f} %), phases' uncertainty σ {100 * tile:.3f} %, gaps off 1/{k} {100 * known:.3f} %"}
+    how = ("trials' scatter (runs of varying length)" if varied else f"split-half, even against odd phases, this "
+           f"one {100 * d:.3f} %")
+    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: noise σ {100 * split:.3f} % "
+            f"({how}; pooled, {dof} degrees of freedom), phases' uncertainty σ {100 * tile:.3f} %, gaps off "
+            f"1/{k} {100 * known:.3f} %"}
 
 
 def strata(k: int, phases: int) -> int:

@@ -22,7 +22,7 @@ def _measurement(rng: random.Random, truth: float, noise_w: float) -> tuple[list
     trials, powers = [], []
     for k in range(8):
         stratum = strata(k, 8)
-        trials.append(SimpleNamespace(stratum=stratum))
+        trials.append(SimpleNamespace(stratum=stratum, durations=[2.0, 2.0]))
         powers.append(truth + pattern[stratum] + rng.gauss(0, noise_w))
     return trials, powers
 
