@@ -31,3 +31,25 @@ def test_an_idle_step_after_work_is_not_taken_for_counter_lag():
     s = _summary("idle +60 W for 0.2 s after work", "counter")
     assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, s
     assert s["gross_worst"] < 0.002, s
+
+
+def test_a_polled_part_time_reading_states_a_derived_bound_that_informs():
+    """A100-like 25 ms of every 100 ms, polled only (issue 30.3): the bound was calibrated (readings' noise ÷ K
+    + 2 × tiling) and stated 20× the error. Now it is derived from the trials themselves — the even phases
+    against the odd ones, each half tiling the period, pooled over the cell's measurements with Student's t.
+    The issue's 5× sits at the floor a 99 % statement from a pooled σ allows (t(0.995, n) × 0.97 ÷ 0.674: 5.0
+    at n = 7, 4.4 at n = 15; a cell's first measurements pool fewer): 20 prompts give 4.3-5.4 by seed."""
+    s = _summary("A100 polled-only", "polled", seeds=1, prompts=20)
+    assert s["bound_holds_all"] >= 0.95, s
+    assert s["informs"] <= 6.5, s
+
+
+def test_a_jittered_polled_reading_states_a_bound_that_informs():
+    """±3 ms refresh jitter under a 10 Hz load (issue 30.3: bounds of 61 % for errors of 0.1-0.6 %; then
+    21× the error, calibrated). Derived now: split-half noise plus the phases' measured uncertainty × the
+    trials' slope against phase (the error both halves share). The issue's 5× is not reached in a cell this
+    short (Student's t on the first measurements, and the errors' median at 0.67 σ leave ≈ 5-6×): this pins
+    the derived figure's coverage and keeps it well below the calibrated one."""
+    s = _summary("refresh jitter ±3 ms, 10 Hz load", "polled", seeds=1, prompts=12)
+    assert s["bound_holds_all"] >= 0.95, s
+    assert s["informs"] <= 8.0 and s["bound_median"] <= 0.02, s
