@@ -57,6 +57,7 @@ NAN = math.nan
 # the order in which a round visits its 8 phases: even indices (half A) and odd ones (half B) in the Thue–Morse
 # pattern A B B A B A A B — both halves' mean time and mean squared time are equal
 STRATA = (0, 1, 3, 2, 5, 4, 6, 7)
+YOUNG = 3     # fewer pooled degrees of freedom than this: the calibrated figure where it is the smaller
 POOL = 30     # stratified measurements whose split-half differences are pooled (the latest ones)
 UNEVEN = 0.01  # readings weighing instants more unevenly than this are phase-shifted (aliasing a periodic load)
 _POOLS: "weakref.WeakKeyDictionary[object, list[tuple[float, int]]]" = weakref.WeakKeyDictionary()
@@ -100,7 +101,10 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
     if all(math.isfinite(p) for p, _ in phases):
         out["gap"] = largest_gap([p for p, _ in phases])
     if out["verified"] and k >= 4 and k % 2 == 0:
-        return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period)}
+        jitter = state.sensors[power.name].jitter()
+        counts = [n for _, n in stats]
+        early = _early(trials, powers, phases, mean_p, ref_period, sampling * 2 / Z, part, counts, total_s)
+        return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts), early)}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
     idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
     limit = state.power_limit_w()
@@ -113,31 +117,66 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
 
 
 def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
-                ref_period: float) -> dict:
-    """Split-half noise (pooled) and the phases' shared uncertainty, for trials that tile the period."""
+                ref_period: float, jitter: tuple[float, list[float]] | None = None, early: float = NAN) -> dict:
+    """Noise (the jitter model, else the pooled split-half or trials' scatter) and the phases' shared
+    uncertainty, for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and
+    the readings per trial."""
     k = len(powers)
+    order = sorted(range(k), key=lambda i: phases[i][0])
+    m = [powers[i] for i in order]
+    slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
     halves = [[p for t, p in zip(trials, powers) if t.stratum % 2 == h] for h in (0, 1)]
     if min(map(len, halves)) == 0:
         halves = [powers[0::2], powers[1::2]]
     d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p
+    sigma_j, counts = jitter if jitter is not None else (0.0, [1.0] * k)
+    # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll)
+    ideal = [(phases[i][0] - t.stratum / k) % 1.0 for i, t in enumerate(trials)]
+    u = math.atan2(sum(math.sin(2 * math.pi * x) for x in ideal), sum(math.cos(2 * math.pi * x) for x in ideal))
+    off = [((x - u / (2 * math.pi) + 0.5) % 1.0 - 0.5) * ref_period for x in ideal]  # s
+    model = math.sqrt(sum((s / ref_period) ** 2 * (off[order[j]] ** 2 + sigma_j ** 2 / counts[order[j]])
+                          for j, s in enumerate(slopes))) / (k * mean_p)
     durations = [x for t in trials for x in t.durations]
     varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
     if varied:  # runs of varying length scatter each trial's phases: the trials are independent draws
         split, dof = pooled(state, statistics.variance(powers) / k / mean_p ** 2, k - 1)
     else:
         split, dof = pooled(state, d * d, 1)
+    from scipy.stats import chi2
+
+    if model > 0 and dof * split ** 2 <= chi2.ppf(0.95, dof) * model ** 2:  # d shows no more than the model
+        noise, how = Z * max(model, split), (f"each trial's phase off the grid (aim) and refresh jitter "
+                                             f"{sigma_j * 1e3:.1f} ms × the trials' slope against phase")
+    else:
+        noise, how = quantile(dof) * split, ("trials' scatter (runs of varying length)" if varied else
+                                             "split-half, even against odd phases")
+    tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
+    stat = math.hypot(noise, Z * tile)
+    if dof < YOUNG and not how.startswith("each") and math.isfinite(early) and early < stat:
+        return {"stat": early, "basis": f"{k} phases verified to tile the update period: too few measurements "
+                f"pooled ({dof} degrees of freedom; derived: {100 * stat:.2f} %), the calibrated figure "
+                f"{100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, issue 30's study)"}
+    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
+            f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
+            f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
+
+
+def _early(trials, powers, phases, mean_p, ref_period, sampling, part, counts, total_s) -> float:
+    """The calibrated figure a young pool falls back on (issue 30's study, not derived): the readings' noise
+    ÷ K (÷ √K for an uneven window) + 2 × the tiling mismatch; the full noise for runs of varying length or a
+    sampler that saw < 90 % of the refreshes."""
+    k = len(powers)
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
     gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
-    known = abs(sum((g - 1 / k) * (m[j] - mean_p) for j, g in enumerate(gaps))) / mean_p
-    slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
-    tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
-    stat = math.sqrt((quantile(dof) * split) ** 2 + (Z * tile) ** 2 + known ** 2)
-    how = ("trials' scatter (runs of varying length)" if varied else f"split-half, even against odd phases, this "
-           f"one {100 * d:.3f} %")
-    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: noise σ {100 * split:.3f} % "
-            f"({how}; pooled, {dof} degrees of freedom), phases' uncertainty σ {100 * tile:.3f} %, gaps off "
-            f"1/{k} {100 * known:.3f} %"}
+    tiling = sum(abs(g - 1 / k) * abs(m[j] - mean_p) for j, g in enumerate(gaps))
+    tiling += math.sqrt(sum(((abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k
+                             * phases[order[j]][1] / ref_period / k) ** 2 for j in range(k)))
+    durations = [d for t in trials for d in t.durations]
+    varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+    seen = sum(counts) / max(total_s / ref_period, 1.0)
+    cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 and not varied else 1.0
+    return sampling / cancel + (2 if cancel > 1 else 1) * tiling / mean_p
 
 
 def strata(k: int, phases: int) -> int:
