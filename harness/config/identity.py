@@ -41,7 +41,7 @@ from typing import Any, Mapping
 from harness.errors import ConfigError
 
 IDENTITY_VERSION = 2  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
-VERSIONS = (1, 2)  # every identity version a stored cell may have (the pinned ids of each: tests/config/test_identity.py)
+VERSIONS = (1, 2)  # every identity version a stored cell may have (pinned ids of each: tests/config/test_identity.py)
 VERSION_KEY = "identity_version"  # in each summary.json (absent: 1)
 
 # dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)
@@ -109,7 +109,7 @@ def _layout(cfg: Mapping[str, Any], version: int | None) -> dict:
     if version not in VERSIONS:
         raise ValueError(f"identity version {version!r} is unknown to this release (known: {VERSIONS})")
     if version == 1:
-        from harness.config.legacy import layout_0_2  # cells measured under identity version 1 only
+        from harness.config.legacy import layout_0_2  # ids of cells measured by release 0.2/0.3; comparisons
 
         return layout_0_2(cfg)
     return copy.deepcopy(dict(cfg))
