@@ -288,7 +288,7 @@ def _fit(cfg: Mapping[str, Any], plan, task, examples: list, cache: _Cache, add,
 def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
     """A finished cell at this id must have been measured under this identity, unless ``force`` names it; a
     cell whose files fail verification is repaired on its own when it runs (a warning, not a problem)."""
-    from harness.run.cell import every_id, forced, prepare_cell, verified_state
+    from harness.run.cell import forced, prepare_cell, verified_state
 
     try:
         labelled, cid, cell_dir = prepare_cell(cfg, results_dir)
@@ -301,7 +301,7 @@ def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
     if not (cell_dir / identity.SUMMARY).is_file():
         return
     state, detail = verified_state(cell_dir, labelled)
-    ids = every_id(labelled, cid)
+    ids = identity.known_ids(labelled)  # force= names the cell by any of its ids
     if state == "conflict" and not forced(cfg.get("force"), ids, state):
         add("results_dir", detail)
     elif state == "corrupt" and not forced(cfg.get("force"), ids, state):

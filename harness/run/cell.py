@@ -244,12 +244,6 @@ def verified_state(cell_dir: Path, cfg: Mapping[str, Any]) -> tuple[str, str]:
     return "done", ""
 
 
-def every_id(cfg: Mapping[str, Any], cid: str) -> list[str]:
-    """``cid`` (the id a cell has in its results folder) and every other id of its config
-    (:func:`identity.known_ids`): the names ``force=`` may give it."""
-    return list(dict.fromkeys([cid, *identity.known_ids(cfg)]))
-
-
 def forced(force: Any, cid: str | Sequence[str], state: str) -> bool:
     """Whether ``force`` reruns cell ``cid`` (in ``state``) from scratch: ``true`` every cell; ``corrupt``
     the cells that fail verification or conflict; a cell id, or a list of them, those cells. ``cid`` may be every id

@@ -229,9 +229,9 @@ def task_main(argv: list[str]) -> int:
 
 def merge(sources: list[Path], dest: Path) -> dict[str, int]:
     """Copy every finished cell whose records match its summary's checksum from ``sources`` into
-    ``dest``; cells already finished there are left alone. Each cell is copied under its lock in
-    ``dest``, records first and the summary last (both atomic renames), so concurrent mergers and
-    readers never see a torn row or a summary without its records."""
+    ``dest``; cells already finished there are left alone (under any of their ids: :func:`present_as`). Each cell is
+    copied under its lock in ``dest``, records first and the summary last (both atomic renames), so concurrent
+    mergers and readers never see a torn row or a summary without its records."""
     counts = {"merged": 0, "present": 0, "skipped_unfinished": 0, "skipped_corrupt": 0, "busy": 0}
     for src in sources:
         for cell in sorted((Path(src) / "cells").glob("*")):
