@@ -18,23 +18,32 @@ independent and alike, so (A + B)/2 − p and d = (A − B)/2 have the same dist
 
 One draw alone supports a 99 % statement only with t(0.995, 1) = 63.7, so d is pooled, relative to the
 estimate, over the meter's stratified measurements on this sensor (this one and up to ``POOL − 1``
-before it): σ² = mean d², with t(0.995, n) for n pooled. A cell's first measurements therefore state
-wide bounds (n = 1: 63.7 σ; n = 3: 5.8 σ; n = 10: 3.2 σ); median bound ÷ median error cannot come
-below t(0.995, n) × 0.97 ÷ 0.674 (≈ 5 at n = 7, 4.4 at n = 15) even where σ is exact. Each trial of a
+before it): σ² = mean d², with t(0.995, n) for n pooled (n = 1: 63.7 σ; n = 3: 5.8 σ; n = 10: 3.2 σ).
+Until n = ``YOUNG`` the earlier calibrated figure (readings' noise ÷ K + 2 × the tiling mismatch, set on
+issue 30's study; :func:`_early`) is stated where it is the smaller, and the basis says so. Median
+bound ÷ median error cannot come below t(0.995, n) × 0.97 ÷ 0.674 (≈ 5 at n = 7, 4.4 at n = 15) even
+where σ is exact. Each trial of a
 round yields no further draw: cutting trials into pieces puts the halves' different attribution of
 the energy near each cut (several % of a piece) into the pieces' differences.
 
 Where d says more than the estimate's noise (on the safe side): the halves do not tile exactly (a window
-that is not a multiple of P/4: the H200's 117 ms on 100 ms — the halves' aliasing is large and opposite,
-the whole round's small); the trials' true powers differ (a load riding on an idle that wanders): the
+that is not a multiple of their spacing 2P/K: the H200's 117 ms on 100 ms — the halves' aliasing is large
+and opposite, the whole round's small; there the calibrated figure below is stated where smaller, and
+the basis says so); the trials' true powers differ (a load riding on an idle that wanders): the
 halves run in the order A B B A B A A B (Thue–Morse, ``STRATA``), so a drift linear or quadratic in time
 is the same in both and leaves d, a faster one stays in it.
 
+**A model of the noise, where d agrees with it.** Two of the noise's sources are measured: each
+trial's phase off the ideal grid u + s/K (where its aim landed: ± half a poll; u fitted to all K), ε_j,
+and the sensor's refresh jitter σ_J (RMS about the fitted grid), which moves each of trial j's N_j
+windows independently. Either moves trial j's power by its slope against phase g_j (W per period, from
+the neighbouring phases' powers): σ_j² = (g_j / P)² (ε_j² + σ_J² / N_j), σ_model² = Σ_j σ_j² / K².
+Where the pooled d² is not significantly above σ_model² (χ²(n) at 95 %, the counter path's F-test
+convention), σ = max(σ_model, pooled σ) is taken as known: × Z, no t.
+
 What d cannot see is what the two halves share: where the phases sit (both are placed from one fitted
 refresh grid). Each phase is known to ± σ_φ (a third of :func:`phase_of`'s three-standard-error figure);
-moving phase j by σ_φ moves trial j's power by its slope against phase (from the neighbouring phases'
-powers): σ_tile² = Σ_j (slope_j σ_φ,j / P)² / K². The measured gaps off 1/K are a first-order error
-known up to its sign (Σ_j (gap_j − 1/K)(p_j − p̄)): at full size.
+moving phase j by σ_φ moves trial j's power by g_j σ_φ / P: σ_tile² = Σ_j (g_j σ_φ,j / P)² / K², × Z.
 
 **Every instant seen** (a window of whole updates): a t-interval over trials, or one trial's readings'
 noise. **Phases not verified** (no counter, repeats exhausted): the t-interval over trials plus the
@@ -104,7 +113,10 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
         jitter = state.sensors[power.name].jitter()
         counts = [n for _, n in stats]
         early = _early(trials, powers, phases, mean_p, ref_period, sampling * 2 / Z, part, counts, total_s)
-        return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts), early)}
+        spacing = 2 * period / k  # the phases of one half: they tile where the window is a multiple of it
+        tiles = abs((window % period) / spacing - round((window % period) / spacing)) < 0.05
+        return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts),
+                                     early, tiles)}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
     idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
     limit = state.power_limit_w()
@@ -117,7 +129,8 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
 
 
 def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
-                ref_period: float, jitter: tuple[float, list[float]] | None = None, early: float = NAN) -> dict:
+                ref_period: float, jitter: tuple[float, list[float]] | None = None, early: float = NAN,
+                tiles: bool = True) -> dict:
     """Noise (the jitter model, else the pooled split-half or trials' scatter) and the phases' shared
     uncertainty, for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and
     the readings per trial."""
@@ -152,10 +165,13 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
                                              "split-half, even against odd phases")
     tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
     stat = math.hypot(noise, Z * tile)
-    if dof < YOUNG and not how.startswith("each") and math.isfinite(early) and early < stat:
-        return {"stat": early, "basis": f"{k} phases verified to tile the update period: too few measurements "
-                f"pooled ({dof} degrees of freedom; derived: {100 * stat:.2f} %), the calibrated figure "
-                f"{100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, issue 30's study)"}
+    if (dof < YOUNG or not tiles) and not how.startswith("each") and math.isfinite(early) and early < stat:
+        why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles else
+               "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
+               "holds the halves' own aliasing")
+        return {"stat": early, "basis": f"{k} phases verified to tile the update period: {why}; derived: "
+                f"{100 * stat:.2f} %), the calibrated figure {100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, "
+                "issue 30's study)"}
     return {"stat": stat, "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
             f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
             f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
