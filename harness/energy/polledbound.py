@@ -114,11 +114,10 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
     if out["verified"] and k >= 4 and k % 2 == 0:
         jitter = state.sensors[power.name].jitter()
         counts = [n for _, n in stats]
-        early = _early(trials, powers, phases, mean_p, ref_period, sampling * 2 / Z, part, counts, total_s)
         spacing = 2 * period / k  # the phases of one half: they tile where the window is a multiple of it
         tiles = abs((window % period) / spacing - round((window % period) / spacing)) < 0.05
         return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts),
-                                     early, tiles)}
+                                     (sampling * 2 / Z, part, total_s), tiles)}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
     idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
     limit = state.power_limit_w()
@@ -131,11 +130,11 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
 
 
 def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
-                ref_period: float, jitter: tuple[float, list[float]] | None = None, early: float = NAN,
-                tiles: bool = True) -> dict:
-    """Noise (the jitter model, else the pooled split-half or trials' scatter) and the phases' shared
-    uncertainty, for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and
-    the readings per trial."""
+                ref_period: float, jitter: tuple[float, list[float]] | None = None,
+                calibrated: tuple[float, float, float] | None = None, tiles: bool = True) -> dict:
+    """Noise (the model, else the pooled split-half or trials' scatter) and the phases' shared uncertainty,
+    for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and the readings per
+    trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`."""
     k = len(powers)
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
@@ -167,6 +166,8 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
                                              "split-half, even against odd phases")
     tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
     stat = math.hypot(noise, Z * tile)
+    early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
+                   calibrated) if calibrated is not None else NAN
     if (dof < YOUNG or not tiles) and not how.startswith("each") and math.isfinite(early) and early < stat:
         why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles else
                "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
@@ -179,19 +180,18 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
             f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
 
 
-def _early(trials, powers, phases, mean_p, ref_period, sampling, part, counts, total_s) -> float:
-    """The calibrated figure a young pool falls back on (issue 30's study, not derived): the readings' noise
-    ÷ K (÷ √K for an uneven window) + 2 × the tiling mismatch; the full noise for runs of varying length or a
-    sampler that saw < 90 % of the refreshes."""
-    k = len(powers)
-    order = sorted(range(k), key=lambda i: phases[i][0])
-    m = [powers[i] for i in order]
-    gaps = [((phases[order[(j + 1) % k]][0] - phases[order[j]][0]) % 1.0) for j in range(k)]
+def _early(m: list[float], slopes: list[float], phases: list[tuple[float, float]], mean_p: float,
+           ref_period: float, varied: bool, counts: list[float], calibrated: tuple[float, float, float]) -> float:
+    """The calibrated figure (issue 30's study, not derived) a young pool or halves that do not tile fall back
+    on: the readings' noise ÷ K (÷ √K for a window longer than the update) + 2 × the tiling mismatch (gaps
+    off 1/K × the trials' deviation, and each phase's uncertainty × its slope); the full noise for runs of
+    varying length or a sampler that saw < 90 % of the refreshes. ``m``, ``slopes``, ``phases`` in phase
+    order."""
+    sampling, part, total_s = calibrated
+    k = len(m)
+    gaps = [((phases[(j + 1) % k][0] - phases[j][0]) % 1.0) for j in range(k)]
     tiling = sum(abs(g - 1 / k) * abs(m[j] - mean_p) for j, g in enumerate(gaps))
-    tiling += math.sqrt(sum(((abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k
-                             * phases[order[j]][1] / ref_period / k) ** 2 for j in range(k)))
-    durations = [d for t in trials for d in t.durations]
-    varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+    tiling += math.sqrt(sum((s * phases[j][1] / ref_period / k) ** 2 for j, s in enumerate(slopes)))
     seen = sum(counts) / max(total_s / ref_period, 1.0)
     cancel = (k if part < 1 else math.sqrt(k)) if seen >= 0.9 and not varied else 1.0
     return sampling / cancel + (2 if cancel > 1 else 1) * tiling / mean_p
