@@ -38,7 +38,7 @@ trial's phase off the ideal grid u + s/K (where its aim landed: ± half a poll; 
 and the sensor's refresh jitter σ_J (RMS about the fitted grid), which moves each of trial j's N_j
 windows independently. Either moves trial j's power by its slope against phase g_j (W per period, from
 the neighbouring phases' powers): σ_j² = (g_j / P)² (ε_j² + σ_J² / N_j), σ_model² = Σ_j σ_j² / K².
-Where n ≥ ``YOUNG`` and the pooled d² is not significantly above σ_model² (χ²(n) at 95 %, the counter
+Where the halves tile, n ≥ ``YOUNG`` and the pooled d² is not significantly above σ_model² (χ²(n) at 95 %, the counter
 path's F-test convention), σ = max(σ_model, pooled σ) is taken as known: × Z, no t. (With n = 1 the test
 has no power: a single d twice the model's passes it, and the model misses noise — an unverified round's
 reading held 0.08 % against a 0.05 % statement.)
@@ -158,7 +158,7 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
         split, dof = pooled(state, d * d, 1)
     from scipy.stats import chi2
 
-    if model > 0 and dof >= YOUNG and dof * split ** 2 <= chi2.ppf(0.95, dof) * model ** 2:  # d agrees
+    if tiles and model > 0 and dof >= YOUNG and dof * split ** 2 <= chi2.ppf(0.95, dof) * model ** 2:  # d agrees
         noise, how = Z * max(model, split), (f"each trial's phase off the grid (aim) and refresh jitter "
                                              f"{sigma_j * 1e3:.1f} ms × the trials' slope against phase")
     else:
