@@ -20,8 +20,12 @@ One draw alone supports a 99 % statement only with t(0.995, 1) = 63.7, so d is p
 estimate, over the meter's stratified measurements on this sensor (this one and up to ``POOL − 1``
 before it): σ² = mean d², with t(0.995, n) for n pooled (n = 1: 63.7 σ; n = 3: 5.8 σ; n = 10: 3.2 σ); the
 measurements of a cell differ (prompts of 6 or 12 s), so σ is never taken below this one's own |d|.
-Until n = ``YOUNG`` the earlier calibrated figure (readings' noise ÷ K + 2 × the tiling mismatch, set on
-issue 30's study; :func:`_early`) is stated where it is the smaller, and the basis says so. Median
+The earlier calibrated figure (readings' noise ÷ K + 2 × the tiling mismatch, set on issue 30's study;
+:func:`_early`) is stated wherever it is the smaller — always until n = ``YOUNG``, and after it where d keeps what
+is not the estimate's noise (below) — and the basis says so, with the derived figure beside it. The smaller of two
+statements misses only where one of them misses: at most the sum of their miss rates (Bonferroni), and each held on
+every prompt of every row of the study; where the model's floor (below) is above the calibrated figure the floor is
+stated. Median
 bound ÷ median error cannot come below t(0.995, n) × 0.97 ÷ 0.674 (≈ 5 at n = 7, 4.4 at n = 15) even
 where σ is exact. Each trial of a
 round yields no further draw: cutting trials into pieces puts the halves' different attribution of
@@ -166,8 +170,10 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     stat = math.hypot(noise, Z * tile)
     early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
                    calibrated) if calibrated is not None else NAN
-    if (dof < YOUNG or not tiles) and not how.startswith("each") and math.isfinite(early) and early < stat:
-        why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles else
+    if not how.startswith("each") and math.isfinite(early) and early < stat:
+        why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles and dof < YOUNG else
+               "the calibrated figure is the smaller (a drift or uneven runs the split-half keeps: the smaller of "
+               "two statements, each held on the study's every row" if tiles else
                "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
                "holds the halves' own aliasing")
         return {"stat": early, "basis": f"{k} phases verified to tile the update period: {why}; derived: "
