@@ -104,3 +104,94 @@ def verify_layer(p_beam: torch.Tensor, q_beam: torch.Tensor, candidates: torch.T
         fill += sample(p_beam, generator, width - len(accepted) - 1).tolist()
     outcomes = torch.tensor(accepted + fill, device=p_beam.device)
     return VerifiedLayer(outcomes, slots + [-1] * len(fill), False)
+
+
+# ------------------------------------------------------------------ the same rules in row form, on the device
+# The functions above are the definitions (host loops over Python floats: one device read per draft). Those below
+# compute the same quantities with tensor operations only and static shapes, so that a decoder verifies a whole
+# forest without reading a device value (issue 28 item 2); tests/primitives/test_beam_verify_rows.py holds each to
+# its definition.
+
+
+def residual_chain(p_beam: torch.Tensor, q_beam: torch.Tensor, n: int) -> torch.Tensor:
+    """(n + 1, N): p_1 = p_beam, p_{j+1} = norm(max(p_j − q_beam, 0)) — Eq. 4's chain. It is also the verification's
+    p' after r rejections in a row since the last acceptance (p' resets to p_beam on acceptance): p' = chain[r]."""
+    rows = [p_beam]
+    for _ in range(n):
+        rows.append(residual(rows[-1], q_beam))
+    return torch.stack(rows)
+
+
+def rates_of_chain(chain: torch.Tensor, q_beam: torch.Tensor) -> torch.Tensor:
+    """α_1..α_n (float64) of :func:`acceptance_rates` from its :func:`residual_chain` (n + 1 rows)."""
+    return torch.minimum(chain[:-1], q_beam).sum(-1).clamp(0.0, 1.0).double()
+
+
+def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
+    """(n + 1, n + 1): row m is :func:`acceptance_count_distribution` of the first m rates (zeros past k = m)."""
+    n = alphas.numel()
+    none = torch.cat([torch.ones(1, dtype=alphas.dtype, device=alphas.device), torch.cumprod(1.0 - alphas, 0)])
+    first = alphas * none[:-1]  # P~(·, i), Eq. 3
+    rows = [torch.nn.functional.one_hot(torch.zeros((), dtype=torch.long, device=alphas.device), n + 1).to(alphas)]
+    for m in range(1, n + 1):  # P(m, k) = Σ_i P~(·, i) P(m − i, k − 1); P(m, 0) = Π (1 − α_j)
+        shifted = first[:m] @ torch.stack(rows[::-1])
+        rows.append(torch.cat([none[m:m + 1], shifted[:-1]]))
+    return torch.stack(rows)
+
+
+def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, min_width: int) -> torch.Tensor:
+    """:func:`dynamic_width` from P(m, ·) (``counts``, padded with zeros past k = m) and m: a () long tensor."""
+    k = torch.arange(counts.numel(), device=counts.device)
+    at_least = 1.0 - (torch.cumsum(counts, 0) - counts)
+    ok = (at_least >= threshold - 1e-12) & (k <= m)
+    return (k * ok).max().clamp_min(min_width)
+
+
+@dataclass
+class RowVerdict:
+    """:class:`VerifiedLayer` padded to ``size`` output slots, on the device: slots ≥ ``width`` are unused.
+    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count."""
+
+    outcomes: torch.Tensor
+    draft: torch.Tensor
+    accepted: torch.Tensor
+    passed: torch.Tensor
+
+
+def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: torch.Tensor, survivor: torch.Tensor,
+                      width: torch.Tensor, size: int, generator: torch.Generator | None) -> RowVerdict:
+    """:func:`verify_layer` without host reads. ``candidates`` (n,) are the layer's drafts as outcomes, tested in
+    order where ``survivor`` (the others are skipped); ``chain`` is :func:`residual_chain` of (p_beam, q_beam) with
+    n + 1 rows; ``width`` a () long tensor ≤ ``size``. The sequential test is a scan over the states (run of
+    rejections r, accepted count c): draft j's decision at every state is computed at once (p' = chain[r], the
+    same test min(1, p'/q_beam) in float64 as the host's), then the scan is one lookup per draft. Random stream: n
+    uniforms, one draw from p', ``size`` − 1 from p_beam (the host draws only what it uses: same law)."""
+    n, dev = candidates.numel(), candidates.device
+    states = (n + 1) * (n + 1)
+    run, count = torch.arange(states, device=dev) % (n + 1), torch.arange(states, device=dev) // (n + 1)
+    u = torch.rand(n, generator=generator, device=dev).double()
+    qx = q_beam[candidates].double()
+    ratio = torch.where(qx[:, None] > 0, chain[:, candidates].T.double() / qx[:, None].clamp_min(1e-300), 0.0)
+    ok = (qx[:, None] > 0) & (u[:, None] < ratio.clamp(max=1.0))  # (n, r): draft j accepted after r rejections
+    active = survivor[:, None] & (count < width)[None]  # (n, states)
+    accept = active & ok[:, run]
+    nxt = torch.where(accept, count[None] + 1, count[None]) * (n + 1) + torch.where(
+        accept, 0, torch.where(active, run[None] + 1, run[None]))
+    state = torch.zeros(1, dtype=torch.long, device=dev)
+    trail = [state]
+    for j in range(n):
+        state = nxt[j].index_select(0, state)
+        trail.append(state)
+    counts = torch.cat(trail) // (n + 1)
+    acc, accepted, last_run = counts[1:] > counts[:-1], counts[-1], trail[-1] % (n + 1)
+    slot = torch.where(acc, torch.cumsum(acc, 0) - 1, size)  # accepted drafts in order; the rest to a dump slot
+    k = torch.arange(size, device=dev)
+    acc_out = torch.zeros(size + 1, dtype=torch.long, device=dev).scatter_(0, slot, candidates)[:size]
+    acc_draft = torch.full((size + 1,), -1, dtype=torch.long, device=dev).scatter_(
+        0, slot, torch.arange(n, device=dev))[:size]
+    fills = sample(chain.index_select(0, last_run)[0], generator)
+    if size > 1:
+        fills = torch.cat([fills, sample(chain[0], generator, size - 1)])
+    taken = k < accepted
+    outcomes = torch.where(taken, acc_out, fills[(k - accepted).clamp(0, size - 1)])
+    return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width)

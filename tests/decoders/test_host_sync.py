@@ -56,7 +56,7 @@ BUDGETS = {
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
     ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
     ("lookahead", "sampling"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
-    ("dsbd", "sampling"): ("round", 52, "a beam forest per round: per-beam bookkeeping and tree rollback on the host (not reduced this session)"),
+    ("dsbd", "sampling"): ("round", 1, "one read per iteration, its outcome's summary (steps, output beams, widths, the committed tokens): the forest in fixed slots (harness.primitives.forest), Algorithm 1 on the device (harness.primitives.forest_verify); with stop strings the beams' tokens are read too"),
 }
 CASES = [(m, d) for m in sorted(registry()) for d in registry()[m].decodings]
 
