@@ -226,7 +226,7 @@ class DSBD(Decoder[DSBDParams]):
         p = self.params
         rule = ForestRule(p.warp, self.eos_sentinel, p.draft_width, p.width, p.threshold, p.min_width,
                           p.memory_constrained)
-        front = Frontier.of_inputs(beams.logp, beams.finished, beams.length, forest.root_logp, rule.slots)
+        front = Frontier.of_inputs(beams.logp, beams.finished, beams.length, forest.root_logp)
         return verify_forest(front, forest.layers, rule, generator)
 
     # ---------------------------------------------------------------- 4. keep caches of the output beams

@@ -11,6 +11,7 @@ is P(output = x) = p_beam(x) (Theorem 3.1). We implement what the proof requires
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -128,15 +129,26 @@ def rates_of_chain(chain: torch.Tensor, q_beam: torch.Tensor) -> torch.Tensor:
 
 
 def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
-    """(n + 1, n + 1): row m is :func:`acceptance_count_distribution` of the first m rates (zeros past k = m)."""
+    """(n + 1, n + 1): row m is :func:`acceptance_count_distribution` of the first m rates (zeros past k = m).
+
+    Column k is L^k · none, with none[m] = Π_{j ≤ m} (1 − α_j) = P(m, 0) and L[m, m'] = P~(·, m − m') (Eq. 3) below
+    the diagonal: Eq. 2's P(m, k) = Σ_i P~(·, i) P(m − i, k − 1) is one product per column."""
     n = alphas.numel()
-    none = torch.cat([torch.ones(1, dtype=alphas.dtype, device=alphas.device), torch.cumprod(1.0 - alphas, 0)])
+    none = torch.cat([alphas.new_ones(1), torch.cumprod(1.0 - alphas, 0)])
     first = alphas * none[:-1]  # P~(·, i), Eq. 3
-    rows = [torch.nn.functional.one_hot(torch.zeros((), dtype=torch.long, device=alphas.device), n + 1).to(alphas)]
-    for m in range(1, n + 1):  # P(m, k) = Σ_i P~(·, i) P(m − i, k − 1); P(m, 0) = Π (1 − α_j)
-        shifted = first[:m] @ torch.stack(rows[::-1])
-        rows.append(torch.cat([none[m:m + 1], shifted[:-1]]))
-    return torch.stack(rows)
+    lag = _lags(n + 1, str(alphas.device))
+    lower = torch.where(lag >= 0, first[lag.clamp(0, max(n - 1, 0))], 0.0) if n else alphas.new_zeros(1, 1)
+    columns = [none]
+    for _ in range(n):
+        columns.append(lower @ columns[-1])
+    return torch.stack(columns, dim=1)
+
+
+@lru_cache(maxsize=32)
+def _lags(size: int, device: str) -> torch.Tensor:
+    """(size, size) long: row − column − 1 (the index of P~ in the lower-triangular Toeplitz matrix of Eq. 2)."""
+    i = torch.arange(size, device=device)
+    return i[:, None] - i[None, :] - 1
 
 
 def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, min_width: int) -> torch.Tensor:
@@ -145,6 +157,17 @@ def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, 
     at_least = 1.0 - (torch.cumsum(counts, 0) - counts)
     ok = (at_least >= threshold - 1e-12) & (k <= m)
     return (k * ok).max().clamp_min(min_width)
+
+
+@lru_cache(maxsize=32)
+def _scan_constants(n: int, size: int, device: str) -> tuple[torch.Tensor, ...]:
+    """The scan's states (r, c) ↦ c·(n + 1) + r: r and c per state, the next state after a rejection (r + 1) and
+    after an acceptance (r = 0, c + 1), the state itself, and 0..max(n, size) − 1."""
+    state = torch.arange((n + 1) * (n + 1), device=device)
+    run, count = state % (n + 1), state // (n + 1)
+    stay = count * (n + 1) + (run + 1).clamp_max(n)
+    move = (count + 1).clamp_max(n) * (n + 1)
+    return run, count, stay, move, state, torch.arange(max(n, size), device=device)
 
 
 @dataclass
@@ -167,16 +190,14 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     same test min(1, p'/q_beam) in float64 as the host's), then the scan is one lookup per draft. Random stream: n
     uniforms, one draw from p', ``size`` − 1 from p_beam (the host draws only what it uses: same law)."""
     n, dev = candidates.numel(), candidates.device
-    states = (n + 1) * (n + 1)
-    run, count = torch.arange(states, device=dev) % (n + 1), torch.arange(states, device=dev) // (n + 1)
+    run, count, stay, move, same, slots = _scan_constants(n, size, str(dev))
     u = torch.rand(n, generator=generator, device=dev).double()
-    qx = q_beam[candidates].double()
-    ratio = torch.where(qx[:, None] > 0, chain[:, candidates].T.double() / qx[:, None].clamp_min(1e-300), 0.0)
-    ok = (qx[:, None] > 0) & (u[:, None] < ratio.clamp(max=1.0))  # (n, r): draft j accepted after r rejections
-    active = survivor[:, None] & (count < width)[None]  # (n, states)
+    qx = q_beam[candidates].double()[:, None]
+    ratio = chain[:, candidates].T.double() / qx  # inf or nan where q_beam = 0: never accepted below
+    ok = (u[:, None] < ratio.clamp(max=1.0)) & (qx > 0)  # (n, r): draft j accepted after r rejections
+    active = survivor[:, None] & (count < width)  # (n, states)
     accept = active & ok[:, run]
-    nxt = torch.where(accept, count[None] + 1, count[None]) * (n + 1) + torch.where(
-        accept, 0, torch.where(active, run[None] + 1, run[None]))
+    nxt = torch.where(accept, move, torch.where(active, stay, same))
     state = torch.zeros(1, dtype=torch.long, device=dev)
     trail = [state]
     for j in range(n):
@@ -185,13 +206,12 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     counts = torch.cat(trail) // (n + 1)
     acc, accepted, last_run = counts[1:] > counts[:-1], counts[-1], trail[-1] % (n + 1)
     slot = torch.where(acc, torch.cumsum(acc, 0) - 1, size)  # accepted drafts in order; the rest to a dump slot
-    k = torch.arange(size, device=dev)
-    acc_out = torch.zeros(size + 1, dtype=torch.long, device=dev).scatter_(0, slot, candidates)[:size]
-    acc_draft = torch.full((size + 1,), -1, dtype=torch.long, device=dev).scatter_(
-        0, slot, torch.arange(n, device=dev))[:size]
+    acc_out = candidates.new_zeros(size + 1).scatter_(0, slot, candidates)[:size]
+    acc_draft = candidates.new_full((size + 1,), -1).scatter_(0, slot, slots[:n])[:size]
     fills = sample(chain.index_select(0, last_run)[0], generator)
     if size > 1:
         fills = torch.cat([fills, sample(chain[0], generator, size - 1)])
+    k = slots[:size]
     taken = k < accepted
     outcomes = torch.where(taken, acc_out, fills[(k - accepted).clamp(0, size - 1)])
     return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width)

@@ -4,7 +4,8 @@ DSBD verifies a forest layer by layer: layer l's drafts whose parent was rejecte
 survivors are tested against p_beam over the previous layer's accepted beams (lines 12-31) with the width
 W_L^(l) (fixed, or Eq. 2-7), and the first layer with fewer than W_L^(l) accepted drafts is filled up and ends the
 iteration; after γ passed layers an extra layer is drawn from p_beam^(γ+1) (lines 32-34). Here every quantity is
-a tensor of a fixed shape — each frontier padded to ``slots`` beams, of which the first are valid — so that no
+a tensor of a fixed shape — each frontier after the first (the input beams) padded to ``slots`` beams, of which
+the first are valid — so that no
 value is read on the host: every layer is verified (in row form:
 :func:`~harness.primitives.beam_verify.verify_layer_rows`) and the first to fail is kept, the later ones' draws
 being discarded (the same law: each layer's draws are fresh). :attr:`Outcome.summary` is what the host needs to
@@ -51,12 +52,17 @@ class Frontier:
     next_logp: torch.Tensor  # (slots, V) log p(· | beam)
 
     @classmethod
-    def of_inputs(cls, logp: torch.Tensor, finished: torch.Tensor, length: torch.Tensor, next_logp: torch.Tensor,
-                  slots: int) -> Frontier:
-        """The input beams (B ≤ ``slots``) as layer 0's frontier."""
-        arange = torch.arange(slots, device=logp.device)
-        return cls(arange.clamp_max(logp.numel() - 1), arange < logp.numel(), padded(logp, slots, float("-inf")),
-                   padded(finished, slots, False), padded(length, slots, 0), padded(next_logp, slots, 0.0))
+    def of_inputs(cls, logp: torch.Tensor, finished: torch.Tensor, length: torch.Tensor,
+                  next_logp: torch.Tensor) -> Frontier:
+        """The input beams as layer 0's frontier: all valid, unpadded (their number is known on the host)."""
+        node = torch.arange(logp.numel(), device=logp.device)
+        return cls(node, torch.ones_like(finished), logp, finished, length, next_logp)
+
+    def padded(self, slots: int) -> Frontier:
+        """The frontier padded to ``slots`` beams with invalid ones."""
+        return Frontier(padded(self.node, slots, 0), padded(self.valid, slots, False),
+                        padded(self.logp, slots, float("-inf")), padded(self.finished, slots, False),
+                        padded(self.length, slots, 0), self.next_logp)
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,7 @@ class Outcome:
 def drawable(p: torch.Tensor) -> torch.Tensor:
     """``p`` unchanged when it is a distribution; uniform in a layer past the one that ended the iteration, whose
     frontier may be empty (its draws are never used, but must not fail)."""
-    p = torch.nan_to_num(p, nan=0.0)
-    return torch.where(p.sum() > 0, p, torch.full_like(p, 1.0 / p.numel()))
+    return torch.where(p.sum() > 0, p, 1.0 / p.numel())  # an empty frontier's p is NaN: its sum is not > 0
 
 
 def padded(t: torch.Tensor, size: int, fill) -> torch.Tensor:
@@ -108,7 +113,7 @@ def verify_forest(front: Frontier, layers: list[ForestLayer], rule: ForestRule,
     summary (float64, the one thing the host reads): steps, output beams, all finished, then per layer its
     width, then its accepted drafts, then its β_{W_min}, then the first output beam's tokens (:func:`_first_tokens`:
     the round's committed tokens)."""
-    slots, dev = front.node.numel(), front.node.device
+    dev = front.node.device
     kept: Outcome | None = None
     ended = torch.zeros((), dtype=torch.bool, device=dev)
     steps = torch.full((), len(layers) + 1, dtype=torch.long, device=dev)
@@ -116,21 +121,23 @@ def verify_forest(front: Frontier, layers: list[ForestLayer], rule: ForestRule,
     for step, layer in enumerate(layers, start=1):
         joint, verdict, width, beta, nxt = _verify_layer(front, layer, rule, generator)
         take = ~ended & ~verdict.passed
-        kept = _keep(kept, take, Outcome(front, joint, verdict.outcomes, width))
+        kept = _keep(kept, take, Outcome(front.padded(rule.slots), padded(joint, rule.slots, float("-inf")),
+                                         verdict.outcomes, width))
         steps = torch.where(take, step, steps)
         ended = ended | take
         per_layer.append(torch.stack([width.double(), verdict.accepted.double(), beta]))
         front = nxt
     joint = beam_joint_logprobs(front.logp, front.next_logp, front.finished, rule.eos)  # lines 32-34: extra layer
-    outcomes = sample(drawable(beam_distribution(joint, rule.warp)), generator, slots)
+    outcomes = sample(drawable(beam_distribution(joint, rule.warp)), generator, front.node.numel())
     kept = _keep(kept, ~ended, Outcome(front, joint, outcomes, front.valid.sum()))
     return _summarise(kept, steps, per_layer, layers, rule)
 
 
 def _verify_layer(front: Frontier, layer: ForestLayer, rule: ForestRule, generator):
     """Algorithm 1, lines 10-31, for one layer in row form: (joint log p over frontier × V, the verdict, the
-    width W_L^(l), β_{W_min}^(l), the next frontier: the accepted drafts, valid if the layer passed)."""
-    slots, dev = front.node.numel(), front.node.device
+    width W_L^(l), β_{W_min}^(l), the next frontier: the accepted drafts in ``rule.slots`` slots, valid if the
+    layer passed)."""
+    slots, dev = rule.slots, front.node.device
     joint = beam_joint_logprobs(front.logp, front.next_logp, front.finished, rule.eos)
     vocab = joint.size(-1)
     p_beam = drawable(beam_distribution(joint, rule.warp))  # line 12: p_beam over the accepted beams × V
@@ -139,7 +146,7 @@ def _verify_layer(front: Frontier, layer: ForestLayer, rule: ForestRule, generat
     parents = layer.q_flat.numel() // vocab
     assert layer.target_next_logp is not None, "the target's forward comes before the verification"
     slot_of = torch.full((parents + 1,), -1, dtype=torch.long, device=dev).scatter_(
-        0, torch.where(front.valid, front.node, parents), torch.arange(slots, device=dev))[:parents]
+        0, torch.where(front.valid, front.node, parents), torch.arange(front.node.numel(), device=dev))[:parents]
     parent_slot = slot_of[layer.parent]
     survivor = parent_slot >= 0  # line 10
     m = survivor.sum()
