@@ -22,6 +22,9 @@ AR, ROUND = 1, 2  # the issue's rules: per token, per speculative round
 _MERGE = "SpecInfer's token-tree merge reads the drafted tokens (duplicates merged on the host); a merged shape not seen before copies its mask and the walk's index once"
 _SHORT_ROWS = "draws without replacement from the toy pair's 16 tokens leave rows short of children, so the tree's shape is read per level and its mask built (a real vocabulary fills the tree, whose masks are sliced)"
 _EAGLE = "EAGLE-2's re-ranked tree is read to the host (its shape) besides the walk's read; a shape not seen before copies its mask and the walk's index once"
+_DSBD = ("one read per iteration, its outcome's summary (steps, output beams, widths, the committed tokens): the "
+         "forest in fixed slots (harness.primitives.forest), Algorithm 1 on the device "
+         "(harness.primitives.forest_verify); with stop strings the beams' tokens are read too")
 #: (method, decoding) -> (unit, budget per unit, reason); decoding None: both decodings. Tree walks read once per
 #: round (harness.primitives.spec_loop.walk_tree); host-built shapes a round repeats are copied once
 #: (harness.primitives.device.host_constant)
@@ -56,7 +59,7 @@ BUDGETS = {
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
     ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
     ("lookahead", "sampling"): ("round", 3, "the guesses' trie and the window are built on the host from the n-gram pool and copied each round"),
-    ("dsbd", "sampling"): ("round", 1, "one read per iteration, its outcome's summary (steps, output beams, widths, the committed tokens): the forest in fixed slots (harness.primitives.forest), Algorithm 1 on the device (harness.primitives.forest_verify); with stop strings the beams' tokens are read too"),
+    ("dsbd", "sampling"): ("round", 1, _DSBD),
 }
 CASES = [(m, d) for m in sorted(registry()) for d in registry()[m].decodings]
 
