@@ -33,7 +33,7 @@ from typing import Callable
 
 from harness.energy import idlesteps
 from harness.energy.crosscheck import polled_estimate
-from harness.energy.idle import Z, quantile
+from harness.energy.idle import Z
 from harness.energy.phases import Refresh
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
@@ -113,6 +113,9 @@ def _lead(state, trial: Trial, timeout: float) -> None:
             prev = seen[-2] if len(seen) >= 2 else (before[-1] if before else None)
             if prev is not None and prev.t - prev.halfwidth - lag >= synced:  # the GPU was idle all through it
                 rate, sigma = idlesteps.rate(state, prev, lead, d)
+                trial.lead_own.append(idlesteps.own_noise(state, prev, lead, rate))
+        if len(trial.lead_own) <= d:
+            trial.lead_own.append(NAN)
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(trial.opened)[d], state.idle.edge_uncertainty(trial.opened, trial.opened) \
                 / Z / math.sqrt(state.devices)
@@ -148,6 +151,7 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         trial.tail.append(seen[k] if k is not None and k < len(seen) else None)
         rate, sigma = idlesteps.rate(state, seen[k], seen[k + 1], d) \
             if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
+        trial.tail_own.append(idlesteps.own_noise(state, seen[k], seen[k + 1], rate) if math.isfinite(rate) else NAN)
         rates.append(rate)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
             first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
@@ -343,8 +347,8 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
 
     With lag λ a refresh at t holds the energy up to t − λ, so the lead's idle stretch (at the rate of
     the interval before it) is a − t_lead + λ long and the tail's t_tail − b − λ, each next to the
-    interval whose rate it takes: t σ × its length (Student's 99 % t on the differences σ rests on), σ
-    the idle's measured movement between adjacent intervals (:func:`.idlesteps.rate`); each refresh located to ± its
+    interval whose rate it takes (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`: the idle's measured
+    movement on the stretch's and the interval's time scales, Student's 99 % t); each refresh located to ± its
     half-width (uniform: × the rate); the lag to ± :func:`_lag_halfwidth` × the difference of the rates."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
     energy, terms = 0.0, {"lead": 0.0, "lead timing": 0.0, "tail": 0.0, "tail timing": 0.0, "lag": 0.0}
@@ -359,13 +363,9 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
         sig_b = trial.tail_sigma[d] if math.isfinite(trial.tail_sigma[d]) else unc
         both = lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b)
         shift = lag if both else 0.0
-        def stretch(seconds: float, sig: float, d: int = d) -> float:  # an idle stretch at an adjacent rate
-            fine, dof = state.idle.stretch_sd(d, seconds), state.idle.step_dof(d)
-            return (quantile(dof) if dof >= 2 else Z) * max(seconds * sig, fine if math.isfinite(fine) else 0.0)
-
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            terms["lead"] += stretch(trial.a - lead.t + shift, sig_a)
+            terms["lead"] += state.idle.stretch_bound(d, trial.a - lead.t + shift, sig_a, _own(trial.lead_own, d))
             terms["lead timing"] += UNIFORM * lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
@@ -373,7 +373,8 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
             end = tail.value - rate_b * (tail.t - trial.b)
-            terms["tail"] += stretch(max(tail.t - trial.b - shift, 0.0), sig_b)
+            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b,
+                                                      _own(trial.tail_own, d))
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
             terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1
@@ -385,6 +386,10 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             terms["lag"] += UNIFORM * _lag_halfwidth(state, sensor, d) * abs(rate_b - rate_a)
         energy += end - start
     return energy, list(terms.values())
+
+
+def _own(values: list[float], device: int) -> float:  # noqa: D103
+    return values[device] if device < len(values) else NAN
 
 
 def _fmt_ms(seconds: float) -> str:  # noqa: D103

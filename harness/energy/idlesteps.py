@@ -70,17 +70,22 @@ def from_refreshes(state, channel, device: int, refreshes: list[Refresh], after:
 def from_baseline(state, channel, seen: list[list[Refresh]], a: float, b: float) -> None:
     """Seed the idle's interval-to-interval movement from the refreshes a 1 ms watcher saw over the
     start-up idle [a, b] (per device); where a power reading refreshes faster than ``channel``, its
-    readings there too (a stretch shorter than ``channel``'s interval moves as much as they do)."""
+    successive readings there too, one update (or window) apart (how a stretch shorter than ``channel``'s
+    interval moves: :meth:`~harness.energy.idle.IdleTracker.stretch_bound`)."""
     _pool(state, channel, seen)
     fast = state.cross if state.cross is not None and state.cross is not channel else None
     if fast is not None and state.update_period(fast) < 0.67 * state.update_period(channel):
-        half = state.cfg.interval_s / 2
-        state.idle.fine_scale = max(state.update_period(fast), state.power_window(fast) or 0.0)
-        _pool(state, fast, [[Refresh(t, v, half) for t, v in zip(s.times, s.values) if a <= t <= b]
-                            for s in state.sampler.snapshot(fast.name)], fine=True)
+        scale = max(state.update_period(fast), state.power_window(fast) or 0.0)
+        for d, s in enumerate(state.sampler.snapshot(fast.name)):  # successive readings one scale apart
+            readings, last = [], -math.inf
+            for t, v in zip(s.times, s.values):
+                if a <= t <= b and t >= last + scale - 1e-9:
+                    readings.append(v)
+                    last = t
+            state.idle.add_fine(d, readings, scale)
 
 
-def _pool(state, channel, seen: list[list[Refresh]], fine: bool = False) -> None:
+def _pool(state, channel, seen: list[list[Refresh]]) -> None:
     window = state.power_window(channel) or 0.0
     period = state.update_period(channel)
     apart = max(window, period if math.isfinite(period) else 0.0) - 1e-9
@@ -94,4 +99,4 @@ def _pool(state, channel, seen: list[list[Refresh]], fine: bool = False) -> None
                 j += 1
             if j < len(refreshes):
                 diffs.append(refreshes[j].value - r.value)
-        state.idle.add_steps(d, diffs, fine)
+        state.idle.add_steps(d, diffs)
