@@ -44,6 +44,8 @@ NAN = math.nan
 # a uniform error on ± h: σ = h/√3, its share of a 99 % bound on a sum of several such terms Z σ (two uniform
 # edges' timing sum to a triangle, which ± h √2 would cover only 91 %)
 UNIFORM = Z / math.sqrt(3)
+POST_FLAT = 4  # counter intervals that must draw the same for the post-work idle to count as stopped (_post_index)
+POST_WAIT = 2  # counter intervals more the tail waits at most for that
 
 
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
@@ -132,16 +134,22 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         for d in range(state.devices):
             _rise_test(state, trial, d)
     lag_lo = max(state.device_sensor(counter, d).lag_lo for d in range(state.devices))
-    idle_due = state.post_idle_due() or state.settled_due()
+    settling = state.settled_due()
+    idle_due = state.post_idle_due() or settling
     watcher = state.watcher(counter)
     chosen: list[int | None] = [None] * state.devices
+    post: list[int | None] = [None] * state.devices
     trial.residue = [0.0] * state.devices
     deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
-    while state.clock.now() < deadline:
+    while state.clock.now() < deadline + (POST_WAIT * timeout if idle_due else 0.0):
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
                 chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
-        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) for d, c in enumerate(chosen))
+            c = chosen[d]
+            if c is not None and idle_due and post[d] is None and not coarse:
+                post[d] = _post_index(state, seen, c, d, len(seen) > c + POST_FLAT + POST_WAIT, settling)
+        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) and
+                   (not idle_due or coarse or post[d] is not None) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
     state.note(counter, watcher.seen)
@@ -165,13 +173,64 @@ def _tail(state, trial: Trial, timeout: float) -> None:
             rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
         trial.tail_sigma.append(sigma)
-    if idle_due and all(math.isfinite(r) for r in rates):
-        times = [(watcher.seen[d][chosen[d]].t + watcher.seen[d][chosen[d] + 1].t) / 2 for d in range(state.devices)]
-        state.idle.add_post(sum(times) / len(times), rates)
+    at = [p if p is not None else c for p, c in zip(post, chosen)]
+    if idle_due and not coarse and all(j is not None and len(s) > j + 1 for j, s in zip(at, watcher.seen)):
+        pairs = [(s[j], s[j + 1]) for j, s in zip(at, watcher.seen)]  # type: ignore[index]
+        times = [(one.t + two.t) / 2 for one, two in pairs]
+        state.idle.add_post(sum(times) / len(times), [idlesteps.rate(state, *pair, d)[0] for d, pair in enumerate(pairs)])
+        if all(math.isfinite(r) for r in rates):  # what it drew right after work (the edges' idle: old reading)
+            state.idle.add_edge(sum((s[c].t + s[c + 1].t) / 2 for c, s in zip(chosen, watcher.seen)) / len(rates), rates)
     elif idle_due and state.idle_channel is not counter:  # a coarse counter: post-work idle from polled power
         state.idle.add_post((b + state.clock.now()) / 2, state.readings_after(state.idle_channel, b))
     if state.settled_due():
         state.settle_idle(b)
+
+
+def _post_index(state, seen: list[Refresh], k: int, device: int, last: bool, full: bool) -> int | None:
+    """Where the post-work idle is read (issue 30.5): right after work (refresh ``k``) where the idle is not
+    seen moving there (its first two intervals draw the same, and no tail of this cell saw it move after
+    work: ``IdleTracker.post_moves``), except where the settled idle is due (``full``: the meter waits
+    idle_settle_s then anyway, so the first tail looks further, and one that sees the idle move makes every
+    later tail look as far: the same point each time); else the first counter interval from refresh ``k``
+    on from which the idle has stopped moving — it and the next ``POST_FLAT`` − 1 draw the same to within 3 σ of how
+    the idle moves between intervals at rest (the start-up baseline's differences, or √2 × a rate's own
+    noise where larger). A step a few ms into the last interval tested can pass: that is ``POST_FLAT``
+    updates after the tail. An idle still stepping down after work (P-state) read wherever the counter's
+    phase happens to put the interval would scatter the net energy by the step (issue 30's 0.12 s step:
+    net 3-5 % mean); read once it stopped, it is read at a consistent point.
+    None: not yet seen (``last``: the wait is over, take the last there is)."""
+    still = state.idle.still_sigma(device)
+    if len(seen) < k + 3:
+        return None
+    if not full and not state.idle.post_moves[device] and _flat(state, seen[k:k + 3], still):
+        return k  # the idle is not seen moving after work: read right after it, as the edges are
+    for j in range(k, len(seen) - POST_FLAT):
+        if _flat(state, seen[j:j + POST_FLAT + 1], still):
+            state.idle.post_moves[device] |= not _flat(state, seen[k:j + 2], still, clean=False)
+            return j
+    if not last:
+        return None
+    state.idle.post_moves[device] |= not _flat(state, seen[k:], still, clean=False)
+    return max(len(seen) - 2, k)
+
+
+def _flat(state, refreshes: list[Refresh], still: float, clean: bool = True) -> bool:
+    """The counter intervals between ``refreshes`` draw the same, to within 3 σ (``still``: how the idle
+    moves at rest, or √2 × a rate's own noise where larger; an unknown σ: taken as flat). ``clean``: and
+    each interval's refreshes are located to within 5 % of it (a refresh a failed read hid is not: its
+    rate says nothing of the idle); else such intervals are left out."""
+    if not math.isfinite(still):
+        return True
+    rates = idlesteps.counter_rates(state, state.primary, refreshes)
+    kept, noise = [], still
+    for one, two, rate in zip(refreshes, refreshes[1:], rates):
+        if not math.isfinite(rate) or one.halfwidth + two.halfwidth > 0.05 * (two.t - one.t):
+            if clean:
+                return False
+            continue
+        kept.append(rate)
+        noise = max(noise, math.sqrt(2) * idlesteps.own_noise(state, one, two, rate))
+    return not kept or max(kept) - min(kept) <= 3 * noise
 
 
 def _lag_hi(state, sensor, coarse: bool, device: int = 0) -> float:

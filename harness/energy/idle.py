@@ -141,6 +141,7 @@ class IdleTracker:
     def __init__(self, devices: int):
         self.devices = devices
         self.post, self.settled = Curve(devices), Curve(devices)
+        self.edge = Curve(devices)  # right after work where the post-work idle is read later (counter: add_edge)
         self.last_post = -math.inf
         self.last_settled = -math.inf
         self.settle_s = 0.0
@@ -148,6 +149,7 @@ class IdleTracker:
         self.after: list[list[float]] = [[] for _ in range(devices)]  # the same right after work
         self.fine: list[list[float]] = [[] for _ in range(devices)]  # a faster power reading's successive idle
         self.fine_scale = NAN  # readings (W), one every fine_scale seconds (its update or window, the longer)
+        self.post_moves = [False] * devices  # a tail saw the idle still moving after work (counter._post_index)
 
     def add_steps(self, device: int, diffs: list[float], after: bool = False) -> None:
         """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``after``:
@@ -170,6 +172,12 @@ class IdleTracker:
         if not all(len(self._pool(d)) >= 2 for d in devices):
             return NAN
         return math.sqrt(sum(_ms(self._pool(d)) for d in devices))
+
+    def still_sigma(self, device: int) -> float:
+        """How much the idle moves between adjacent sensor intervals at rest (W, one standard deviation: the
+        RMS of the start-up baseline's differences alone), NaN before two."""
+        steps = self.steps[device]
+        return math.sqrt(_ms(steps)) if len(steps) >= 2 else NAN
 
     def _pool(self, device: int) -> list[float]:
         """The differences σ rests on: at idle and right after work together, unless right after work they
@@ -217,6 +225,14 @@ class IdleTracker:
         if self.post.add(t, watts):
             self.last_post = max(self.last_post, t)
 
+    def add_edge(self, t: float, watts: list[float]) -> None:
+        """What the GPU drew right after work where the post-work idle (:meth:`add_post`) was read later,
+        once it had stopped moving (an idle stepping down after work): the edges' idle, not the net's."""
+        self.edge.add(t, watts)
+
+    def _edge_curve(self) -> Curve:
+        return self.edge if len(self.edge) else self.post if len(self.post) else self.settled
+
     def add_settled(self, t: float, watts: list[float]) -> None:
         """A settled measurement at ``t`` (taken right after a post-work one)."""
         if self.settled.add(t, watts):
@@ -238,10 +254,10 @@ class IdleTracker:
 
     # ---- around a window's edges: what the GPU draws right after work ------------------------
     def edge_at(self, t: float) -> list[float]:
-        return self.post.at(t) if len(self.post) else self.settled.at(t)
+        return self._edge_curve().at(t)
 
     def edge_energy(self, a: float, b: float) -> list[float]:
-        return self.post.integral(a, b) if len(self.post) else self.settled.integral(a, b)
+        return self._edge_curve().integral(a, b)
 
     def edge_uncertainty(self, a: float, b: float) -> float:
         """± W (devices summed, ≈ 99 %) of the post-work idle near [a, b] as the power of an idle stretch
@@ -250,14 +266,15 @@ class IdleTracker:
         Where the idle's movement was never measured: ≥ 2 % of the level (before five measurements ≥ 5 %),
         assumed."""
         level = sum(self.edge_at((a + b) / 2))
-        rough = self.post.roughness(a, b)
+        curve = self.edge if len(self.edge) else self.post
+        rough = curve.roughness(a, b)
         if not math.isfinite(level):
             return NAN
-        tracked = 2 * rough if math.isfinite(rough) else _range(self.post)
+        tracked = 2 * rough if math.isfinite(rough) else _range(curve)
         step = self.step_sigma()
         if math.isfinite(step):
             return math.hypot(tracked, quantile(self.step_dof()) * step)
-        return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
+        return max(2 * rough if math.isfinite(rough) else max(_range(curve), 0.05 * level), 0.02 * level)
 
     # ---- for net energy: the settled floor ----------------------------------------------------
     def _settled_spread(self, t: float) -> float:
