@@ -147,7 +147,7 @@ def _tail(state, trial: Trial, timeout: float) -> None:
                 chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
             c = chosen[d]
             if c is not None and idle_due and post[d] is None and not coarse:
-                post[d] = _post_index(state, seen, c, d, len(seen) > c + POST_FLAT + POST_WAIT, settling)
+                post[d] = _post_index(state, seen, c, d, b, len(seen) > c + POST_FLAT + POST_WAIT, settling)
         done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) and
                    (not idle_due or coarse or post[d] is not None) for d, c in enumerate(chosen))
         if done or not watcher.step():
@@ -186,31 +186,41 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         state.settle_idle(b)
 
 
-def _post_index(state, seen: list[Refresh], k: int, device: int, last: bool, full: bool) -> int | None:
-    """Where the post-work idle is read (issue 30.5): right after work (refresh ``k``) where the idle is not
-    seen moving there (its first two intervals draw the same, and no tail of this cell saw it move after
-    work: ``IdleTracker.post_moves``), except where the settled idle is due (``full``: the meter waits
-    idle_settle_s then anyway, so the first tail looks further, and one that sees the idle move makes every
-    later tail look as far: the same point each time); else the first counter interval from refresh ``k``
-    on from which the idle has stopped moving — it and the next ``POST_FLAT`` − 1 draw the same to within 3 σ of how
-    the idle moves between intervals at rest (the start-up baseline's differences, or √2 × a rate's own
-    noise where larger). A step a few ms into the last interval tested can pass: that is ``POST_FLAT``
-    updates after the tail. An idle still stepping down after work (P-state) read wherever the counter's
-    phase happens to put the interval would scatter the net energy by the step (issue 30's 0.12 s step:
-    net 3-5 % mean); read once it stopped, it is read at a consistent point.
+def _post_index(state, seen: list[Refresh], k: int, device: int, b: float, last: bool, full: bool) -> int | None:
+    """Where the post-work idle is read (issue 30.5): at one delay after work through a cell, so that the
+    offsets to the settled idle, measured once, hold for every prompt. An idle still stepping down after
+    work (P-state) read wherever the counter's phase happens to put the interval scatters the net energy
+    by the step (issue 30's 0.12 s step: net 3-5 % mean).
+
+    The tails where the settled idle is due decide the delay (``full``: the meter waits idle_settle_s then
+    anyway, so they look further): the first counter interval from refresh ``k`` on from which the idle has
+    stopped moving — it and the next ``POST_FLAT`` − 1 draw the same to within 3 σ of how the idle moves
+    between intervals at rest (:func:`_flat`). Where the idle moved before it, its delay after ``b``
+    becomes ``IdleTracker.post_delay`` (the longest so far; any tail whose first two intervals differ
+    raises it past them) and every later tail reads the first interval that starts that long after work
+    or later; where it never moved, right after work (refresh ``k``), as the edges are. An interval a failed read widened is passed over (its rate says nothing of the idle).
     None: not yet seen (``last``: the wait is over, take the last there is)."""
-    still = state.idle.still_sigma(device)
     if len(seen) < k + 3:
         return None
-    if not full and not state.idle.post_moves[device] and _flat(state, seen[k:k + 3], still):
-        return k  # the idle is not seen moving after work: read right after it, as the edges are
-    for j in range(k, len(seen) - POST_FLAT):
-        if _flat(state, seen[j:j + POST_FLAT + 1], still):
-            state.idle.post_moves[device] |= not _flat(state, seen[k:j + 2], still, clean=False)
-            return j
+    still, delay = state.idle.still_sigma(device), state.idle.post_delay[device]
+    if full:
+        for j in range(k, len(seen) - POST_FLAT):
+            if _flat(state, seen[j:j + POST_FLAT + 1], still):
+                if not _flat(state, seen[k:j + 2], still, clean=False):
+                    state.idle.post_delay[device] = max(seen[j].t - b, delay if math.isfinite(delay) else 0.0)
+                return j
+    else:
+        if not _flat(state, seen[k:k + 3], still, clean=False):  # moving right after work: not done by then
+            delay = state.idle.post_delay[device] = max(seen[k + 2].t - b, delay if math.isfinite(delay) else 0.0)
+        start = k if not math.isfinite(delay) else \
+            next((j for j in range(k, len(seen)) if seen[j].t - b >= delay - seen[j].halfwidth), len(seen))
+        for j in range(start, len(seen) - 1):
+            if _flat(state, seen[j:j + 2], still):  # one interval: a clean one
+                return j
     if not last:
         return None
-    state.idle.post_moves[device] |= not _flat(state, seen[k:], still, clean=False)
+    if full and not _flat(state, seen[k:], still, clean=False):
+        state.idle.post_delay[device] = max(seen[-2].t - b, delay if math.isfinite(delay) else 0.0)
     return max(len(seen) - 2, k)
 
 

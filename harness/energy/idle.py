@@ -149,7 +149,7 @@ class IdleTracker:
         self.after: list[list[float]] = [[] for _ in range(devices)]  # the same right after work
         self.fine: list[list[float]] = [[] for _ in range(devices)]  # a faster power reading's successive idle
         self.fine_scale = NAN  # readings (W), one every fine_scale seconds (its update or window, the longer)
-        self.post_moves = [False] * devices  # a tail saw the idle still moving after work (counter._post_index)
+        self.post_delay = [NAN] * devices  # after work the idle was seen moving this long (s; counter._post_index)
 
     def add_steps(self, device: int, diffs: list[float], after: bool = False) -> None:
         """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``after``:
