@@ -44,8 +44,6 @@ NAN = math.nan
 # a uniform error on ± h: σ = h/√3, its share of a 99 % bound on a sum of several such terms Z σ (two uniform
 # edges' timing sum to a triangle, which ± h √2 would cover only 91 %)
 UNIFORM = Z / math.sqrt(3)
-POST_FLAT = 4  # counter intervals that must draw the same for the post-work idle to count as stopped (_post_index)
-POST_WAIT = 2  # counter intervals more the tail waits at most for that
 
 
 def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, list[Trial]]:
@@ -108,16 +106,15 @@ def _lead(state, trial: Trial, timeout: float) -> None:
     for d, seen in enumerate(watcher.seen):
         lead = seen[-1] if seen else None
         trial.lead.append(lead)
-        rate, sigma = NAN, NAN
+        rate, sigma, own = NAN, NAN, NAN
         if lead is not None and not coarse:
             before = [Refresh(t, v, state.cfg.interval_s / 2) for t, v in zip(snapshot[d].times, snapshot[d].values)
                       if t < lead.t - lead.halfwidth - 1e-3 and v < lead.value]
             prev = seen[-2] if len(seen) >= 2 else (before[-1] if before else None)
             if prev is not None and prev.t - prev.halfwidth - lag >= synced:  # the GPU was idle all through it
                 rate, sigma = idlesteps.rate(state, prev, lead, d)
-                trial.lead_own.append(idlesteps.own_noise(state, prev, lead, rate))
-        if len(trial.lead_own) <= d:
-            trial.lead_own.append(NAN)
+                own = idlesteps.own_noise(state, prev, lead, rate)
+        trial.lead_own.append(own)
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(trial.opened)[d], state.idle.edge_uncertainty(trial.opened, trial.opened) \
                 / Z / math.sqrt(state.devices)
@@ -141,13 +138,14 @@ def _tail(state, trial: Trial, timeout: float) -> None:
     post: list[int | None] = [None] * state.devices
     trial.residue = [0.0] * state.devices
     deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
-    while state.clock.now() < deadline + (POST_WAIT * timeout if idle_due else 0.0):
+    while state.clock.now() < deadline + (2 * timeout if idle_due else 0.0):  # a post-work idle that moves
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
                 chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
             c = chosen[d]
             if c is not None and idle_due and post[d] is None and not coarse:
-                post[d] = _post_index(state, seen, c, d, b, len(seen) > c + POST_FLAT + POST_WAIT, settling)
+                post[d] = idlesteps.post_index(state, seen, c, d, b, len(seen) > c + idlesteps.POST_FLAT + 2,
+                                               settling)
         done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) and
                    (not idle_due or coarse or post[d] is not None) for d, c in enumerate(chosen))
         if done or not watcher.step():
@@ -159,7 +157,8 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         trial.tail.append(seen[k] if k is not None and k < len(seen) else None)
         rate, sigma = idlesteps.rate(state, seen[k], seen[k + 1], d) \
             if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
-        trial.tail_own.append(idlesteps.own_noise(state, seen[k], seen[k + 1], rate) if math.isfinite(rate) else NAN)
+        trial.tail_own.append(idlesteps.own_noise(state, seen[k], seen[k + 1], rate)
+                              if k is not None and math.isfinite(rate) else NAN)
         rates.append(rate)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
             first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
@@ -173,74 +172,12 @@ def _tail(state, trial: Trial, timeout: float) -> None:
             rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
         trial.tail_sigma.append(sigma)
-    at = [p if p is not None else c for p, c in zip(post, chosen)]
-    if idle_due and not coarse and all(j is not None and len(s) > j + 1 for j, s in zip(at, watcher.seen)):
-        pairs = [(s[j], s[j + 1]) for j, s in zip(at, watcher.seen)]  # type: ignore[index]
-        times = [(one.t + two.t) / 2 for one, two in pairs]
-        state.idle.add_post(sum(times) / len(times), [idlesteps.rate(state, *pair, d)[0] for d, pair in enumerate(pairs)])
-        if all(math.isfinite(r) for r in rates):  # what it drew right after work (the edges' idle: old reading)
-            state.idle.add_edge(sum((s[c].t + s[c + 1].t) / 2 for c, s in zip(chosen, watcher.seen)) / len(rates), rates)
+    if idle_due and not coarse:
+        idlesteps.read_post(state, watcher.seen, chosen, post, rates)
     elif idle_due and state.idle_channel is not counter:  # a coarse counter: post-work idle from polled power
         state.idle.add_post((b + state.clock.now()) / 2, state.readings_after(state.idle_channel, b))
     if state.settled_due():
         state.settle_idle(b)
-
-
-def _post_index(state, seen: list[Refresh], k: int, device: int, b: float, last: bool, full: bool) -> int | None:
-    """Where the post-work idle is read (issue 30.5): at one delay after work through a cell, so that the
-    offsets to the settled idle, measured once, hold for every prompt. An idle still stepping down after
-    work (P-state) read wherever the counter's phase happens to put the interval scatters the net energy
-    by the step (issue 30's 0.12 s step: net 3-5 % mean).
-
-    The tails where the settled idle is due decide the delay (``full``: the meter waits idle_settle_s then
-    anyway, so they look further): the first counter interval from refresh ``k`` on from which the idle has
-    stopped moving — it and the next ``POST_FLAT`` − 1 draw the same to within 3 σ of how the idle moves
-    between intervals at rest (:func:`_flat`). Where the idle moved before it, its delay after ``b``
-    becomes ``IdleTracker.post_delay`` (the longest so far; any tail whose first two intervals differ
-    raises it past them) and every later tail reads the first interval that starts that long after work
-    or later; where it never moved, right after work (refresh ``k``), as the edges are. An interval a failed read widened is passed over (its rate says nothing of the idle).
-    None: not yet seen (``last``: the wait is over, take the last there is)."""
-    if len(seen) < k + 3:
-        return None
-    still, delay = state.idle.still_sigma(device), state.idle.post_delay[device]
-    if full:
-        for j in range(k, len(seen) - POST_FLAT):
-            if _flat(state, seen[j:j + POST_FLAT + 1], still):
-                if not _flat(state, seen[k:j + 2], still, clean=False):
-                    state.idle.post_delay[device] = max(seen[j].t - b, delay if math.isfinite(delay) else 0.0)
-                return j
-    else:
-        if not _flat(state, seen[k:k + 3], still, clean=False):  # moving right after work: not done by then
-            delay = state.idle.post_delay[device] = max(seen[k + 2].t - b, delay if math.isfinite(delay) else 0.0)
-        start = k if not math.isfinite(delay) else \
-            next((j for j in range(k, len(seen)) if seen[j].t - b >= delay - seen[j].halfwidth), len(seen))
-        for j in range(start, len(seen) - 1):
-            if _flat(state, seen[j:j + 2], still):  # one interval: a clean one
-                return j
-    if not last:
-        return None
-    if full and not _flat(state, seen[k:], still, clean=False):
-        state.idle.post_delay[device] = max(seen[-2].t - b, delay if math.isfinite(delay) else 0.0)
-    return max(len(seen) - 2, k)
-
-
-def _flat(state, refreshes: list[Refresh], still: float, clean: bool = True) -> bool:
-    """The counter intervals between ``refreshes`` draw the same, to within 3 σ (``still``: how the idle
-    moves at rest, or √2 × a rate's own noise where larger; an unknown σ: taken as flat). ``clean``: and
-    each interval's refreshes are located to within 5 % of it (a refresh a failed read hid is not: its
-    rate says nothing of the idle); else such intervals are left out."""
-    if not math.isfinite(still):
-        return True
-    rates = idlesteps.counter_rates(state, state.primary, refreshes)
-    kept, noise = [], still
-    for one, two, rate in zip(refreshes, refreshes[1:], rates):
-        if not math.isfinite(rate) or one.halfwidth + two.halfwidth > 0.05 * (two.t - one.t):
-            if clean:
-                return False
-            continue
-        kept.append(rate)
-        noise = max(noise, math.sqrt(2) * idlesteps.own_noise(state, one, two, rate))
-    return not kept or max(kept) - min(kept) <= 3 * noise
 
 
 def _lag_hi(state, sensor, coarse: bool, device: int = 0) -> float:
@@ -431,10 +368,11 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
         sig_a = trial.lead_sigma[d] if math.isfinite(trial.lead_sigma[d]) else unc
         sig_b = trial.tail_sigma[d] if math.isfinite(trial.tail_sigma[d]) else unc
         both = lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b)
+        own = [x[d] if d < len(x) else NAN for x in (trial.lead_own, trial.tail_own)]
         shift = lag if both else 0.0
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            terms["lead"] += state.idle.stretch_bound(d, trial.a - lead.t + shift, sig_a, _own(trial.lead_own, d))
+            terms["lead"] += state.idle.stretch_bound(d, trial.a - lead.t + shift, sig_a, own[0])
             terms["lead timing"] += UNIFORM * lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
@@ -442,8 +380,7 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
             end = tail.value - rate_b * (tail.t - trial.b)
-            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b,
-                                                      _own(trial.tail_own, d))
+            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1])
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
             terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1
@@ -455,10 +392,6 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             terms["lag"] += UNIFORM * _lag_halfwidth(state, sensor, d) * abs(rate_b - rate_a)
         energy += end - start
     return energy, list(terms.values())
-
-
-def _own(values: list[float], device: int) -> float:  # noqa: D103
-    return values[device] if device < len(values) else NAN
 
 
 def _fmt_ms(seconds: float) -> str:  # noqa: D103
