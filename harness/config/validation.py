@@ -196,8 +196,9 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
-    if cache.writable[results_dir]:
-        add("results_dir", cache.writable[results_dir])
+    unwritable = cache.writable[results_dir]
+    if unwritable:
+        add("results_dir", unwritable)
     elif plan is not None:
         _check_cell_folder(cfg, results_dir, add)
     if not problems and plan is not None and task is not None and energy is not None:
