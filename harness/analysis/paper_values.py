@@ -10,7 +10,7 @@ from __future__ import annotations
 GPU = {"dsbd": "L40", "mtad": "L40", "mcsd": "RTX 4090", "adaptive": "A100 / V100 / RTX 4090"}
 
 #: harness pair config -> the paper's name for the pair, per paper
-PAIRS = {
+PAIRS: dict[str, dict[str, str | tuple[str, str]]] = {
     "dsbd": {"llama2_13b_68m": "Llama-2", "opt_13b_125m": "OPT", "llama31_8b_32_1b": "Llama-3"},
     "mtad": {"llama2_13b_68m": "Llama-2", "opt_13b_125m": "OPT"},
     "mcsd": {"llama2_7b_chat_68m": ("Llama 2-7B Chat", "Llama-68M"), "vicuna_7b_68m": ("Vicuna-7B", "Llama-68M"),
@@ -216,7 +216,7 @@ ADAPTIVE_TABLE3 = {
 }
 
 
-def paper_pair(paper: str, pair) -> object | None:
+def paper_pair(paper: str, pair) -> str | tuple[str, str] | None:
     """The paper's name for a harness pair, or None (not one of the paper's pairs)."""
     return PAIRS.get(paper, {}).get(str(pair))
 
