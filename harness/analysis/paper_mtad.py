@@ -27,12 +27,14 @@ MEASURES = (("speed (token/s) ↑", "tokens_per_s", True), ("energy (J/token) �
             ("perplexity ↓", PPL, False))
 ROLES = (("speculative", "sd"), ("BiLD", "bild"), ("Spectr", "spectr"), ("SpecInfer", "specinfer"), ("MTAD", "mtad"))
 #: App. F Table 15 per (pair, dataset): Spectr/SpecInfer m, BiLD τ1 and τ2, MTAD τ (γ 4, BiLD γ 10, 8 beams)
-TABLE15 = {("Llama-2", "CP"): (4, 0.9, 2, 0.1), ("OPT", "CP"): (4, 0.9, 2, 0.1), ("Llama-2", "CA"): (2, 0.9, 1, 0.1),
-           ("OPT", "CA"): (2, 0.3, 2, 0.1), ("Llama-2", "CD"): (4, 0.9, 3, 0.1), ("OPT", "CD"): (2, 0.3, 2, 0.1),
-           ("Llama-2", "SP"): (2, 0.9, 1, 0.9), ("OPT", "SP"): (2, 0.9, 1, 0.1), ("Llama-2", "MT"): (2, 0.9, 1, 0.9),
-           ("OPT", "MT"): (2, 0.9, 1, 0.1)}
+Setting = tuple[int, "float | None", "int | None", float]  # (m, BiLD τ1, BiLD τ2, MTAD τ); None: not fixed
+TABLE15: dict[tuple[str, str], Setting] = {
+    ("Llama-2", "CP"): (4, 0.9, 2, 0.1), ("OPT", "CP"): (4, 0.9, 2, 0.1), ("Llama-2", "CA"): (2, 0.9, 1, 0.1),
+    ("OPT", "CA"): (2, 0.3, 2, 0.1), ("Llama-2", "CD"): (4, 0.9, 3, 0.1), ("OPT", "CD"): (2, 0.3, 2, 0.1),
+    ("Llama-2", "SP"): (2, 0.9, 1, 0.9), ("OPT", "SP"): (2, 0.9, 1, 0.1), ("Llama-2", "MT"): (2, 0.9, 1, 0.9),
+    ("OPT", "MT"): (2, 0.9, 1, 0.1)}
 SPEC = MethodSpec.parse("sd[gamma=4,gamma_policy=fixed]")  # the paper's speculative decoding: γ 4, fixed
-DEFAULT_SETTING = (2, None, None, 0.1)  # elsewhere: Table 15's most common m and τ; BiLD's τ not fixed
+DEFAULT_SETTING: Setting = (2, None, None, 0.1)  # elsewhere: Table 15's most common m and τ; BiLD's τ not fixed
 APP_F = "T 1 · top-k 20 · top-p 0.9"  # App. F's warp: every table but Table 12 (whose warps are its subject)
 
 
