@@ -114,7 +114,8 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
     if hi >= WINDOWS[-1] * 0.999:
         return "inconclusive", f"the reading had not fallen back to idle {POST_S:g} s after the step"
     if assumed is not None and lo <= assumed <= hi:
-        return "consistent", f"the assumed {assumed * 1e3:.0f} ms lies in the measured {lo * 1e3:.0f}..{hi * 1e3:.0f} ms"
+        return "consistent", (f"the assumed {assumed * 1e3:.0f} ms lies in the measured "
+                              f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
     if fit.narrow():
         return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
     if assumed is not None and not lo / 2 <= assumed <= 2 * hi:
@@ -228,10 +229,11 @@ def _apply(state, check: SelfCheck) -> None:
             continue
         lo, hi = fit.window_between_s
         name = devices[d].name if d < len(devices) else "?"
-        where = (f"window {fit.window_s * 1e3:.0f} ms ({lo * 1e3:.0f}..{hi * 1e3:.0f} ms), lag {fit.lag_s * 1e3:.0f} ms "
-                 f"measured at the start of this run on {name}, driver {driver or '?'} (one load step); "
+        ms = fit.window_s * 1e3
+        where = (f"window {ms:.0f} ms ({lo * 1e3:.0f}..{hi * 1e3:.0f} ms), lag {fit.lag_s * 1e3:.0f} ms measured"
+                 f" at the start of this run on {name}, driver {driver or '?'} (one load step); "
                  f"assumed before: {base.describe()}")
-        per[d] = PowerSemantics(per[d].update_s, fit.window_s, f"measured at start: {fit.window_s * 1e3:.0f} ms average",
-                                fit.lag_s, where)
+        per[d] = PowerSemantics(per[d].update_s, fit.window_s, f"measured at start: {ms:.0f} ms average", fit.lag_s,
+                                where)
     power.per_device = per
     power.semantics = per[0]

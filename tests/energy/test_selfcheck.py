@@ -37,7 +37,7 @@ def cell(seed: int, cfg: dict, prompts: int = 2, stall_hz: float | None = None, 
     errors, bounds, reading = [], [], None
     for _ in range(prompts):
         pieces = llm_like_load(rng, rng.uniform(1.5, 3.0))
-        measured = meter.measure("prompt", lambda: sim.run(pieces))
+        measured = meter.measure("prompt", lambda pieces=pieces: sim.run(pieces))
         reading = measured.reading
         truth = sum(measured.results)
         errors.append((reading.energy_all_runs_j - truth) / truth)
