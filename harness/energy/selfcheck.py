@@ -44,6 +44,7 @@ LAG_MAX_S = 0.2
 EARLY_S = 0.15  # the step's first part (a prefill) is fitted at its own level
 WINDOWS = np.unique(np.round(np.geomspace(0.002, 1.35, 160), 4))
 THRESHOLD = 4 * 5.99  # χ²(2) 95 % for (lag, window) jointly, ×4: the residuals (a bursty load) are not independent
+USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
 NARROW = 1.5      # a bracket hi ÷ lo at most this is a value; wider only says where the window is not
 
 
@@ -100,8 +101,9 @@ def fit_step(points: list[tuple[float, float]], a: float, b: float, lag_step_s: 
 
 
 def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: float) -> tuple[str, str]:
-    """(status, why): ``measured`` (use the fitted window), ``consistent`` (the assumed one lies in the
-    bracket: kept), ``inconclusive`` (kept, for the reason given)."""
+    """(status, why): ``measured`` (use the fitted window), ``bracketed`` (the assumed one lies far outside a
+    wide bracket: use its upper end), ``consistent`` (the assumed one lies in the bracket: kept),
+    ``inconclusive`` (kept, for the reason given)."""
     if fit is None:
         return "inconclusive", "fewer than six refreshes of the reading around the start-up load step"
     if math.isfinite(period) and halfwidth > period / 10:
@@ -119,8 +121,9 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
     if fit.narrow():
         return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
     if assumed is not None and not lo / 2 <= assumed <= 2 * hi:
-        return "measured", (f"the assumed {assumed * 1e3:.0f} ms lies far outside the measured {lo * 1e3:.0f}.."
-                            f"{hi * 1e3:.0f} ms (95 %), which is wide: its best fit is used")
+        return "bracketed", (f"the assumed {assumed * 1e3:.0f} ms lies far outside the measured {lo * 1e3:.0f}.."
+                             f"{hi * 1e3:.0f} ms (95 %), which is wide: its upper end is used (every reading that "
+                             "saw the work is counted)")
     return "inconclusive", f"the window is only bracketed, {lo * 1e3:.0f}..{hi * 1e3:.0f} ms, near the assumed figure"
 
 
@@ -137,6 +140,7 @@ class SelfCheck:
     statuses: list[str] = field(default_factory=list)
     cost_s: float = 0.0
     runs: int = 0
+    update_from: str = ""
 
     @property
     def pending(self) -> bool:
@@ -148,21 +152,22 @@ class SelfCheck:
         out: dict = {"reading": self.reading, "status": self.status, "reason": self.reason}
         if self.assumed is None:
             return out
-        fit = self.fits[0] if self.fits else None
-        used = self.status == "measured"
-        out.update({
-            "update_s_from": "measured at start (1 ms polling at idle)",
-            "window_s_from": ("measured at start (one load step)" if used else
-                              f"assumed, {self.assumed.provenance}" + (" (consistent with the start-up step)"
-                                                                        if self.status == "consistent" else "")),
-            "lag_s_from": "measured at start (one load step)" if fit is not None and used else
-            f"assumed, {self.assumed.provenance}",
-            "assumed_window_s": self.assumed.window_s, "cost_s": self.cost_s, "runs": self.runs,
-            "per_device": [None if f is None else {"window_s": f.window_s, "window_between_s": list(f.window_between_s),
-                                                   "lag_s": f.lag_s, "lag_between_s": list(f.lag_between_s),
-                                                   "step_w": f.step_w, "noise_w": f.noise_w, "status": s}
-                           for f, s in zip(self.fits, self.statuses)]})
+        out.update({"update_s_from": self.update_from, "window_s_from": self._window_from(),
+                    "lag_s_from": ("measured at start (one load step)" if self.status in USED else
+                                   f"assumed, {self.assumed.provenance}"),
+                    "assumed_window_s": self.assumed.window_s, "cost_s": self.cost_s, "runs": self.runs,
+                    "per_device": [None if f is None else {
+                        "window_s": f.window_s, "window_between_s": list(f.window_between_s), "lag_s": f.lag_s,
+                        "lag_between_s": list(f.lag_between_s), "step_w": f.step_w, "noise_w": f.noise_w,
+                        "status": s} for f, s in zip(self.fits, self.statuses)]})
         return out
+
+
+    def _window_from(self) -> str:
+        assumed = f"assumed, {self.assumed.provenance if self.assumed is not None else 'nothing known'}"
+        return {"measured": "measured at start (one load step)",
+                "bracketed": "measured at start (one load step): bracketed only, its upper end used",
+                "consistent": f"{assumed} (consistent with the start-up load step)"}.get(self.status, assumed)
 
 
 def needed(state) -> SelfCheck:
@@ -205,6 +210,9 @@ def run(state, check: SelfCheck, workload) -> None:
     check.cost_s = clock.now() - began
     with log.lock:
         changes = list(log.changes[power.name])
+    inferred = state.sensors[power.name].inferred_update_s
+    check.update_from = ("measured at start (1 ms polling at idle)" if math.isfinite(inferred) else
+                         f"assumed, {check.assumed.provenance if check.assumed is not None else 'nothing known'}")
     halfwidth = statistics.median([h for _, h, _ in changes]) if changes else math.inf
     period = state.update_period(power)
     assumed = check.assumed.window_s if check.assumed is not None else None
@@ -225,15 +233,17 @@ def _apply(state, check: SelfCheck) -> None:
     driver = state.sources.driver
     per = list(power.per_device) or [base] * len(check.fits)
     for d, (fit, status) in enumerate(zip(check.fits, check.statuses)):
-        if status != "measured" or fit is None or d >= len(per):
+        if status not in USED or fit is None or d >= len(per):
             continue
         lo, hi = fit.window_between_s
         name = devices[d].name if d < len(devices) else "?"
-        ms = fit.window_s * 1e3
-        where = (f"window {ms:.0f} ms ({lo * 1e3:.0f}..{hi * 1e3:.0f} ms), lag {fit.lag_s * 1e3:.0f} ms measured"
+        window = fit.window_s if status == "measured" else hi
+        ms = window * 1e3
+        bracket = f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms" + ("" if status == "measured" else ": its upper end")
+        where = (f"window {ms:.0f} ms ({bracket}), lag {fit.lag_s * 1e3:.0f} ms measured"
                  f" at the start of this run on {name}, driver {driver or '?'} (one load step); "
                  f"assumed before: {base.describe()}")
-        per[d] = PowerSemantics(per[d].update_s, fit.window_s, f"measured at start: {ms:.0f} ms average", fit.lag_s,
+        per[d] = PowerSemantics(per[d].update_s, window, f"measured at start: {ms:.0f} ms average", fit.lag_s,
                                 where)
     power.per_device = per
     power.semantics = per[0]

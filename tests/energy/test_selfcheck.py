@@ -127,4 +127,4 @@ def test_verdicts():
     wide = selfcheck.Fit(0.05, (0.002, 0.12), 0.0, (0.0, 0.09), 200.0, 15.0, 30)
     assert selfcheck.verdict(wide, 0.1, 0.1, 0.0005)[0] == "consistent"
     assert selfcheck.verdict(wide, 0.2, 0.1, 0.0005)[0] == "inconclusive"          # near: kept
-    assert selfcheck.verdict(wide, 1.0, 0.1, 0.0005)[0] == "measured"              # far outside: contradicted
+    assert selfcheck.verdict(wide, 1.0, 0.1, 0.0005)[0] == "bracketed"             # far outside: its upper end
