@@ -154,7 +154,7 @@ class SelfCheck:
             return out
         out.update({"update_s_from": self.update_from, "window_s_from": self._window_from(),
                     "lag_s_from": ("measured at start (one load step)" if self.status in USED else
-                                   f"assumed, {self.assumed.provenance}"),
+                                   self._assumed()),
                     "assumed_window_s": self.assumed.window_s, "cost_s": self.cost_s, "runs": self.runs,
                     "per_device": [None if f is None else {
                         "window_s": f.window_s, "window_between_s": list(f.window_between_s), "lag_s": f.lag_s,
@@ -163,8 +163,12 @@ class SelfCheck:
         return out
 
 
+    def _assumed(self) -> str:
+        where = self.assumed.provenance if self.assumed is not None else "nothing known"
+        return where if where.startswith("assumed") else f"assumed: {where}"
+
     def _window_from(self) -> str:
-        assumed = f"assumed, {self.assumed.provenance if self.assumed is not None else 'nothing known'}"
+        assumed = self._assumed()
         return {"measured": "measured at start (one load step)",
                 "bracketed": "measured at start (one load step): bracketed only, its upper end used",
                 "consistent": f"{assumed} (consistent with the start-up load step)"}.get(self.status, assumed)
@@ -211,8 +215,7 @@ def run(state, check: SelfCheck, workload) -> None:
     with log.lock:
         changes = list(log.changes[power.name])
     inferred = state.sensors[power.name].inferred_update_s
-    check.update_from = ("measured at start (1 ms polling at idle)" if math.isfinite(inferred) else
-                         f"assumed, {check.assumed.provenance if check.assumed is not None else 'nothing known'}")
+    check.update_from = "measured at start (1 ms polling at idle)" if math.isfinite(inferred) else check._assumed()
     halfwidth = statistics.median([h for _, h, _ in changes]) if changes else math.inf
     period = state.update_period(power)
     assumed = check.assumed.window_s if check.assumed is not None else None
