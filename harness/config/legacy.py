@@ -1,5 +1,5 @@
 """Names and layouts of release 0.2, in ONE table: every deprecated name with the message that maps it, and the
-0.2 config layout that cell identities and summaries keep.
+0.2 config layout that the ids of cells measured under identity version 1 and the summaries' columns keep.
 
 Deprecated names keep working for one release, each with a ``DeprecationWarning`` and a logged line naming
 its replacement; the project's own code, configs and tests use none of them:
@@ -14,11 +14,11 @@ its replacement; the project's own code, configs and tests use none of them:
 * the decoding preset ``sampling_seed000`` → ``sampling_dsbd`` (:data:`RENAMED_PRESETS`).
 
 On the command line the old keys are rewritten before Hydra composes (:func:`upgrade_overrides`); in the
-Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.config.identity`) hashes the
-0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
-names the config used. Summaries' ``params`` keep the 0.2 flat columns as their format
-(:mod:`harness.adaptive.columns`, where the decoders take them), so analyses of old and new results read the same
-columns.
+Python API :func:`upgrade_method_params` maps them. The id of a cell measured under identity version 1 (releases
+0.2/0.3: :mod:`harness.config.identity`) hashes the 0.2 layout (:func:`layout_0_2`), so such a cell keeps its id and
+stays reusable; new cells (version 2) are hashed as composed, without this module. Summaries' ``params`` keep the 0.2
+flat columns as their format (:mod:`harness.adaptive.columns`, where the decoders take them), so analyses of old and
+new results read the same columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
 (:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
@@ -159,7 +159,7 @@ def flat_policy_params(policy: Mapping[str, Any] | None, selection: Mapping[str,
 
 
 def layout_0_2(cfg: Mapping[str, Any]) -> dict:
-    """A composed cell config in the 0.2 layout the cell identity hashes: the γ policy and draft selection
+    """A composed cell config in the 0.2 layout identity version 1 hashes: the γ policy and draft selection
     back inside ``method`` (every key, 0.2 names), the deprecated slots 0.2's method schema carried (unset),
     and the decoding preset's 0.2 name. Methods added after 0.2 keep the layout they have."""
     out = copy.deepcopy(dict(cfg))

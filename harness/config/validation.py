@@ -301,9 +301,10 @@ def _check_cell_folder(cfg: Mapping[str, Any], results_dir: str, add) -> None:
     if not (cell_dir / identity.SUMMARY).is_file():
         return
     state, detail = verified_state(cell_dir, labelled)
-    if state == "conflict" and not forced(cfg.get("force"), cid, state):
+    ids = identity.known_ids(labelled)  # force= names the cell by any of its ids
+    if state == "conflict" and not forced(cfg.get("force"), ids, state):
         add("results_dir", detail)
-    elif state == "corrupt" and not forced(cfg.get("force"), cid, state):
+    elif state == "corrupt" and not forced(cfg.get("force"), ids, state):
         log.warning("cell %s fails verification (%s); it will be repaired: records that fail their checksum or "
                     "range are rerun (force=corrupt reruns such cells from scratch)", cid, detail)
 
