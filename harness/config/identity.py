@@ -153,9 +153,9 @@ def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     from harness.config.aliases import ALIASES, decoding_kind
 
     method = cfg.get("method")
-    name = method.get("name") if isinstance(method, Mapping) else None
-    if name not in ALIASES:
+    if not isinstance(method, Mapping) or method.get("name") not in ALIASES:
         return cfg
+    name = method["name"]
     target = ALIASES[name][decoding_kind(cfg.get("decoding"))]
     keys = set(method)
     if target != ALIASES[name]["greedy"]:  # the sampling target's own keys (loads the decoder registry)
