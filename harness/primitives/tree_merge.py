@@ -61,37 +61,48 @@ class DeviceMerge:
 
 
 def merge_on_device(dtree: DraftTree, distinct: bool) -> DeviceMerge:
-    """The classes of ``dtree``'s nodes (module docstring): no read, one upload per tree shape (none once seen)."""
+    """The classes of ``dtree``'s nodes (module docstring): no read, one upload per tree shape (none once seen).
+    Two nodes are one class iff they have the same depth and the same tokens on their paths from the root (the
+    recursive definition, unrolled), so all levels are merged at once: each node's first such live node."""
     parents = tuple(dtree.parents)
     tokens = dtree.tokens.reshape(-1)
-    device = tokens.device
-    n = len(parents)
-    levels = () if distinct else _levels(parents)
-    # one upload per shape: each node's parent + 1, then (to merge) the nodes level by level
-    index = host_constant(tuple(p + 1 for p in parents) + tuple(u for level in levels for u in level), device)
-    parent1, order = index[:n], index[n:]
+    device, n = tokens.device, len(parents)
+    head, depth = _merge_index(parents, distinct)
+    index = host_constant(head, device)  # parent + 1; (to merge) ancestors by depth, same-depth-and-earlier
+    parent1 = index[:n]
     if distinct:
         alive = _alive(dtree, device)
         own = torch.arange(n, device=device)
         classes = torch.where(alive, own, DEAD) if alive is not None else own
         return DeviceMerge(torch.cat([torch.full((1,), -1, dtype=torch.long, device=device), classes]), parent1,
                            _children(parents))
-    classes = torch.full((n + 1,), -1, dtype=torch.long, device=device)
-    start = 0
-    for level in levels:
-        idx = order[start:start + len(level)]
-        start += len(level)
-        parent_class = classes.index_select(0, parent1.index_select(0, idx))
-        alive = parent_class != DEAD
-        if dtree.valid is not None:
-            alive = alive & dtree.valid.index_select(0, idx)
-        tok = tokens.index_select(0, idx)
-        earlier = torch.ones(len(level), len(level), dtype=torch.bool, device=device).tril()  # j <= i
-        same = ((parent_class[:, None] == parent_class[None, :]) & (tok[:, None] == tok[None, :]) & alive[None, :]
-                & earlier)
-        first = same.to(torch.int8).argmax(-1)  # the first such j (i itself when alive)
-        classes.index_copy_(0, idx + 1, torch.where(alive, idx.index_select(0, first), DEAD))
+    ancestors = index[n:n + n * depth].reshape(n, depth)  # node i's ancestor (or itself) at each depth; n: none
+    earlier = index[n + n * depth:].reshape(n, n).bool()  # j at i's depth, j <= i
+    paths = torch.cat([tokens, tokens.new_full((1,), -1)])[ancestors]  # (n, depth) the path tokens, −1 below
+    alive = torch.ones(n, dtype=torch.bool, device=device)
+    if dtree.valid is not None:  # a node below an invalid draw is dead too
+        alive = torch.cat([dtree.valid, alive[:1]])[ancestors].all(-1)
+    same = (paths[:, None, :] == paths[None, :, :]).all(-1) & earlier & alive[None, :]
+    first = same.to(torch.int8).argmax(-1)  # the first such j (i itself when alive)
+    classes = torch.cat([torch.full((1,), -1, dtype=torch.long, device=device), torch.where(alive, first, DEAD)])
     return DeviceMerge(classes, parent1, _next_levels(parents))
+
+
+@lru_cache(maxsize=64)
+def _merge_index(parents: tuple[int, ...], distinct: bool) -> tuple[tuple[int, ...], int]:
+    """The host index of a tree shape (copied once per shape): each node's parent + 1, and unless ``distinct`` its
+    ancestor-or-self at each depth 1..D (n where it has none) and whether j is at i's depth with j <= i; and D."""
+    n = len(parents)
+    head = tuple(p + 1 for p in parents)
+    if distinct or not n:
+        return head, 0
+    chains: list[list[int]] = []
+    for i, p in enumerate(parents):  # parents come first
+        chains.append((chains[p] if p >= 0 else []) + [i])
+    depth = max(len(c) for c in chains)
+    ancestors = tuple(x for c in chains for x in c + [n] * (depth - len(c)))
+    earlier = tuple(int(len(chains[j]) == len(chains[i]) and j <= i) for i in range(n) for j in range(n))
+    return head + ancestors + earlier, depth
 
 
 def _alive(dtree: DraftTree, device) -> torch.Tensor | None:
