@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.primitives.acceptance import NO_CORRECTION, ROWS, SelectionRule
+from harness.primitives.acceptance import NO_CORRECTION, ROWS, TAKES_MAX_MULTI, SelectionRule
 from harness.primitives.device import host_constant
 from harness.primitives.drafting import Proposal
 from harness.primitives.sampling import sample
@@ -153,8 +153,11 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
             node_rows = merge.class_rows(node_rows, off)
         q = None if q_all is None else q_all.index_select(0, table[:, 1])
         p = None if select in NO_CORRECTION else v.warp.probs(logits.index_select(0, table[:, 0]))
+        more = {} if keys is None else {"keys": keys[cols]}
+        if merge is not None and select in TAKES_MAX_MULTI:  # each node is a candidate of one class: a bound
+            more["max_multi"] = len({c for u in rows for c in cands[u]}) // 2
         acc, corr = ROWS[select](p, q, tokens.to(logits.device)[cols], valid, generator,
-                                 counts=[len(cands[u]) for u in rows], **({} if keys is None else {"keys": keys[cols]}))
+                                 counts=[len(cands[u]) for u in rows], **more)
     walk = Walk([], [], logits, off, row_of, corr, v.warp)
     if draw_next:
         if len(starts) != 1:

@@ -97,3 +97,18 @@ def test_merge_and_walk_read_once_and_the_path_is_a_drafted_chain():
         path = walk.paths[0]
         assert all(v.proposal.tree.parents[b] == a for a, b in zip([-1] + path, path))
         assert v.proposal.dtree.n_dead == 0 and walk.next_token == int(walk.next_ids)
+
+
+def test_k_sequential_with_a_bound_on_wide_rows_is_the_same_rule():
+    """The walk of a merged tree tells Spectr's rows how many can have several candidates (``max_multi``): ρ* is
+    found for that many rows only, and the rule's outcome is the same as with ρ* found for every row."""
+    from harness.primitives.acceptance import k_sequential_rows
+
+    g = torch.Generator().manual_seed(1)
+    m, k, v = 7, 2, 5
+    p, q = torch.softmax(torch.randn(m, v, generator=g), -1), torch.softmax(torch.randn(m, v, generator=g), -1)
+    tokens = torch.randint(0, v, (m, k), generator=g)
+    valid = torch.tensor([[1, 1], [1, 0], [0, 0], [1, 1], [0, 1], [0, 0], [1, 1]], dtype=torch.bool)  # 3 wide rows
+    full = k_sequential_rows(p, q, tokens, valid, make_generator(5, "cpu"), counts=[k] * m)
+    bounded = k_sequential_rows(p, q, tokens, valid, make_generator(5, "cpu"), counts=[k] * m, max_multi=3)
+    assert torch.equal(full[0], bounded[0]) and torch.allclose(full[1], bounded[1])
