@@ -32,7 +32,6 @@ from harness.decoders.decision_model import EarlyStopRule, decision_rule
 from harness.decoders.params.mcsd_dynamic import DynamicParams, EarlyStopParams
 from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select_without_replacement
-from harness.primitives.drafting import merge_duplicates
 from harness.primitives.multi_candidate import TreeMasks
 from harness.primitives.spec_loop import TreeWalk
 from harness.primitives.tree_attention import fork_parents
@@ -92,9 +91,7 @@ class MCSDDynamic(SpeculativeDecoder[DynamicParams]):
     def propose(self, spec, depth):
         begin_round(self.stop)
         widths = [self.params.num_drafts] + [1] * (depth - 1) if depth else []
-        # a short row's missing heads stay in the fork's fixed shape, masked out of the walk (no read per level)
-        return merge_duplicates(spec.draft_tree(widths, replacement=False, masks=self.masks.draft, stop=self.stop,
-                                                defer_invalid=True), distinct=True)
+        return spec.draft_tree(widths, replacement=False, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
         return EarlyStopExtras.of(self.stop)

@@ -47,7 +47,6 @@ from harness.decoders.params.mcsd_target_init import TargetInitParams
 from harness.decoders.mcsd_dynamic import EarlyStopExtras, begin_round, stop_rule
 from harness.decoders.speculative import SpeculativeDecoder
 from harness.primitives.acceptance import multi_step_select_without_replacement
-from harness.primitives.drafting import merge_duplicates
 from harness.primitives.multi_candidate import BestRootWalk, TargetInit, TreeMasks, target_prefill, target_roots
 from harness.primitives.tree_attention import level_order_parents
 
@@ -123,12 +122,10 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         begin_round(self.stop)
         k_config = list(self.params.k_config)[:depth + 1]
         if self.params.top_roots:  # the target's top-n_t tokens, argmax first (other_root_wins: non-argmax wins)
-            roots, real = torch.topk(spec.state.logits.float(), k_config[0]).indices, None
+            roots = torch.topk(spec.state.logits.float(), k_config[0]).indices
         else:
-            roots, real = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
-        # missing roots and a short row's missing children stay in the tree's fixed shape, masked out of the walk
-        return merge_duplicates(spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft,
-                                                stop=self.stop, defer_invalid=True, roots_valid=real), distinct=True)
+            roots = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
+        return spec.draft_tree(k_config[1:], replacement=False, roots=roots, masks=self.masks.draft, stop=self.stop)
 
     def extras(self, spec):
         return TargetInitExtras.of(self.stop, other_root_wins=spec.state.other_root_wins)

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import torch
 
@@ -67,8 +67,7 @@ class DraftStop(Protocol):
 
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
-               stop: DraftStop | None = None, defer_invalid: bool = False,
-               roots_valid: torch.Tensor | None = None) -> DraftTree:
+               stop: DraftStop | None = None, defer_invalid: bool = False) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -81,12 +80,11 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
     ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
-    per level), and :func:`merge_duplicates` masks them out of the walk; ``roots_valid`` (n,) bool: which of the
-    ``roots`` are real (the others are padding of a fixed shape, dead with their subtrees).
+    per level), and :func:`merge_duplicates` masks them out of the walk.
     """
     device = caches.draft_pending.device
     if not widths:
-        return _roots_only(roots, roots_valid, device)
+        return _roots_only(roots, device)
     greedy = warp.is_greedy
     want_hidden = stop is not None and stop.needs_hidden
     roots = roots.reshape(-1).to(device) if roots is not None else None
@@ -98,12 +96,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     root_q = None if greedy or roots is not None else probs[0]
     fed_q: list[torch.Tensor] = [probs] if roots is not None and not greedy else []
     stopped = last = False
-    valid: list[torch.Tensor | None] = [roots_valid] * len(tokens)  # per level: which are real (None: all)
-    alive = roots_valid  # the frontier's: real draws below real draws (None: all)
+    valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
     for depth, k in enumerate(widths):
         kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid)
         valid.append(ok)
-        alive = _alive_below(alive, ok, len(owner) // max(len(frontier), 1))
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -116,7 +112,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
-        if stop is not None and _ask(stop, depth + 1, hidden, logits, alive):
+        if stop is not None and stop(depth + 1, hidden, logits):
             last = bool(getattr(stop, "draws_one_more", False))  # draw the next level, then end unfed
             stopped = not last
             if stopped:
@@ -127,30 +123,11 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
                      valid=_valid(valid, tokens))
 
 
-def _roots_only(roots: torch.Tensor | None, valid: torch.Tensor | None, device) -> DraftTree:
+def _roots_only(roots: torch.Tensor | None, device) -> DraftTree:
     """A round the draft does not run in (no widths): no tree, or the caller's roots alone."""
     if roots is None:
         return DraftTree.empty(device)
-    return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel(),
-                     valid=valid)
-
-
-def _alive_below(alive: torch.Tensor | None, valid: torch.Tensor | None, k: int) -> torch.Tensor | None:
-    """A level's children that are real draws under real parents (None: all), from the parents' (``alive``) and
-    the level's own validity (``k`` children per parent), on the device."""
-    if alive is None:
-        return valid
-    below = alive[:, None].expand(-1, k).reshape(-1)
-    return below if valid is None else below & valid
-
-
-def _ask(stop: DraftStop, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor,
-         alive: torch.Tensor | None) -> bool:
-    """The stop hook's decision; a hook that ``reads_alive`` is told which rows are real draws (deferred invalid
-    children and their subtrees are not: their rows must not count)."""
-    if alive is not None and getattr(stop, "reads_alive", False):
-        return cast(Any, stop)(depth, hidden, logits, alive=alive)  # the optional keyword of DraftStop
-    return stop(depth, hidden, logits)
+    return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel())
 
 
 def _valid(valid: list[torch.Tensor | None], tokens: list[torch.Tensor]) -> torch.Tensor | None:

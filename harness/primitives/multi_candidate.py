@@ -70,22 +70,20 @@ def target_prefill(target, caches: SpeculativeCaches, warp: Warp, state: TargetI
     caches.target_pending = caches.target_pending[:, :0]
 
 
-def target_roots(state: TargetInit, n_t: int, warp: Warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """n_t distinct roots drawn from r without replacement (greedy: r's argmax, one root), and which of them are
-    real (None: all): where r has fewer than n_t tokens, the missing roots stay as padding of the tree's fixed shape
-    (no read), dead with their subtrees (:mod:`~harness.primitives.tree_merge`)."""
+def target_roots(state: TargetInit, n_t: int, warp: Warp, generator) -> torch.Tensor:
+    """n_t distinct roots drawn from r without replacement (greedy: r's argmax, one root)."""
     if state.r is None:
         raise RuntimeError("a target-initialised round needs r: call target_prefill first")
     r = state.r[None]
     kids, valid = draw_children(r, r, 1 if warp.is_greedy else n_t, warp, False, generator)
-    return kids.reshape(-1), None if valid is None else valid.reshape(-1)
+    return kids[valid] if valid is not None else kids.reshape(-1)
 
 
 @dataclass(frozen=True)
 class BestRootWalk:
     """The acceptance of a target-initialised tree: every root's subtree walked with ``select``, the root
-    with the longest accepted path wins (ties: the first drawn; padding roots never); r becomes its correction
-    distribution and no token is drawn (the root stands in for it, mcsd §3.1)."""
+    with the longest accepted path wins (ties: the first drawn); r becomes its correction distribution and no
+    token is drawn (the root stands in for it, mcsd §3.1)."""
 
     select: SelectionRule
     state: TargetInit
@@ -93,8 +91,7 @@ class BestRootWalk:
     def __call__(self, v: Verified, generator) -> tuple[list[int], None]:
         roots = v.proposal.candidates[-1]
         walk = walk_tree(v, self.select, generator, roots, draw_next=False)  # every root's subtree, one read
-        real = [i for i in range(len(roots)) if walk.classes is None or walk.classes[roots[i]] >= 0]
-        best = max(real, key=lambda i: (len(walk.paths[i]), -i))
+        best = max(range(len(roots)), key=lambda i: (len(walk.paths[i]), -i))
         self.state.r = walk.dist_at(walk.ends[best])
         self.state.other_root_wins += int(roots[best] != 0)
         return [roots[best]] + walk.paths[best], None
