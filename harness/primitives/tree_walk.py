@@ -169,10 +169,8 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     _take_extra(v, out)
     n, head = tokens.numel(), len(rows) + tokens.numel() + (1 if draw_next else 0)
     v.tree_tokens = out[len(rows):len(rows) + n]
-    if draw_next:
-        walk.next_token = out[len(rows) + n]
-    classes = None if merge is None else out[head:head + n]
-    _follow(walk, v, starts, out, rows, cands, classes)
+    walk.next_token = out[len(rows) + n] if draw_next else None
+    _follow(walk, v, starts, out, rows, cands, None if merge is None else out[head:head + n])
     return walk
 
 
