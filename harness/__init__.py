@@ -36,7 +36,7 @@ _EXPORTS = {"Generation": ("harness.decoders", "Generation"),
             "sweep": ("harness.api", "sweep")}
 
 __all__ = sorted(_EXPORTS)
-__version__ = "0.3.0"  # the one source of the version (pyproject reads it; CITATION.cff and CHANGELOG.md follow)
+__version__ = "0.3.1.dev0"
 
 
 def __getattr__(name):

@@ -78,7 +78,7 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
     (per prompt ``secs`` × (1 + i/20) s), drafting rounds where the method drafts, DSBD's width and β̄
     stats, draft selection's phases (the first ``selection_fit_prompts`` prompts: fit), and a decision model's
     per-round predictions (``stat.decision_predictions``: the first check's token accepted, the others rejected)."""
-    from harness.config.identity import cell_id
+    from harness.config.identity import IDENTITY_VERSION, VERSION_KEY, cell_id
     from harness.run.runner import plan_cell
 
     plan = plan_cell(cfg)
@@ -109,7 +109,8 @@ def write_composed(results: Path, cfg: dict, secs: float = 1.0, prompts: int | N
                record_extra=rec, max_new_tokens=cfg.get("max_new_tokens") or 16, **extra)
     assert d.is_dir()
     summary = json.loads((d / "summary.json").read_text())
-    summary.update(decoding=plan.method.params.decoding, params=values, config=cfg, lossless=_lossless(plan))
+    summary.update(decoding=plan.method.params.decoding, params=values, config=cfg, lossless=_lossless(plan),
+                   **{VERSION_KEY: IDENTITY_VERSION})  # the id above is this version's
     (d / "summary.json").write_text(json.dumps(summary))
     return cid
 

@@ -13,12 +13,15 @@ Not in the identity, by design: package versions and the git commit (recorded in
 orphan every finished cell), and the resolved ``gpu: auto`` (the runner replaces it by the machine's
 label before the id is taken, so the id names the hardware that measured it).
 
-Identity versions (``identity_version`` in each summary; absent = 1): version 1 hashes the config in release 0.2's
-layout (the γ policy and draft selection inside ``method``: :func:`harness.config.legacy.layout_0_2`), version 2 the
-config as composed. New cells are still measured under :data:`IDENTITY_VERSION` = 1, because the ids of existing
-results are pinned (tests/config/test_identity.py); switching it to 2 is this one constant: a cell measured under
-another version keeps its id (:func:`harness.run.cell.prepare_cell` finds it under its old id, and
-:func:`check_reusable` compares under the stored version).
+Identity versions (``identity_version`` in each summary; absent = 1; every version: :data:`VERSIONS`): version 1
+hashes the config in release 0.2's layout (the γ policy and draft selection inside ``method``, 0.2's decoding preset
+names: :func:`harness.config.legacy.layout_0_2`, the file-reader side), version 2 the config as composed. New cells are
+measured under :data:`IDENTITY_VERSION` = 2, so their ids no longer go through release 0.2's layout; a cell measured
+under another version keeps its id: :func:`known_ids` lists every id a config's cell may have, under which
+:func:`harness.run.cell.prepare_cell` finds a finished or partly run cell (reused or resumed, never run twice),
+``force=`` names it and ``harness merge`` sees it already present; :func:`check_reusable` compares under the stored
+version. Comparisons between cells (a method and its baseline) do not depend on the id: they read the stored configs
+in one layout (:func:`comparison_config`).
 
 Before a finished cell is reused, the config stored in its ``summary.json`` is compared with the
 requested one (:func:`check_reusable`): equal identity → reuse; different (a hash collision, a
@@ -37,7 +40,8 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 
-IDENTITY_VERSION = 1  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
+IDENTITY_VERSION = 2  # 1: the config in release 0.2's layout; 2: the config as composed (module docstring)
+VERSIONS = (1, 2)  # every identity version a stored cell may have (pinned ids of each: tests/config/test_identity.py)
 VERSION_KEY = "identity_version"  # in each summary.json (absent: 1)
 
 # dotted key -> why it cannot change a result (tested: tests/config/test_identity.py)
@@ -101,8 +105,11 @@ def _drop(cfg: dict, dotted: str) -> None:
 
 
 def _layout(cfg: Mapping[str, Any], version: int | None) -> dict:
-    if (version or IDENTITY_VERSION) == 1:
-        from harness.config.legacy import layout_0_2  # cells measured under identity version 1 only
+    version = IDENTITY_VERSION if version is None else version
+    if version not in VERSIONS:
+        raise ValueError(f"identity version {version!r} is unknown to this release (known: {VERSIONS})")
+    if version == 1:
+        from harness.config.legacy import layout_0_2  # ids of cells measured by release 0.2/0.3; comparisons
 
         return layout_0_2(cfg)
     return copy.deepcopy(dict(cfg))
@@ -146,9 +153,9 @@ def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     from harness.config.aliases import ALIASES, decoding_kind
 
     method = cfg.get("method")
-    name = method.get("name") if isinstance(method, Mapping) else None
-    if name not in ALIASES:
+    if not isinstance(method, Mapping) or method.get("name") not in ALIASES:
         return cfg
+    name = method["name"]
     target = ALIASES[name][decoding_kind(cfg.get("decoding"))]
     keys = set(method)
     if target != ALIASES[name]["greedy"]:  # the sampling target's own keys (loads the decoder registry)
@@ -191,9 +198,27 @@ def cell_id(cfg: Mapping[str, Any], version: int | None = None, aliases: bool = 
     return "__".join([*(id_component(p) for p in parts), config_hash(cfg, version, aliases)])
 
 
+def _id_variants(cfg: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(version, id) of every id ``cfg``'s cell may have: the current version first, then the others (newest first),
+    then, per version, the id an alias cell had before aliases were named by their decoder (``aliases=False``)."""
+    versions = [IDENTITY_VERSION, *sorted((v for v in VERSIONS if v != IDENTITY_VERSION), reverse=True)]
+    return [(v, cell_id(cfg, version=v, aliases=a)) for a in (True, False) for v in versions]
+
+
+def known_ids(cfg: Mapping[str, Any]) -> list[str]:
+    """Every id under which ``cfg``'s cell may be in a results folder, without repeats: :func:`cell_id` under the
+    current :data:`IDENTITY_VERSION` first (a new cell's), then under the other :data:`VERSIONS`, then the ids alias
+    cells had before (``aliases=False``)."""
+    return list(dict.fromkeys(cid for _, cid in _id_variants(cfg)))
+
+
 def version_of(cid: str, cfg: Mapping[str, Any]) -> int:
-    """The identity version under which ``cid`` is ``cfg``'s id (the current one when both give it)."""
-    return IDENTITY_VERSION if cid == cell_id(cfg) else 1
+    """The identity version under which ``cid`` is ``cfg``'s id (the current one when several give it); ValueError
+    when ``cid`` is no id of ``cfg`` under any of :data:`VERSIONS`."""
+    for version, known in _id_variants(cfg):
+        if known == cid:
+            return version
+    raise ValueError(f"{cid} is not the id of this config under any identity version {VERSIONS}")
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
@@ -232,7 +257,12 @@ def check_reusable(cell_dir: Path, cfg: Mapping[str, Any]) -> None:
     if not isinstance(stored, dict):
         raise CellConflict(f"cell {Path(cell_dir).name}: {path} holds no config, so it cannot be shown to match "
                            f"the requested one. Rerun it with force={Path(cell_dir).name}, or use another results_dir")
-    diff = differences(stored, cfg, summary.get(VERSION_KEY, 1) if isinstance(summary, dict) else 1)
+    version = summary.get(VERSION_KEY, 1) if isinstance(summary, dict) else 1
+    if version not in VERSIONS:
+        raise CellConflict(f"cell {Path(cell_dir).name} was measured under identity version {version!r}, which this "
+                           f"release does not know (known: {VERSIONS}); it cannot be shown to match. Rerun it with "
+                           f"force={Path(cell_dir).name}, or use another results_dir")
+    diff = differences(stored, cfg, version)
     if diff:
         shown = "; ".join(diff[:8]) + (f"; ... ({len(diff)} keys)" if len(diff) > 8 else "")
         raise CellConflict(f"cell {Path(cell_dir).name} finished under a different configuration ({shown}). "

@@ -1,5 +1,5 @@
 """Names and layouts of release 0.2, in ONE table: every deprecated name with the message that maps it, and the
-0.2 config layout that cell identities and summaries keep.
+0.2 config layout that the ids of cells measured under identity version 1 and the summaries' columns keep.
 
 Deprecated names keep working for one release, each with a ``DeprecationWarning`` and a logged line naming
 its replacement; the project's own code, configs and tests use none of them:
@@ -14,11 +14,11 @@ its replacement; the project's own code, configs and tests use none of them:
 * the decoding preset ``sampling_seed000`` → ``sampling_dsbd`` (:data:`RENAMED_PRESETS`).
 
 On the command line the old keys are rewritten before Hydra composes (:func:`upgrade_overrides`); in the
-Python API :func:`upgrade_method_params` maps them. A cell's identity (:mod:`harness.config.identity`) hashes the
-0.2 layout (:func:`layout_0_2`), so a cell keeps its id, and finished results stay reusable, whatever
-names the config used. Summaries' ``params`` keep the 0.2 flat columns as their format
-(:mod:`harness.adaptive.columns`, where the decoders take them), so analyses of old and new results read the same
-columns.
+Python API :func:`upgrade_method_params` maps them. The id of a cell measured under identity version 1 (releases
+0.2/0.3: :mod:`harness.config.identity`) hashes the 0.2 layout (:func:`layout_0_2`), so such a cell keeps its id and
+stays reusable; new cells (version 2) are hashed as composed, without this module. Summaries' ``params`` keep the 0.2
+flat columns as their format (:mod:`harness.adaptive.columns`, where the decoders take them), so analyses of old and
+new results read the same columns.
 
 Renamed **record and summary fields** (:data:`RENAMED`) are mapped by every reader of result files
 (:func:`current_names`, applied by :func:`harness.results.store.read_records` and the analysis loader), so results
@@ -96,7 +96,9 @@ def upgrade_method_params(method: str, params: Mapping[str, Any]) -> tuple[dict,
     ``gamma_policy``/``draft_selection`` given as method parameters become the group's ``name``."""
     from harness.errors import ConfigError
 
-    out, policy, selection = dict(params), {}, {}
+    out: dict[str, Any] = dict(params)
+    policy: dict[str, Any] = {}
+    selection: dict[str, Any] = {}
     for old, new in RENAMED_PARAMS.get(method, {}).items():
         if old in out:
             value = out.pop(old)
@@ -159,7 +161,7 @@ def flat_policy_params(policy: Mapping[str, Any] | None, selection: Mapping[str,
 
 
 def layout_0_2(cfg: Mapping[str, Any]) -> dict:
-    """A composed cell config in the 0.2 layout the cell identity hashes: the γ policy and draft selection
+    """A composed cell config in the 0.2 layout identity version 1 hashes: the γ policy and draft selection
     back inside ``method`` (every key, 0.2 names), the deprecated slots 0.2's method schema carried (unset),
     and the decoding preset's 0.2 name. Methods added after 0.2 keep the layout they have."""
     out = copy.deepcopy(dict(cfg))
@@ -168,8 +170,8 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
     if isinstance(decoding, dict) and decoding.get("name") in RENAMED_PRESETS.values():
         old = {v: k for k, v in RENAMED_PRESETS.items()}
         out["decoding"] = {**decoding, "name": old[decoding["name"]]}
-    method = out.get("method")
-    name = method.get("name") if isinstance(method, dict) else None
+    method = dict(out["method"]) if isinstance(out.get("method"), dict) else {}
+    name = method.get("name")
     flat = name in SPECULATIVE_0_2 and all(v is None or isinstance(v, Mapping) for v in (policy, selection))
     if not flat:  # no 0.2 layout for these: a chosen policy/selection (even an invalid one) is hashed as it is
         if policy is not None:
@@ -178,7 +180,6 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
             out["draft_selection"] = selection
     if name not in METHODS_0_2:
         return out
-    method = dict(method)
     if name not in NO_WARP_0_2:
         method.update({k: None for k in WARP_KEYS})
     method.update({old: None for old in RENAMED_PARAMS.get(name, {})})

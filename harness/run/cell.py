@@ -15,7 +15,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from harness.config import identity
 from harness.run import fingerprint
@@ -202,14 +202,15 @@ def cell_folder(results_dir: str | Path, cid: str) -> Path:
 
 def prepare_cell(cfg: Mapping[str, Any], results_dir: str | Path = "results") -> tuple[dict, str, Path]:
     """(config with the ``gpu`` label resolved, cell id, cell folder) — what a cell is called and where
-    it lives, without running anything (shared by the runner, validation and ``harness plan``)."""
+    it lives, without running anything (shared by the runner, validation and ``harness plan``). A cell already in
+    ``results_dir`` (finished or partly run) under another of its ids keeps it: measured under another identity
+    version, or an alias cell measured before aliases were named by their decoder (:func:`identity.known_ids`)."""
     cfg = labelled(cfg)
-    cid = identity.cell_id(cfg)
+    cid, *others = identity.known_ids(cfg)
     folder = cell_folder(results_dir, cid)
-    if not folder.exists():  # a cell measured under identity version 1 (harness.config.identity) keeps its id, and
-        # so does an alias cell measured before aliases were named by their decoder
-        for old in (identity.cell_id(cfg, version=1), identity.cell_id(cfg, version=1, aliases=False)):
-            if old != cid and cell_folder(results_dir, old).exists():
+    if not folder.exists():
+        for old in others:
+            if cell_folder(results_dir, old).exists():
                 return cfg, old, cell_folder(results_dir, old)
     return cfg, cid, folder
 
@@ -243,19 +244,21 @@ def verified_state(cell_dir: Path, cfg: Mapping[str, Any]) -> tuple[str, str]:
     return "done", ""
 
 
-def forced(force: Any, cid: str, state: str) -> bool:
+def forced(force: Any, cid: str | Sequence[str], state: str) -> bool:
     """Whether ``force`` reruns cell ``cid`` (in ``state``) from scratch: ``true`` every cell; ``corrupt``
-    the cells that fail verification or conflict; a cell id, or a list of them, those cells."""
+    the cells that fail verification or conflict; a cell id, or a list of them, those cells. ``cid`` may be every id
+    of the cell (:func:`identity.known_ids`: ``force=`` names a cell by any of them)."""
     if force is True:
         return True
     if not force or isinstance(force, bool):
         return False
+    ids = {cid} if isinstance(cid, str) else set(cid)
     values = force if isinstance(force, (list, tuple)) else [force]
-    return any(v == cid or (v == FORCE_CORRUPT and state in ("corrupt", "conflict")) for v in values)
+    return any(v in ids or (v == FORCE_CORRUPT and state in ("corrupt", "conflict")) for v in values)
 
 
 def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """(the cell ids ``force`` names that are no cell of ``cfgs``, the cells' ids)."""
+    """(the cell ids ``force`` names that are no cell of ``cfgs``, the cells' ids: every id each may have)."""
     named: set[str] = set()
     for cfg in cfgs:
         force = cfg.get("force")
@@ -266,7 +269,7 @@ def unknown_forced_ids(cfgs: list[Mapping[str, Any]]) -> tuple[list[str], list[s
     ids = []
     for cfg in cfgs:
         try:
-            ids += [identity.cell_id(labelled(cfg)), identity.cell_id(labelled(cfg), version=1)]
+            ids += identity.known_ids(labelled(cfg))
         except (KeyError, TypeError):
             pass
     return sorted(named - set(ids)), ids

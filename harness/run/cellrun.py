@@ -33,7 +33,7 @@ from harness.results import store
 from harness.run.cell import Cell, CellPlan, forced, prepare_cell, verified_state
 from harness.errors import ConfigError
 from harness.run.fingerprint import InputsChanged, changed_inputs
-from harness.config.identity import CellConflict
+from harness.config.identity import CellConflict, known_ids
 from harness.results.record import record_problems
 
 log = logging.getLogger("harness")
@@ -185,7 +185,7 @@ class CellRun:
 
     def _skip(self, force: Any) -> bool:
         state, detail = verified_state(self.cell_dir, self.cfg)
-        if forced(force, self.cid, state):
+        if forced(force, known_ids(self.cfg), state):
             return False
         if state == "conflict":
             raise CellConflict(detail)
@@ -201,7 +201,7 @@ class CellRun:
         """Under the lock: clear what a killed run left, repair or set aside, open the writer."""
         store.clean_temp_files(self.cell_dir)
         state, detail = verified_state(self.cell_dir, self.cfg)
-        rerun = forced(force, self.cid, state)
+        rerun = forced(force, known_ids(self.cfg), state)
         if rerun:  # files that failed verification are kept aside; a good cell's are replaced
             for name in (store.SUMMARY, store.RECORDS, store.PARTIAL, store.DIGESTS, store.SEGMENTS):
                 if state in ("corrupt", "conflict") and name in (store.SUMMARY, store.RECORDS):

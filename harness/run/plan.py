@@ -105,12 +105,13 @@ def plan_rows(jobs: list[dict]) -> list[dict]:
 
 def _differing_keys(rows: list[dict]) -> list[dict]:
     """Each row's ``differs``: for cells whose ids differ only by the hash (same method, decoding, pair, dataset,
-    gpu, seed), the identity keys that tell them apart, with this cell's values (``max_new_tokens=8``)."""
-    from harness.config.identity import flatten, identity_config, resolve_alias
+    gpu, seed), the identity keys that tell them apart, with this cell's values (``max_new_tokens=8``). Grouped by
+    the ids under the current identity version, so a cell found under an older id groups with its new siblings."""
+    from harness.config.identity import cell_id, flatten, identity_config, resolve_alias
 
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        groups.setdefault(r["cell_id"].rsplit("__", 1)[0], []).append(r)
+        groups.setdefault(cell_id(r["config"]).rsplit("__", 1)[0], []).append(r)
     for group in groups.values():
         flat = [flatten(json.loads(json.dumps(identity_config(resolve_alias(r["config"])), default=str)))
                 for r in group]
@@ -228,9 +229,9 @@ def task_main(argv: list[str]) -> int:
 
 def merge(sources: list[Path], dest: Path) -> dict[str, int]:
     """Copy every finished cell whose records match its summary's checksum from ``sources`` into
-    ``dest``; cells already finished there are left alone. Each cell is copied under its lock in
-    ``dest``, records first and the summary last (both atomic renames), so concurrent mergers and
-    readers never see a torn row or a summary without its records."""
+    ``dest``; cells already finished there are left alone (under any of their ids: :func:`present_as`). Each cell is
+    copied under its lock in ``dest``, records first and the summary last (both atomic renames), so concurrent
+    mergers and readers never see a torn row or a summary without its records."""
     counts = {"merged": 0, "present": 0, "skipped_unfinished": 0, "skipped_corrupt": 0, "busy": 0}
     for src in sources:
         for cell in sorted((Path(src) / "cells").glob("*")):
@@ -243,12 +244,12 @@ def merge(sources: list[Path], dest: Path) -> dict[str, int]:
                     print(f"harness merge: skipping {cell}: {detail}", file=sys.stderr)
                 continue
             target = Path(dest) / "cells" / cell.name
-            if store.finished_state(target)[0] == "done":
+            if store.finished_state(target)[0] == "done" or present_as(cell, dest):
                 counts["present"] += 1
                 continue
             try:
                 with store.CellLock(target):
-                    if store.finished_state(target)[0] == "done":
+                    if store.finished_state(target)[0] == "done" or present_as(cell, dest):
                         counts["present"] += 1
                         continue
                     store.clean_temp_files(target)  # what a killed merger or writer left
@@ -268,6 +269,27 @@ def merge(sources: list[Path], dest: Path) -> dict[str, int]:
             except store.CellBusy:
                 counts["busy"] += 1
     return counts
+
+
+def present_as(cell: Path, dest: Path) -> str | None:
+    """The other id under which ``dest`` already holds the finished cell ``cell`` (the same identity measured under
+    another identity version: :func:`harness.config.identity.known_ids`), else None; ``harness merge`` keeps one
+    measurement per cell, whatever the version each folder's was measured under."""
+    from harness.config import identity
+
+    try:
+        summary = json.loads((cell / store.SUMMARY).read_text(encoding="utf-8"))
+        ids = identity.known_ids(summary["config"])
+    except (OSError, ValueError, KeyError, TypeError):  # no config to compare: merged under its own id only
+        return None
+    for other in ids:
+        if other != cell.name and store.finished_state(Path(dest) / "cells" / other)[0] == "done":
+            try:
+                identity.check_reusable(Path(dest) / "cells" / other, summary["config"])
+            except identity.CellConflict:
+                continue
+            return other
+    return None
 
 
 def merge_main(argv: list[str]) -> int:

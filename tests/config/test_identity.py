@@ -1,5 +1,6 @@
 """Issue 15 item 1: a cell's id covers every setting that can change what it measures, and a finished cell is
-reused only when its stored config has the same identity."""
+reused only when its stored config has the same identity. Issue 29.3: new cells are measured under identity version 2
+(the config as composed); the ids of cells measured under version 1 (release 0.2's layout) keep their pinned values."""
 import json
 import os
 import subprocess
@@ -181,27 +182,55 @@ def test_a_policy_key_that_release_0_2_did_not_have_changes_the_id():
 # issue 33.5: an alias cell is the cell of the decoder it resolves to; explicit cells keep their ids
 ALIAS_CELLS = [("ar", "greedy", "ar_greedy"), ("ar", "sampling", "ar_sampling"), ("beam", "greedy", "beam_search"),
                ("beam", "sampling", "beam_sampling")]
-# ids of explicit cells computed before this change (they must keep their value)
+# ids of explicit cells computed before this change (issue 33.5), under identity version 1: existing results keep them
 KEPT = {"ar_greedy": "ar_greedy__greedy__tiny__kjv_heldout__cpu__s0__735e523a5f98",
         "ar_sampling": "ar_sampling__sampling__tiny__kjv_heldout__cpu__s0__bac9b146f537",
         "beam_search": "beam_search__greedy__tiny__kjv_heldout__cpu__s0__bf9a8430737d",
         "beam_sampling": "beam_sampling__sampling__tiny__kjv_heldout__cpu__s0__5d4f0812eae9"}
+# the same cells' ids under identity version 2, what new cells get (issue 29.3); greedy ones are the same under both
+KEPT_V2 = {"ar_greedy": "ar_greedy__greedy__tiny__kjv_heldout__cpu__s0__735e523a5f98",
+           "ar_sampling": "ar_sampling__sampling__tiny__kjv_heldout__cpu__s0__e40a95c903b3",
+           "beam_search": "beam_search__greedy__tiny__kjv_heldout__cpu__s0__bf9a8430737d",
+           "beam_sampling": "beam_sampling__sampling__tiny__kjv_heldout__cpu__s0__7542b2f13f59"}
 
 
 @pytest.mark.parametrize("alias,decoding,target", ALIAS_CELLS)
 def test_an_alias_and_its_resolved_method_are_one_cell(alias, decoding, target):
-    explicit = cell_id(composed(f"method={target}", f"decoding={decoding}", "gpu=cpu"))
-    assert cell_id(composed(f"method={alias}", f"decoding={decoding}", "gpu=cpu")) == explicit == KEPT[target]
+    for version, pins in ((1, KEPT), (2, KEPT_V2)):
+        explicit = cell_id(composed(f"method={target}", f"decoding={decoding}", "gpu=cpu"), version=version)
+        assert cell_id(composed(f"method={alias}", f"decoding={decoding}", "gpu=cpu"), version=version) == explicit \
+            == pins[target]
+    assert identity.IDENTITY_VERSION == 2 and cell_id(composed(f"method={target}", f"decoding={decoding}",
+                                                               "gpu=cpu")) == KEPT_V2[target]  # a new cell's id
     # a parameter of the resolved method still tells cells apart through the alias
     assert cell_id(composed(f"method={alias}", f"decoding={decoding}", "gpu=cpu", "method.width=2")) != explicit \
         if alias == "beam" else True
+
+
+# cells whose version-1 id goes through release 0.2's layout (γ policy inside `method`, 0.2's preset name): the
+# version-1 pins are the ids such results have; the version-2 pins are a new cell's
+LAYOUT_PINS = [(("method=sd", "decoding=sampling"), "sd__sampling__tiny__kjv_heldout__cpu__s0__156f4900c79f",
+                "sd__sampling__tiny__kjv_heldout__cpu__s0__a254a559784e"),
+               (("method=dsbd", "decoding=sampling_dsbd"),
+                "dsbd__sampling_seed000__tiny__kjv_heldout__cpu__s0__9db12d36d269",
+                "dsbd__sampling_dsbd__tiny__kjv_heldout__cpu__s0__d7b22e298638"),
+               (("method=sd", "gamma_policy=online"), "sd__sampling__tiny__kjv_heldout__cpu__s0__2042d135ce2c",
+                "sd__sampling__tiny__kjv_heldout__cpu__s0__07242d01fc2e")]
+
+
+@pytest.mark.parametrize("overrides,v1,v2", LAYOUT_PINS, ids=lambda o: " ".join(o) if isinstance(o, tuple) else "")
+def test_pinned_ids_of_both_identity_versions(overrides, v1, v2):
+    cfg = composed(*overrides, "gpu=cpu")
+    assert cell_id(cfg, version=1) == v1 and cell_id(cfg, version=2) == v2 == cell_id(cfg)
+    assert identity.known_ids(cfg)[:2] == [v2, v1]
+    assert identity.version_of(v1, cfg) == 1 and identity.version_of(v2, cfg) == 2
 
 
 def test_a_finished_alias_cell_keeps_its_old_id(tmp_path):
     from harness.run.cell import prepare_cell
 
     cfg = composed("method=beam", "decoding=sampling", "gpu=cpu")
-    old = cell_id(cfg, aliases=False)
+    old = cell_id(cfg, version=1, aliases=False)  # such cells were measured under identity version 1
     assert old.startswith("beam__sampling__") and old != cell_id(cfg)
     assert prepare_cell(cfg, tmp_path)[1] == cell_id(cfg)  # nothing there: the new id
     (tmp_path / "cells" / old).mkdir(parents=True)

@@ -1,6 +1,7 @@
-"""Issue 29.3: each summary stores its identity version; version 2 does not go through release 0.2's layout, and when
-the current version changes, a cell measured under another one (no version in its summary = 1) keeps its id and is
-reused. (New cells stay at version 1 while the ids of existing results are pinned: tests/config/test_identity.py.)"""
+"""Issue 29.3: each summary stores its identity version; new cells are measured under version 2, which does not go
+through release 0.2's layout, and a cell measured under another version (no version in its summary = 1) keeps its id
+and is reused (the pinned ids of both versions: tests/config/test_identity.py; a results folder of both:
+tests/run/test_mixed_identity.py)."""
 import json
 
 import pytest
@@ -21,19 +22,20 @@ CELL = {"method": {"name": "sd", "gamma": 2}, "decoding": {"name": "greedy", "te
 
 def test_version_2_ids_do_not_go_through_the_0_2_layout(monkeypatch):
     old = identity.cell_id(CELL, version=1)
-    assert old == identity.cell_id(CELL)  # the current version is 1 (pinned ids)
+    assert identity.IDENTITY_VERSION == 2 and old != identity.cell_id(CELL)  # new cells: version 2
 
     def refuse(cfg):
         raise AssertionError("layout_0_2 called for a version-2 id")
 
     monkeypatch.setattr(legacy, "layout_0_2", refuse)
     new = identity.cell_id(CELL, version=2)
-    assert new != old and new.startswith("sd__greedy__tiny__kjv_heldout__cpu__s0__")
+    assert new != old and new.startswith("sd__greedy__tiny__kjv_heldout__cpu__s0__") and new == identity.cell_id(CELL)
 
 
 def test_a_cell_measured_under_version_1_keeps_its_id_when_the_version_changes(tmp_path, monkeypatch):
-    old = run_cell(CELL, tmp_path)  # measured under version 1; then the summary loses the key, as 0.2's had none
-    monkeypatch.setattr(identity, "IDENTITY_VERSION", 2)
+    with monkeypatch.context() as m:  # measured under version 1; then the summary loses the key, as 0.2's had none
+        m.setattr(identity, "IDENTITY_VERSION", 1)
+        old = run_cell(CELL, tmp_path)
     assert old.status == "done" and old.cell_id == identity.cell_id(CELL, version=1) != identity.cell_id(CELL)
     path = old.cell_dir / store.SUMMARY
     summary = json.loads(path.read_text())
@@ -60,4 +62,33 @@ def test_a_new_cell_stores_the_current_version(tmp_path, monkeypatch, version):
 
         sealed = integrity.seal(out.cell_dir, bad, integrity.folder_key(out.cell_dir.parent))
         (out.cell_dir / store.SUMMARY).write_text(json.dumps(sealed))
+        identity.check_reusable(out.cell_dir, CELL)
+
+
+@pytest.mark.parametrize("current", [1, 2])
+def test_version_of_names_the_version_of_each_id_whichever_is_current(monkeypatch, current):
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", current)
+    v1, v2 = identity.cell_id(CELL, version=1), identity.cell_id(CELL, version=2)
+    assert identity.version_of(v1, CELL) == 1 and identity.version_of(v2, CELL) == 2
+    assert identity.known_ids(CELL)[0] == identity.cell_id(CELL) and set(identity.known_ids(CELL)) >= {v1, v2}
+    alias = {**CELL, "method": {"name": "beam", "num_beams": 2}}  # measured before aliases were named by decoder
+    old_alias = identity.cell_id(alias, version=1, aliases=False)
+    found = identity.version_of(old_alias, alias)  # the current version where both give that id
+    assert old_alias.startswith("beam__") and identity.cell_id(alias, version=found, aliases=False) == old_alias
+    assert found == (current if old_alias == identity.cell_id(alias, version=2, aliases=False) else 1)
+    with pytest.raises(ValueError, match="not the id of this config"):
+        identity.version_of(v1, {**CELL, "seed": 1})
+    with pytest.raises(ValueError, match="identity version 3 is unknown"):
+        identity.cell_id(CELL, version=3)
+
+
+def test_a_summary_of_an_unknown_identity_version_is_not_reused(tmp_path):
+    out = run_cell(CELL, tmp_path)
+    from harness.results import integrity
+
+    summary = json.loads((out.cell_dir / store.SUMMARY).read_text())
+    summary[identity.VERSION_KEY] = 3  # written by a later release
+    sealed = integrity.seal(out.cell_dir, summary, integrity.folder_key(out.cell_dir.parent))
+    (out.cell_dir / store.SUMMARY).write_text(json.dumps(sealed))
+    with pytest.raises(identity.CellConflict, match="identity version 3, which this release does not know"):
         identity.check_reusable(out.cell_dir, CELL)

@@ -18,7 +18,9 @@ ALLOWED = {
     "methods.py": "the Python API's door: deprecated parameter and preset names (upgrade_method_params, preset_name)",
     "results/store.py": "a file reader: records under their current names (current_names)",
     "analysis/tables.py": "a file reader: summaries and records under their current names (current_names)",
-    "config/identity.py": "the ids of cells measured under identity version 1 (layout_0_2)",
+    "config/identity.py": "a reader of stored cells: the ids of cells measured under identity version 1 and stored "
+                          "configs of any version compared in one layout (layout_0_2); new cells' ids (version 2) "
+                          "do not use it",
 }
 
 

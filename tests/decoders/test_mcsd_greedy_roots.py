@@ -51,4 +51,6 @@ def test_greedy_roots_is_checked_and_keeps_old_cell_ids():
     from harness.config.identity import identity_config
 
     cfg = {"method": {"name": "mcsd_target_init", "k_config": [16, 1, 1, 1, 1, 1]}, "seed": 0}
-    assert identity_config({**cfg, "method": {**cfg["method"], "greedy_roots": None}}) == identity_config(cfg)
+    for version in (1, 2):  # the ids of cells measured under identity version 1 (0.2/0.3), and new cells'
+        assert identity_config({**cfg, "method": {**cfg["method"], "greedy_roots": None}}, version) == \
+            identity_config(cfg, version)

@@ -95,6 +95,7 @@ def test_execution_is_in_the_identity_and_eager_keeps_existing_ids():
     base["pair"].pop("execution", None)
     eager, graphs = _cell_config({"pair.execution": "eager"}), _cell_config({"pair.execution": "graphs"})
     assert cell_id(eager) == cell_id(base) != cell_id(graphs)
+    assert cell_id(eager, version=1) == cell_id(base, version=1) != cell_id(graphs, version=1)  # results of 0.2/0.3
 
 
 def _cell_config(overrides: dict) -> dict:
