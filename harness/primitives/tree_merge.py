@@ -6,15 +6,16 @@ node's candidates are the children of all the draft nodes it stands for, in draw
 (specinfer's and mcsd's docstrings; mtad §5). Done on the host, that needs the drafted tokens read every round and
 a new tree shape (mask, walk index) uploaded whenever the duplicates change.
 
-Here nothing is removed: the target scores the drafted tree as drafted (level order: its mask is a shape every
-round repeats), and the merge is a CLASS per draft node, computed on the device level by level — node i's class is
-the first node j ≤ i of its level whose parent's class and token are i's — without a read. A duplicate computes
-the same logits as its class's first node (the same tokens at the same positions: its ancestors are duplicates
-too) and nobody reads them: the walk (:func:`~harness.primitives.tree_walk.walk_tree`) runs a row per node, whose
-candidates are the next level's nodes masked to the children of the node's class (all-masked unless the node is
-its class's first), so a merged node is one row with the union of its members' children as candidates, in draw
-order — the host merge's law, exactly. Children that a short row could not give (draws without replacement,
-``draft_tree(defer_invalid=True)``) are dead, with everything below them: class −2, never a candidate.
+Here nothing is removed: the target scores the drafted tree as drafted (level order: its mask is a shape every round
+repeats), and the merge is a CLASS per draft node, computed on the device without a read — node i's class is the
+first live node j ≤ i of its level whose parent's class and token are i's (equivalently: the same tokens on the path
+from the root), every level at once. A duplicate computes the same logits as its class's first node (the same tokens
+at the same positions: its ancestors are duplicates too) and nobody reads them: the walk
+(:func:`~harness.primitives.tree_walk.walk_tree`) runs a row per node, whose candidates are the next level's nodes
+masked to the children of the node's class (all-masked unless the node is its class's first), so a merged node is
+one row with the union of its members' children as candidates, in draw order — the host merge's law, exactly.
+Children that a short row could not give (draws without replacement, ``draft_tree(defer_invalid=True)``) are dead,
+with everything below them: class −2, never a candidate.
 
 With ``distinct`` siblings (greedy top-k, draws without replacement) nothing can merge: the classes are the nodes
 themselves (the dead dropped) and each row's candidates are its own children, as drafted.
