@@ -73,6 +73,10 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                                       "existed",
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
+    "energy.self_check": "null = the polled meter's start-of-run self-check where it applies (no sensor profile): "
+                         "part of the meter's code, like its other steps (code versions are not in the identity: "
+                         "above); it changes no cell without a polled power reading. An explicit true/false is in "
+                         "the identity",
 }
 # dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
 # were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)

@@ -180,7 +180,7 @@ def needed(state) -> SelfCheck:
     set in the ``gpu`` profile."""
     cfg, power = state.cfg, state.primary
     check = SelfCheck(reading=power.name)
-    if not getattr(cfg, "self_check", True):
+    if getattr(cfg, "self_check", None) is False:  # null (the default) and true: on
         check.reason = "energy.self_check=false: the assumed figures are used"
     elif power.kind != "power" or not cfg.protocol:
         check.reason = "the primary source is an energy counter" if power.kind != "power" else "energy.protocol=false"
