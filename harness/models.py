@@ -44,7 +44,7 @@ class ModelPair:
 
     target: torch.nn.Module
     draft: torch.nn.Module | None
-    tokenizer: object
+    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerBase; its package is not type-checked here)
     name: str = "custom"
     target_id: str = ""
     draft_id: str | None = None

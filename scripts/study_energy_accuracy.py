@@ -64,6 +64,7 @@ VOLTA = {"name": "Tesla V100-SXM2-32GB", "architecture": NVML.NVML_DEVICE_ARCH_V
 # (power.draw) a 1 s running average (NVML docs for Hopper)
 H200 = {"name": "NVIDIA H200", "architecture": NVML.NVML_DEVICE_ARCH_HOPPER, "power_window_s": 0.117,
         "usage_window_s": 1.0, "idle_w": 75.0}
+H100 = {"name": "NVIDIA H100 80GB HBM3", "architecture": NVML.NVML_DEVICE_ARCH_HOPPER, "idle_w": 70.0}
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "architecture": NVML.NVML_DEVICE_ARCH_AMPERE, "idle_w": 60.0,
         "power_limit_w": 400.0}
 
@@ -165,6 +166,15 @@ SCENARIOS = [
     Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
              gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
+    # issue 30.1: the tables are wrong for this GPU and no sensor profile is given: the start-up self-check
+    Scenario("H100 instant 1 s avg, table 25 ms", "30.1 self-check", (1, 4), ("polled",),
+             gpu={**H100, "power_window_s": 1.0}),
+    Scenario("A100 power.draw 1 s, table 25 ms, no counter", "30.1 self-check", (1, 4), ("polled",),
+             polled_source="power-usage", gpu={**A100, "usage_window_s": 1.0, "has_counter": False}),
+    Scenario("H100 instant 117 ms, table 25 ms", "30.1 self-check", (1, 4), ("polled",),
+             gpu={**H100, "power_window_s": 0.117}),
+    Scenario("power.draw 25 ms, table 1 s, no counter", "30.1 self-check", (1, 4), ("polled",),
+             polled_source="power-usage", gpu={**H100, "usage_window_s": 0.025, "has_counter": False}),
 ]
 
 

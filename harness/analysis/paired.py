@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,7 +116,7 @@ def pair_prompts(records: pd.DataFrame, cell_id: str, baseline_id: str) -> pd.Da
 def ratio_estimates(p: pd.DataFrame, **boot) -> dict:
     """Speed-up and energy ratio (ratio of totals; geometric mean of per-prompt ratios), with CIs,
     from a :func:`pair_prompts` table."""
-    out = {"n_prompts": len(p)}
+    out: dict[str, Any] = {"n_prompts": len(p)}
     tok_m, t_m, tok_b, t_b = (p[c].to_numpy(float) for c in ("new_tokens_m", "wall_time_s_m", "new_tokens_b",
                                                              "wall_time_s_b"))
     out["baseline_seconds_per_token"] = t_b.sum() / tok_b.sum() if len(p) and tok_b.sum() > 0 else NAN

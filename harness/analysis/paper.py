@@ -210,7 +210,8 @@ def choose(rows: pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
     items = settings(rows)
     distinct = {json.dumps(i, sort_keys=True, default=str) for i in items}
     if len(distinct) > 1:
-        return rows.iloc[0:0], f"{len(distinct)} {what} settings compete, differing in {differences(items)}: no single entry"
+        return rows.iloc[0:0], (f"{len(distinct)} {what} settings compete, differing in {differences(items)}: "
+                                "no single entry")
     return rows, ""
 
 

@@ -158,7 +158,8 @@ def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame 
                      "SPS per single draft: " + (", ".join(f"{d[0]} {percent(d[1], d[2], d[3])} (n={d[4]})" if
                                                            np.isfinite(d[1]) else f"{d[0]} n/a ({d[6] or 'no prompts'})"
                                                            for d in per_draft) or "no single-draft cells"))
-        fixed_default, why_fd = choose(fixed_twin(default_twin(summary, m), m.to_frame().T), "fixed-γ SD, default draft")
+        fixed_default, why_fd = choose(fixed_twin(default_twin(summary, m), m.to_frame().T),
+                                       "fixed-γ SD, default draft")
         rows = ((f"{target} (w/o draft selection)", best, "no single-draft SPS (notes)"),
                 (f"{target} (w/ draft selection)", (None, *paired(recs, m.to_frame().T, fixed_default, **boot), ""),
                  why_fd))
@@ -170,10 +171,11 @@ def table3(summary: pd.DataFrame, records: pd.DataFrame, excluded: pd.DataFrame 
                 if np.isfinite(v) else f"n/a: {why or 'no common prompts'}"
             entries.append(Entry((label,), col, v, text, est[5] if est is not None else (),
                                  f"{paper} ({pv.paper_gpu(m['gpu'])})" if paper else ""))
-    return assemble("adaptive.table3", "Adaptive Table 3: throughput improvement over speculative decoding, without and "
-                    "with draft selection", "w/o: the better single draft's SPS (the online policy over fixed γ on that "
-                    "draft; the paper's definition); w/: the selection cell over fixed-γ SD on the default draft. Both "
-                    "paired by prompt over the prompts the selection cell measured (its fit phase excluded from both).",
+    return assemble("adaptive.table3", "Adaptive Table 3: throughput improvement over speculative decoding, without "
+                    "and with draft selection", "w/o: the better single draft's SPS (the online policy over fixed γ on "
+                    "that draft; the paper's definition); w/: the selection cell over fixed-γ SD on the default draft. "
+                    "Both paired by prompt over the prompts the selection cell measured (its fit phase excluded from "
+                    "both).",
                     entries, ["target model"], ["dataset", "gpu"], notes=notes)
 
 
@@ -181,7 +183,8 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
     """App. C.2: every γ policy's tokens/s, acceptance rate and speed-up over fixed γ (paired)."""
     entries = []
     sd = summary[MethodSpec.parse("sd").mask(summary) & _no_selection(summary) & ~swept(summary)]
-    found = [(k, g) for k, g in blocks(sd) if g["param.gamma_policy"].nunique() > 1] if "param.gamma_policy" in sd else []
+    found = [(k, g) for k, g in blocks(sd) if g["param.gamma_policy"].nunique() > 1] \
+        if "param.gamma_policy" in sd else []
     names, common = block_names([k for k, _ in found])
     for key, g in found:
         fixed, _ = choose(fixed_twin(g, g[_spec(ONLINE, g)]), "fixed")
@@ -202,7 +205,8 @@ def policy_table(summary: pd.DataFrame, records: pd.DataFrame, **boot) -> PaperT
 
 
 SPECDECPP = MethodSpec.parse("sd[gamma_policy=specdecpp]")
-EAGLE_FIXED, EAGLE_ADAPTIVE = MethodSpec.parse("eagle2[gamma_policy=fixed]"), MethodSpec.parse("eagle2[gamma_policy=online]")
+EAGLE_FIXED = MethodSpec.parse("eagle2[gamma_policy=fixed]")
+EAGLE_ADAPTIVE = MethodSpec.parse("eagle2[gamma_policy=online]")
 
 
 def _ratio_entries(records, row, gpu, cells: dict, columns, paper: dict, **boot) -> list[Entry]:

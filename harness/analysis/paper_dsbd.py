@@ -32,8 +32,8 @@ GRID = {"beam sampling": MethodSpec.parse("beam_sampling"), "DSBD": MethodSpec.p
 CONSTRAINED = MethodSpec.parse("dsbd[memory_constrained=true]")
 TABLE1_ROLES = (("Multinomial", MethodSpec.parse("ar_sampling")), ("SpecDecode", MethodSpec.parse("sd")),
                 ("SpecInfer", MethodSpec.parse("specinfer")), ("DSBD", CONSTRAINED))
-MTBENCH_ROLES = (("SpecInfer", MethodSpec.parse("specinfer")), ("Beam (W=5)", MethodSpec.parse("beam_sampling[width=5]")),
-                 ("DSBD", CONSTRAINED))
+MTBENCH_ROLES = (("SpecInfer", MethodSpec.parse("specinfer")),
+                 ("Beam (W=5)", MethodSpec.parse("beam_sampling[width=5]")), ("DSBD", CONSTRAINED))
 SPEED_FLOOR = 0.9  # the selected DSBD setting is at least this fast as SpecDecode (tokens/s), where one is
 
 
@@ -166,7 +166,8 @@ def iso_table(iso: pd.DataFrame) -> PaperTable:
         comparable = pv.paper_pair("dsbd", r["pair"]) and pv.paper_dataset("dsbd", r["dataset"])
         paper = f"{pv.DSBD_ISO[r['measure']]} (L40)" if comparable else ""
         text = "n/a: " + r["note"] if not np.isfinite(r["ratio_geo"]) else \
-            f"{r['ratio_geo']:.2f}× [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] (range {r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+            f"{r['ratio_geo']:.2f}× [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] " \
+            f"(range {r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
         header = "faster at equal quality" if r["measure"] == "speedup" else "less energy at equal quality"
         entries.append(Entry((block, q), (header,), float(r["ratio_geo"]), text, (), paper, None))
     return assemble("dsbd.iso", "DSBD §4.2: DSBD's Pareto front against beam sampling's at equal quality",
@@ -229,15 +230,15 @@ def sweep_table(summary: pd.DataFrame, records: pd.DataFrame, param: str) -> Pap
     found = [(k, g) for k, g in blocks(ds) if f"param.{param}" in g and g[f"param.{param}"].nunique() > 1]
     names, common = block_names([k for k, _ in found])
     entries, notes = [], []
-    others = [c for c in ("param.gamma", "param.draft_width", "param.threshold", "param.min_width") if c != f"param.{param}"]
+    others = [c for c in ("param.gamma", "param.draft_width", "param.threshold", "param.min_width")
+              if c != f"param.{param}"]
     for bkey, g in found:
         prim = primary(g, records)
         notes.append(f"{names[bkey]}: quality = {prim.name}" + (f" ({prim.note})" if prim.note else ""))
         for _, cell in g.sort_values([f"param.{param}", *[o for o in others if o in g]]).iterrows():
             rest = ", ".join(f"{o[6:]} {cell[o]:g}" for o in others if o in g and pd.notna(cell[o]))
             row = (names[bkey], f"{symbol} = {cell[f'param.{param}']:g}", rest)
-            for col, header, hib in ((prim.column, prim.name, prim.higher_is_better), ("tokens_per_s", "tokens/s", True),
-                                     ("j_per_token", "J/token", False)):
+            for col, header in ((prim.column, prim.name), ("tokens_per_s", "tokens/s"), ("j_per_token", "J/token")):
                 entries.append(column_entry(g[g["cell_id"] == cell["cell_id"]], col, row, (header,), None))
     return assemble(key, title + LOSSY_MARK * bool(len(ds) and lossy(ds)), f"Unconstrained DSBD (the §4.2 grid), "
                     f"every setting of the block, grouped by {symbol}. {common}.", entries,

@@ -19,14 +19,16 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import paper_values as pv
-from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, column_entry, paired, times,
-                                    contextualise, lossy, mark, same_group, LOSSY_MARK, LOSSY_NOTE)
+from harness.analysis.paper import (Entry, PaperTable, assemble, block_names, blocks, choose, column_entry, paired,
+                                    times, contextualise, lossy, mark, same_group, LOSSY_MARK, LOSSY_NOTE)
 from harness.analysis.quality import primary
 from harness.analysis.specs import MethodSpec
 
-T2 = (("Baseline SD", "γ = 4", "sd[gamma=4,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
+T2 = (("Baseline SD", "γ = 4", "sd[gamma=4,gamma_policy=fixed]"),
+      ("MCSD", "4 × 2 × 2 × 1", "mcsd[k_config=[4,2,2,1]]"),
       ("Our method", "2 × 4 × 3 × 1 × 1", "mcsd_target_init[k_config=[2,4,3,1,1]]"))
-T3 = (("Baseline SD", "γ = 5", "sd[gamma=5,gamma_policy=fixed]"), ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
+T3 = (("Baseline SD", "γ = 5", "sd[gamma=5,gamma_policy=fixed]"),
+      ("MCSD", "4 × 2 × 2 × 1 × 1", "mcsd[k_config=[4,2,2,1,1]]"),
       ("Our method", "D = 5, W = 16", "mcsd_target_init[k_config=[16,1,1,1,1,1]]"))
 OURS_DYNAMIC = MethodSpec.parse(T3[2][2])
 PAPER_KEY = {"Baseline SD": "SD", "MCSD": "MCSD", "Our method": "ours"}
@@ -199,9 +201,10 @@ def table4(summary: pd.DataFrame, records: pd.DataFrame | None = None) -> PaperT
     notes += [ALPHA_NOTE, "T 0: with the target's argmax as the only root, the tree is one chain and the output is "
               "greedy (lossless); the paper's T 0 figures need several roots — the target's top-n_t tokens "
               "(mcsd_target_init greedy_roots=top_nt, lossy †: a non-argmax root may win)."] + [LOSSY_NOTE] * any_lossy
-    return assemble("mcsd.table4", "MCSD Table 4: acceptance rates of our method (D = 5, W = 16) at temperature 0 and 1",
-                    f"Our method: mcsd_target_init k_config (16,1,1,1,1,1). {common}.", entries, ["block", "temperature"],
-                    ["target", "measure"], notes=notes)
+    return assemble("mcsd.table4",
+                    "MCSD Table 4: acceptance rates of our method (D = 5, W = 16) at temperature 0 and 1",
+                    f"Our method: mcsd_target_init k_config (16,1,1,1,1,1). {common}.", entries,
+                    ["block", "temperature"], ["target", "measure"], notes=notes)
 
 
 def table1(summary: pd.DataFrame, records: pd.DataFrame) -> PaperTable:

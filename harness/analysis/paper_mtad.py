@@ -27,12 +27,14 @@ MEASURES = (("speed (token/s) ↑", "tokens_per_s", True), ("energy (J/token) �
             ("perplexity ↓", PPL, False))
 ROLES = (("speculative", "sd"), ("BiLD", "bild"), ("Spectr", "spectr"), ("SpecInfer", "specinfer"), ("MTAD", "mtad"))
 #: App. F Table 15 per (pair, dataset): Spectr/SpecInfer m, BiLD τ1 and τ2, MTAD τ (γ 4, BiLD γ 10, 8 beams)
-TABLE15 = {("Llama-2", "CP"): (4, 0.9, 2, 0.1), ("OPT", "CP"): (4, 0.9, 2, 0.1), ("Llama-2", "CA"): (2, 0.9, 1, 0.1),
-           ("OPT", "CA"): (2, 0.3, 2, 0.1), ("Llama-2", "CD"): (4, 0.9, 3, 0.1), ("OPT", "CD"): (2, 0.3, 2, 0.1),
-           ("Llama-2", "SP"): (2, 0.9, 1, 0.9), ("OPT", "SP"): (2, 0.9, 1, 0.1), ("Llama-2", "MT"): (2, 0.9, 1, 0.9),
-           ("OPT", "MT"): (2, 0.9, 1, 0.1)}
+Setting = tuple[int, "float | None", "int | None", float]  # (m, BiLD τ1, BiLD τ2, MTAD τ); None: not fixed
+TABLE15: dict[tuple[str, str], Setting] = {
+    ("Llama-2", "CP"): (4, 0.9, 2, 0.1), ("OPT", "CP"): (4, 0.9, 2, 0.1), ("Llama-2", "CA"): (2, 0.9, 1, 0.1),
+    ("OPT", "CA"): (2, 0.3, 2, 0.1), ("Llama-2", "CD"): (4, 0.9, 3, 0.1), ("OPT", "CD"): (2, 0.3, 2, 0.1),
+    ("Llama-2", "SP"): (2, 0.9, 1, 0.9), ("OPT", "SP"): (2, 0.9, 1, 0.1), ("Llama-2", "MT"): (2, 0.9, 1, 0.9),
+    ("OPT", "MT"): (2, 0.9, 1, 0.1)}
 SPEC = MethodSpec.parse("sd[gamma=4,gamma_policy=fixed]")  # the paper's speculative decoding: γ 4, fixed
-DEFAULT_SETTING = (2, None, None, 0.1)  # elsewhere: Table 15's most common m and τ; BiLD's τ not fixed
+DEFAULT_SETTING: Setting = (2, None, None, 0.1)  # elsewhere: Table 15's most common m and τ; BiLD's τ not fixed
 APP_F = "T 1 · top-k 20 · top-p 0.9"  # App. F's warp: every table but Table 12 (whose warps are its subject)
 
 
@@ -92,7 +94,7 @@ def table3(summary: pd.DataFrame) -> PaperTable:
         for pair, gp in g.groupby("pair", sort=False):
             for role, spec in (("MS", MethodSpec.parse("ar_sampling")), ("SPEC", SPEC)):
                 rows, why = choose(gp[spec.mask(gp)], role)
-                for i, (measure, col, hib) in enumerate(MEASURES[:2]):
+                for i, (_, col, _) in enumerate(MEASURES[:2]):
                     vals = pv.MTAD_TABLE3.get(pv.paper_pair("mtad", pair), {}).get(role) \
                         if pv.paper_dataset("mtad", key[0]) == "CA" else None
                     e = column_entry(rows, col, (names[key], ("TOKENS/S", "J/TOKEN")[i]), (pair, role), None,
@@ -133,8 +135,9 @@ def table5(summary: pd.DataFrame) -> PaperTable:
     groups = blocks(summary, ["pair", "gpu", "regime"], laid_out=["dataset"])
     names, common = block_names([k for k, _ in groups], ["pair", "gpu", "regime"])
     for key, g in groups:
-        for i, (role, method) in enumerate(ROLES):
-            chosen = [(d, *_role_rows(gd, main_specs(key[0], d)[role], role)) for d, gd in g.groupby("dataset", sort=False)]
+        for role, method in ROLES:
+            chosen = [(d, *_role_rows(gd, main_specs(key[0], d)[role], role))
+                      for d, gd in g.groupby("dataset", sort=False)]
             refused = [f"{d}: {why}" for d, _, why in chosen if "compete" in why]
             parts = [r for _, r, _ in chosen if not r.empty]
             rows = pd.concat(parts) if parts and not refused else g.iloc[0:0]
@@ -214,7 +217,7 @@ def topk_topp_table(summary: pd.DataFrame) -> PaperTable:
             for j, (role, spec) in enumerate(roles):
                 spec = spec or main_specs(key[0], key[1])["MTAD"]
                 rows, why = choose(gw[spec.mask(gw)], role)
-                for i, (header, col, hib) in enumerate((("PPL", PPL, False), ("tokens/s", "tokens_per_s", True))):
+                for i, (header, col) in enumerate((("PPL", PPL), ("tokens/s", "tokens_per_s"))):
                     e = column_entry(rows, col, (names[key], f"{int(k)}", f"{float(p):g}"),
                                      (_head(role, spec, summary), header), None,
                                      f"{paper[2 * j + i]} (L40)" if paper else "", why=why)

@@ -47,7 +47,8 @@ REGISTRY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("Fig. 3 (acceptance threshold τ)", BUILT, "mtad.fig3 and the figure mtad_fig3"),
         ("Fig. 4 (relative perplexity vs relative score)", BUILT, "mtad.fig4 and the figure mtad_fig4 (Table 4's "
          "entries over multinomial sampling's; the score: each dataset's primary metric)"),
-        ("Fig. 5 (speed vs energy)", BUILT, "mtad.fig5 and the figure mtad_fig5 (Table 4's cells, Pearson r in its caption)"),
+        ("Fig. 5 (speed vs energy)", BUILT,
+         "mtad.fig5 and the figure mtad_fig5 (Table 4's cells, Pearson r in its caption)"),
     ),
     "mcsd": (
         ("Figs. 1-2", OUT, ILLUSTRATION),

@@ -36,7 +36,7 @@ def pareto_mask(x, y, x_higher: bool = True, y_higher: bool = True) -> np.ndarra
     x = np.asarray(x, float) * (1 if x_higher else -1)
     y = np.asarray(y, float) * (1 if y_higher else -1)
     ok = np.isfinite(x) & np.isfinite(y)
-    out = np.zeros(len(x), bool)
+    out: np.ndarray = np.zeros(len(x), bool)
     for i in np.flatnonzero(ok):
         ge = (x[ok] >= x[i]) & (y[ok] >= y[i])
         gt = (x[ok] > x[i]) | (y[ok] > y[i])

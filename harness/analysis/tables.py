@@ -210,16 +210,17 @@ def normalize_record(rec: dict, cell: dict, params: dict | None = None) -> dict:
     r["round_gammas_source"] = "recorded" if gammas is not None else None
     if gammas is None and lengths and (r.get("rounds") or 0) > 0:
         gamma = draft_depth(params)
-        for min_depth in ((1, 0) if gamma is not None else ()):
-            guess = infer_round_gammas(lengths, gamma, cell.get("max_new_tokens"), min_depth)
-            rejected = sum(a - 1 < g for a, g in zip(lengths, guess))
-            known_rejected, nodes = r.get("rejected_rounds"), _num(r.get("draft_nodes"))
-            if nodes < sum(guess):  # a round proposes at least its depth: the method drafted less (BiLD)
-                continue
-            if (known_rejected is not None and _num(known_rejected) == rejected) or nodes == sum(guess):
-                gammas = guess
-                r["round_gammas_source"] = "inferred"
-                break
+        if gamma is not None:
+            for min_depth in (1, 0):
+                guess = infer_round_gammas(lengths, gamma, cell.get("max_new_tokens"), min_depth)
+                rejected = sum(a - 1 < g for a, g in zip(lengths, guess))
+                known_rejected, nodes = r.get("rejected_rounds"), _num(r.get("draft_nodes"))
+                if nodes < sum(guess):  # a round proposes at least its depth: the method drafted less (BiLD)
+                    continue
+                if (known_rejected is not None and _num(known_rejected) == rejected) or nodes == sum(guess):
+                    gammas = guess
+                    r["round_gammas_source"] = "inferred"
+                    break
     r["round_gammas"] = [int(g) for g in gammas] if gammas is not None else None
     if r.get("draft_positions") is None:
         r["draft_positions"] = sum(r["round_gammas"]) if r["round_gammas"] is not None else NAN

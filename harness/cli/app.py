@@ -3,8 +3,8 @@
 
 Config comes from ``conf/`` plus the decoders' Params registered in Hydra's ConfigStore
 (:mod:`harness.config.groups`), so Hydra validates every key and type itself, and its own flags work
-(``--cfg job``, ``--config-dir``, ``hydra.searchpath``; ``--help`` lists the subcommands too). Before Hydra creates any folder or
-the first model loads, every cell of the run or sweep is composed and validated
+(``--cfg job``, ``--config-dir``, ``hydra.searchpath``; ``--help`` lists the subcommands too). Before Hydra
+creates any folder or the first model loads, every cell of the run or sweep is composed and validated
 (:mod:`harness.config.validation`, a Hydra callback in ``conf/config.yaml``): on a problem the command prints
 each one with its key and valid values and exits with status 2, having written nothing; so do the
 configuration errors Hydra itself detects (an unknown key or group option, a value of the wrong type, an
@@ -14,8 +14,9 @@ run time (its ``error.json`` says why).
 ``harness -m method=ar,sd,specinfer runner.interleave=true`` runs the sweep's cells that differ only
 in ``method`` as one interleaved comparison (:func:`harness.run.runner.run_cells`): Hydra's basic launcher
 composes every job first (each job only queues its config), then the groups run. Under another launcher
-(submitit), each job runs its own cell as usual. Subcommands (no Hydra app; :data:`SUBCOMMANDS`): ``plan``, ``task``, ``merge`` (:mod:`harness.run.plan`),
-``report`` (= ``harness-report``), ``ls`` (:mod:`harness.cli.catalog`), ``gpu-check``, ``power-probe``;
+(submitit), each job runs its own cell as usual. Subcommands (no Hydra app; :data:`SUBCOMMANDS`): ``plan``,
+``task``, ``merge`` (:mod:`harness.run.plan`), ``report`` (= ``harness-report``), ``ls``
+(:mod:`harness.cli.catalog`), ``gpu-check``, ``power-probe``;
 ``harness --version`` prints the harness's version.
 """
 from __future__ import annotations
@@ -257,7 +258,8 @@ def _main(argv: list[str]) -> None:
 
 
 def _run_hydra(argv: list[str]) -> None:
-    """The Hydra app (one cell, or a sweep with ``-m``), then the queued comparisons, results.json and the exit status."""
+    """The Hydra app (one cell, or a sweep with ``-m``), then the queued comparisons, results.json and the exit
+    status."""
     from harness.config.groups import register_configs
     from harness.config.preflight import check_argv
     from harness.run.sweeper import load_sweeper_plugin

@@ -73,6 +73,10 @@ ABSENT_WHEN_NULL: dict[str, str] = {
                                       "existed",
     "dataset.categories": "spec_bench: null = every category, the prompts every cell ran before the key existed",
     "dataset.per_category": "spec_bench: null = every prompt of each category, as before the key existed",
+    "energy.self_check": "null = the polled meter's start-of-run self-check where it applies (no sensor profile): "
+                         "part of the meter's code, like its other steps (code versions are not in the identity: "
+                         "above); it changes no cell without a polled power reading. An explicit true/false is in "
+                         "the identity",
 }
 # dotted key -> (default, why the default is the same measurement as the key's absence): keys added after cells
 # were measured, whose default is what every earlier cell ran (the default keeps every existing cell id)
@@ -153,9 +157,9 @@ def resolve_alias(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     from harness.config.aliases import ALIASES, decoding_kind
 
     method = cfg.get("method")
-    name = method.get("name") if isinstance(method, Mapping) else None
-    if name not in ALIASES:
+    if not isinstance(method, Mapping) or method.get("name") not in ALIASES:
         return cfg
+    name = method["name"]
     target = ALIASES[name][decoding_kind(cfg.get("decoding"))]
     keys = set(method)
     if target != ALIASES[name]["greedy"]:  # the sampling target's own keys (loads the decoder registry)

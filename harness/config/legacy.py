@@ -96,7 +96,9 @@ def upgrade_method_params(method: str, params: Mapping[str, Any]) -> tuple[dict,
     ``gamma_policy``/``draft_selection`` given as method parameters become the group's ``name``."""
     from harness.errors import ConfigError
 
-    out, policy, selection = dict(params), {}, {}
+    out: dict[str, Any] = dict(params)
+    policy: dict[str, Any] = {}
+    selection: dict[str, Any] = {}
     for old, new in RENAMED_PARAMS.get(method, {}).items():
         if old in out:
             value = out.pop(old)
@@ -168,8 +170,8 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
     if isinstance(decoding, dict) and decoding.get("name") in RENAMED_PRESETS.values():
         old = {v: k for k, v in RENAMED_PRESETS.items()}
         out["decoding"] = {**decoding, "name": old[decoding["name"]]}
-    method = out.get("method")
-    name = method.get("name") if isinstance(method, dict) else None
+    method = dict(out["method"]) if isinstance(out.get("method"), dict) else {}
+    name = method.get("name")
     flat = name in SPECULATIVE_0_2 and all(v is None or isinstance(v, Mapping) for v in (policy, selection))
     if not flat:  # no 0.2 layout for these: a chosen policy/selection (even an invalid one) is hashed as it is
         if policy is not None:
@@ -178,7 +180,6 @@ def layout_0_2(cfg: Mapping[str, Any]) -> dict:
             out["draft_selection"] = selection
     if name not in METHODS_0_2:
         return out
-    method = dict(method)
     if name not in NO_WARP_0_2:
         method.update({k: None for k in WARP_KEYS})
     method.update({old: None for old in RENAMED_PARAMS.get(name, {})})

@@ -118,7 +118,8 @@ def config_problems(cfg) -> list[str]:
     out = []
     if size > MAX_CONFIG_BYTES or nodes > MAX_CONFIG_NODES:
         out.append(f"the config would resolve to about {nodes:,} values ({size / 2**20:.1f} MiB: interpolations "
-                   f"repeating each other); the limits are {MAX_CONFIG_NODES:,} values and {MAX_CONFIG_BYTES >> 20} MiB")
+                   f"repeating each other); the limits are {MAX_CONFIG_NODES:,} values and "
+                   f"{MAX_CONFIG_BYTES >> 20} MiB")
     if depth > MAX_INTERPOLATION_DEPTH:
         out.append(f"interpolations reference interpolations {depth} deep; the limit is {MAX_INTERPOLATION_DEPTH}")
     return out
@@ -159,6 +160,20 @@ def _all_nodes(roots) -> list:
     return out
 
 
+def _expanded_size(node, memo: dict[int, int]) -> int:
+    """Values and containers under ``node`` once every alias is expanded; ``memo`` (by node id) measures each
+    anchored node once, and a recursive alias counts once."""
+    import yaml
+
+    if id(node) not in memo:
+        memo[id(node)] = 1
+        if isinstance(node, yaml.MappingNode):
+            memo[id(node)] = 1 + sum(_expanded_size(v, memo) for _, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            memo[id(node)] = 1 + sum(_expanded_size(v, memo) for v in node.value)
+    return memo[id(node)]
+
+
 def yaml_problems(folder: str | os.PathLike) -> list[str]:
     """YAML files under ``folder`` whose aliases expand beyond :data:`MAX_CONFIG_NODES` (checked on the node
     graph, each anchored node measured once) or that carry a Python or custom tag (``!!python/object``: a
@@ -173,17 +188,7 @@ def yaml_problems(folder: str | os.PathLike) -> list[str]:
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         memo: dict[int, int] = {}
-
-        def count(node) -> int:  # values and containers once every alias is expanded
-            if id(node) not in memo:
-                memo[id(node)] = 1  # a recursive alias counts once
-                if isinstance(node, yaml.MappingNode):
-                    memo[id(node)] = 1 + sum(count(v) for _, v in node.value)
-                elif isinstance(node, yaml.SequenceNode):
-                    memo[id(node)] = 1 + sum(count(v) for v in node.value)
-            return memo[id(node)]
-
-        total = sum(count(n) for n in nodes if n is not None)
+        total = sum(_expanded_size(n, memo) for n in nodes if n is not None)
         tags = sorted({n.tag for n in _all_nodes(nodes) if not _plain_tag(n.tag)})
         if tags:
             out.append(f"{path}: YAML tag(s) {', '.join(tags)} are not allowed: a config is plain data (no Python "
@@ -344,8 +349,9 @@ def argv_problems(argv: list[str], conf_dir: str) -> list[str]:
 
 
 def launcher_problems(overrides: list[str]) -> list[str]:
-    """A ``hydra/launcher`` whose plugin is an extra that is not installed (:data:`harness.config.extras.LAUNCHERS`): the
-    install line, where Hydra would only say it cannot find the launcher's config."""
+    """A ``hydra/launcher`` whose plugin is an extra that is not installed
+    (:data:`harness.config.extras.LAUNCHERS`): the install line, where Hydra would only say it cannot find the
+    launcher's config."""
     from harness.config import extras
 
     out = []

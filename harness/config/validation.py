@@ -196,8 +196,9 @@ def validate_cell(cfg: Mapping[str, Any], cache: _Cache | None = None, label: st
     results_dir = str(cfg.get("results_dir", "results"))
     if results_dir not in cache.writable:
         cache.writable[results_dir] = writable_problem(results_dir)
-    if cache.writable[results_dir]:
-        add("results_dir", cache.writable[results_dir])
+    unwritable = cache.writable[results_dir]
+    if unwritable:
+        add("results_dir", unwritable)
     elif plan is not None:
         _check_cell_folder(cfg, results_dir, add)
     if not problems and plan is not None and task is not None and energy is not None:
@@ -333,8 +334,9 @@ def _unknown_forced_ids(cells: list[tuple[str, Mapping[str, Any]]]) -> list[Prob
     unknown, ids = unknown_forced_ids([cfg for _, cfg in cells])
     if not unknown:
         return []
+    example = ids[0] if ids else "(none)"
     return [Problem("force", f"names no cell of this run: {', '.join(unknown)} (valid: true, false, {FORCE_CORRUPT}, "
-                             f"or cell ids of this run, e.g. {ids[0] if ids else '(none)'}; `harness plan` lists them)")]
+                             f"or cell ids of this run, e.g. {example}; `harness plan` lists them)")]
 
 
 def format_problems(problems: list[Problem], n_cells: int) -> str:
@@ -362,7 +364,8 @@ def job_container(cfg) -> dict:
 def sweep_cells(config) -> tuple[list[tuple[str, dict]], list[Problem]]:
     """Every cell of the multirun whose primary config is ``config``: the sweep overrides expanded exactly as
     the sweeper does (:func:`harness.run.sweeper.config_sweep_overrides`: params x each grid), each cell composed
-    by the config loader as the launcher will; and a problem for each cell that does not compose (an unknown key or group option, a value of the wrong type)."""
+    by the config loader as the launcher will; and a problem for each cell that does not compose (an unknown key
+    or group option, a value of the wrong type)."""
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 

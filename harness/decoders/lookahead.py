@@ -35,7 +35,8 @@ from harness.decoders.params.lookahead import LookaheadParams
 from harness.decoders.speculative import DraftFreeDecoder
 from harness.primitives.acceptance import SelectionRule, greedy_select, point_mass_select
 from harness.primitives.drafting import Proposal
-from harness.primitives.spec_loop import TreeWalk, Verified
+from harness.primitives.spec_loop import TreeWalk
+from harness.primitives.tree_walk import Verified
 from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree import TokenTree, children_lists
 
@@ -78,7 +79,7 @@ class Window:
         self.newest = prev
         ids = torch.tensor(tokens, dtype=torch.long, device=device)
         dtree = DraftTree(ids[:n_verify], parents[:n_verify], None, None, 0, depth=max(map(len, grams), default=0))
-        return Proposal(dtree, TokenTree(ids, parents), None, children_lists(parents[:n_verify]))
+        return Proposal(dtree, TokenTree(ids, parents), children_lists(parents[:n_verify]))
 
     def outputs(self, node_logits: torch.Tensor) -> torch.Tensor:
         """The newest level's outputs (the target's argmax after each of its nodes), on the device."""

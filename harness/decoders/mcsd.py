@@ -32,5 +32,5 @@ class MCSD(SpeculativeDecoder[MCSDParams]):
     def propose(self, spec, depth):
         k_config = list(self.params.k_config)
         widths = k_config[:depth] + [1] * (depth - len(k_config))
-        return merge_duplicates(spec.draft_tree(widths, self.params.replacement, defer_invalid=True),
-                                distinct=spec.warp.is_greedy)
+        return merge_duplicates(spec.draft_tree(widths, self.params.replacement, defer_invalid=True),  # siblings drawn
+                                distinct=spec.warp.is_greedy or not self.params.replacement)  # w/o replacement differ

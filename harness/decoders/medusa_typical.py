@@ -5,7 +5,7 @@ p_τ(x | context) > min(ε, δ · exp(−H(p_τ))) (:func:`~harness.primitives.a
 definition ``typical`` uses too); the accepted path is the longest all-typical one (ties: the first,
 :func:`~harness.primitives.acceptance.typical_tree_keys`), and the token after it is drawn from T∘p there (as
 ``typical`` draws it; the reference's ``fast`` mode takes the argmax instead). The path is found on the device by
-the tree walk (:func:`~harness.primitives.spec_loop.walk_tree`, one read per round). Greedy (temperature 0): a node is
+the tree walk (:func:`~harness.primitives.tree_walk.walk_tree`, one read per round). Greedy (temperature 0): a node is
 typical iff it is the target's argmax, so the output is the target's greedy output.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ from harness.decoders.medusa import MedusaDecoder
 from harness.decoders.params.medusa_typical import MedusaTypicalParams
 from harness.primitives.acceptance import greedy_select, typical_select, typical_tree_keys
 from harness.primitives.device import host_constant
-from harness.primitives.spec_loop import TreeWalk, Verified, walk_tree
+from harness.primitives.spec_loop import TreeWalk
+from harness.primitives.tree_walk import Verified, walk_tree
 from harness.primitives.tree import tree_topology
 
 

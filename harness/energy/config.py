@@ -65,6 +65,10 @@ class EnergyConfig:
     infer_update_period_s: float = option(1.0, "poll each source every 1 ms this long at start-up to infer its "
                                              "update period, counter resolution and refresh jitter (longer, up "
                                              "to 5x, for a slow sensor); 0 = off")
+    self_check: Optional[bool] = option(None, "polled power without a sensor profile for this device and driver "
+                                              "(harness-gpu-check): measure the reading's averaging window and lag "
+                                              "on one load step of the first prompt's workload (about 3 s); null = "
+                                              "on (the default), false = assumed figures")
     cross_check_tolerance: float = option(0.05, "counter vs polled energy: flag a disagreement above this (and "
                                               "above the polled bound)")
     max_gap_s: float = option(5.0, "a source failing without a break this long is given up for the cell (a lost "

@@ -91,6 +91,10 @@ def expected_overhead(cfg: dict) -> Overhead:
     part_time = sem.window_s is None or sem.update_s is None or sem.window_s < sem.update_s
     trials = max(energy.trials, energy.phase_shifts) if part_time and energy.phase_shifts > 1 else energy.trials
     around = sum(energy.trial_delay_s) / 2 + 0.025 + 2.5 * 0.1  # delay, then W + P before and W + 1.5 P after
+    if energy.self_check is not False and gpu.get("power_window_s") is None:  # the start-up load step (one run or more)
+        from harness.energy.selfcheck import POST_S, PRE_S, STEP_S
+
+        startup += PRE_S + STEP_S + POST_S
     return Overhead("polled", startup_s=startup, per_prompt_s=around, trials=trials, window_s=energy.min_window_s,
                     note="polled power only")
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 from harness.energy import idlesteps
 from harness.energy.crosscheck import polled_estimate
-from harness.energy.idle import Z, quantile
+from harness.energy.idle import Z
 from harness.energy.phases import Refresh
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
@@ -106,13 +106,15 @@ def _lead(state, trial: Trial, timeout: float) -> None:
     for d, seen in enumerate(watcher.seen):
         lead = seen[-1] if seen else None
         trial.lead.append(lead)
-        rate, sigma = NAN, NAN
+        rate, sigma, own = NAN, NAN, NAN
         if lead is not None and not coarse:
             before = [Refresh(t, v, state.cfg.interval_s / 2) for t, v in zip(snapshot[d].times, snapshot[d].values)
                       if t < lead.t - lead.halfwidth - 1e-3 and v < lead.value]
             prev = seen[-2] if len(seen) >= 2 else (before[-1] if before else None)
             if prev is not None and prev.t - prev.halfwidth - lag >= synced:  # the GPU was idle all through it
                 rate, sigma = idlesteps.rate(state, prev, lead, d)
+                own = idlesteps.own_noise(state, prev, lead, rate)
+        trial.lead_own.append(own)
         if not math.isfinite(rate):
             rate, sigma = state.idle.edge_at(trial.opened)[d], state.idle.edge_uncertainty(trial.opened, trial.opened) \
                 / Z / math.sqrt(state.devices)
@@ -129,16 +131,23 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         for d in range(state.devices):
             _rise_test(state, trial, d)
     lag_lo = max(state.device_sensor(counter, d).lag_lo for d in range(state.devices))
-    idle_due = state.post_idle_due() or state.settled_due()
+    settling = state.settled_due()
+    idle_due = state.post_idle_due() or settling
     watcher = state.watcher(counter)
     chosen: list[int | None] = [None] * state.devices
+    post: list[int | None] = [None] * state.devices
     trial.residue = [0.0] * state.devices
     deadline = state.clock.now() + 2 * timeout + (lag_lo if math.isfinite(lag_lo) else 0.0)
-    while state.clock.now() < deadline:
+    while state.clock.now() < deadline + (2 * timeout if idle_due else 0.0):  # a post-work idle that moves
         for d, seen in enumerate(watcher.seen):
             if chosen[d] is None:
                 chosen[d] = _caught_up(state, state.device_sensor(counter, d), seen, b, coarse, d, trial.residue)
-        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) for d, c in enumerate(chosen))
+            c = chosen[d]
+            if c is not None and idle_due and post[d] is None and not coarse:
+                post[d] = idlesteps.post_index(state, seen, c, d, b, len(seen) > c + idlesteps.POST_FLAT + 2,
+                                               settling)
+        done = all(c is not None and (not idle_due or len(watcher.seen[d]) > c + 2) and
+                   (not idle_due or coarse or post[d] is not None) for d, c in enumerate(chosen))
         if done or not watcher.step():
             break
     state.note(counter, watcher.seen)
@@ -148,6 +157,8 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         trial.tail.append(seen[k] if k is not None and k < len(seen) else None)
         rate, sigma = idlesteps.rate(state, seen[k], seen[k + 1], d) \
             if k is not None and len(seen) > k + 1 and not coarse else (NAN, NAN)
+        trial.tail_own.append(idlesteps.own_noise(state, seen[k], seen[k + 1], rate)
+                              if k is not None and math.isfinite(rate) else NAN)
         rates.append(rate)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
             first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
@@ -161,9 +172,8 @@ def _tail(state, trial: Trial, timeout: float) -> None:
             rate, sigma = state.idle.edge_at(b)[d], state.idle.edge_uncertainty(b, b) / Z / math.sqrt(state.devices)
         trial.tail_rate.append(rate)
         trial.tail_sigma.append(sigma)
-    if idle_due and all(math.isfinite(r) for r in rates):
-        times = [(watcher.seen[d][chosen[d]].t + watcher.seen[d][chosen[d] + 1].t) / 2 for d in range(state.devices)]
-        state.idle.add_post(sum(times) / len(times), rates)
+    if idle_due and not coarse:
+        idlesteps.read_post(state, watcher.seen, chosen, post, rates)
     elif idle_due and state.idle_channel is not counter:  # a coarse counter: post-work idle from polled power
         state.idle.add_post((b + state.clock.now()) / 2, state.readings_after(state.idle_channel, b))
     if state.settled_due():
@@ -343,8 +353,8 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
 
     With lag λ a refresh at t holds the energy up to t − λ, so the lead's idle stretch (at the rate of
     the interval before it) is a − t_lead + λ long and the tail's t_tail − b − λ, each next to the
-    interval whose rate it takes: t σ × its length (Student's 99 % t on the differences σ rests on), σ
-    the idle's measured movement between adjacent intervals (:func:`.idlesteps.rate`); each refresh located to ± its
+    interval whose rate it takes (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`: the idle's measured
+    movement on the stretch's and the interval's time scales, Student's 99 % t); each refresh located to ± its
     half-width (uniform: × the rate); the lag to ± :func:`_lag_halfwidth` × the difference of the rates."""
     va, vb = state.values(trial.anchor_a, state.primary), state.values(trial.anchor_b, state.primary)
     energy, terms = 0.0, {"lead": 0.0, "lead timing": 0.0, "tail": 0.0, "tail timing": 0.0, "lag": 0.0}
@@ -358,14 +368,11 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
         sig_a = trial.lead_sigma[d] if math.isfinite(trial.lead_sigma[d]) else unc
         sig_b = trial.tail_sigma[d] if math.isfinite(trial.tail_sigma[d]) else unc
         both = lead is not None and tail is not None and math.isfinite(rate_a) and math.isfinite(rate_b)
+        own = [x[d] if d < len(x) else NAN for x in (trial.lead_own, trial.tail_own)]
         shift = lag if both else 0.0
-        def stretch(seconds: float, sig: float, d: int = d) -> float:  # an idle stretch at an adjacent rate
-            fine, dof = state.idle.stretch_sd(d, seconds), state.idle.step_dof(d)
-            return (quantile(dof) if dof >= 2 else Z) * max(seconds * sig, fine if math.isfinite(fine) else 0.0)
-
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            terms["lead"] += stretch(trial.a - lead.t + shift, sig_a)
+            terms["lead"] += state.idle.stretch_bound(d, trial.a - lead.t + shift, sig_a, own[0])
             terms["lead timing"] += UNIFORM * lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
@@ -373,7 +380,7 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
             end = tail.value - rate_b * (tail.t - trial.b)
-            terms["tail"] += stretch(max(tail.t - trial.b - shift, 0.0), sig_b)
+            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1])
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
             terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1

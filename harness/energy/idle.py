@@ -32,12 +32,34 @@ NAN = math.nan
 Z = 2.576
 
 
-def quantile(dof: int) -> float:
+def quantile(dof: float) -> float:
     """The 99 % two-sided quantile for an error whose standard deviation was estimated with ``dof``
-    degrees of freedom (Student's t; Z when known exactly)."""
+    degrees of freedom (Student's t; Z when known exactly: ``dof`` infinite)."""
     from scipy.stats import t
 
-    return float(t.ppf(0.995, dof)) if dof >= 1 else math.inf
+    return Z if dof == math.inf else float(t.ppf(0.995, dof)) if dof >= 1 else math.inf
+
+
+def welch_dof(parts: list[tuple[float, float]]) -> float:
+    """Degrees of freedom of a variance summed from independently estimated ``parts`` (variance, its
+    degrees of freedom; ``inf`` where known exactly): Welch–Satterthwaite, Σv)² / Σ(v²/ν)."""
+    total = sum(v for v, _ in parts)
+    den = sum(v * v / n for v, n in parts if n != math.inf and v > 0)
+    return total * total / den if den > 0 else math.inf
+
+
+def block_steps(values: list[float], k: int) -> tuple[float, int]:
+    """RMS difference (W) between the means of adjacent blocks of ``k`` successive readings (every pair,
+    overlapping: an Allan-type deviation on the time scale of k readings), and how many independent
+    differences it rests on (non-overlapping pairs of blocks, n // k − 1). NaN, 0 with fewer than 2k."""
+    n = len(values)
+    if k < 1 or n < 2 * k:
+        return NAN, 0
+    csum = [0.0]
+    for v in values:
+        csum.append(csum[-1] + v)
+    diffs = [(csum[i + 2 * k] - 2 * csum[i + k] + csum[i]) / k for i in range(n - 2 * k + 1)]
+    return math.sqrt(_ms(diffs)), n // k - 1
 
 
 class Curve:
@@ -119,21 +141,28 @@ class IdleTracker:
     def __init__(self, devices: int):
         self.devices = devices
         self.post, self.settled = Curve(devices), Curve(devices)
+        self.edge = Curve(devices)  # right after work where the post-work idle is read later (counter: add_edge)
         self.last_post = -math.inf
         self.last_settled = -math.inf
         self.settle_s = 0.0
         self.steps: list[list[float]] = [[] for _ in range(devices)]  # adjacent idle intervals' differences (W)
         self.after: list[list[float]] = [[] for _ in range(devices)]  # the same right after work
-        self.fine: list[list[float]] = [[] for _ in range(devices)]  # the same on a faster power reading
-        self.fine_scale = NAN  # the faster reading's interval (s)
+        self.fine: list[list[float]] = [[] for _ in range(devices)]  # a faster power reading's successive idle
+        self.fine_scale = NAN  # readings (W), one every fine_scale seconds (its update or window, the longer)
+        self.post_delay = [NAN] * devices  # after work the idle was seen moving this long (s; counter._post_index)
 
-    def add_steps(self, device: int, diffs: list[float], fine: bool = False, after: bool = False) -> None:
-        """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``fine``:
-        of a power reading faster than the primary sensor: how the idle moves on a shorter time scale;
-        ``after``: right after work, where P-state steps fall)."""
-        pool = (self.fine if fine else self.after if after else self.steps)[device]
+    def add_steps(self, device: int, diffs: list[float], after: bool = False) -> None:
+        """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``after``:
+        right after work, where P-state steps fall)."""
+        pool = (self.after if after else self.steps)[device]
         pool.extend(d for d in diffs if math.isfinite(d))
         del pool[:-256]
+
+    def add_fine(self, device: int, readings: list[float], scale: float) -> None:
+        """Successive idle readings (W) of a power reading faster than the primary sensor on ``device``, one
+        every ``scale`` seconds: how the idle moves on time scales shorter than the primary's interval."""
+        self.fine[device] = [w for w in readings if math.isfinite(w)][-4096:]
+        self.fine_scale = scale
 
     def step_sigma(self, device: int | None = None) -> float:
         """How much the idle power moves between adjacent sensor intervals (W, one standard deviation) on
@@ -143,6 +172,12 @@ class IdleTracker:
         if not all(len(self._pool(d)) >= 2 for d in devices):
             return NAN
         return math.sqrt(sum(_ms(self._pool(d)) for d in devices))
+
+    def still_sigma(self, device: int) -> float:
+        """How much the idle moves between adjacent sensor intervals at rest (W, one standard deviation: the
+        RMS of the start-up baseline's differences alone), NaN before two."""
+        steps = self.steps[device]
+        return math.sqrt(_ms(steps)) if len(steps) >= 2 else NAN
 
     def _pool(self, device: int) -> list[float]:
         """The differences σ rests on: at idle and right after work together, unless right after work they
@@ -158,21 +193,45 @@ class IdleTracker:
         """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
         return min(len(self._pool(d)) for d in (range(self.devices) if device is None else [device]))
 
-    def stretch_sd(self, device: int, seconds: float) -> float:
-        """One standard deviation (J) of an idle stretch's energy taken at an adjacent interval's power:
-        σ × its length on the time scale the differences were measured on (the sensor's interval) or
-        shorter; a faster reading's differences (``self.fine``, measured on ``fine_scale``)
-        as they add up over a longer stretch, √(stretch × its interval) × σ (independent intervals)."""
-        pool = self._pool(device)
-        out = math.sqrt(_ms(pool)) * seconds if len(pool) >= 2 else NAN
-        if len(self.fine[device]) >= 2 and math.isfinite(self.fine_scale):
-            fine = math.sqrt(_ms(self.fine[device])) * min(seconds, math.sqrt(seconds * self.fine_scale))
-            out = max(out, fine) if math.isfinite(out) else fine
-        return out
+    def stretch_bound(self, device: int, seconds: float, sig: float, own: float = NAN) -> float:
+        """99 % bound (J) on the error of an idle stretch of ``seconds`` whose energy is taken at the mean power
+        of the adjacent sensor interval (length T), on ``device``. ``sig``: that rate's σ (W) as the edge found
+        it (the idle's movement between intervals, or its own noise where larger); ``own``: its own noise alone.
+
+        The error is ``seconds`` × (m_s − m_T), m_s the stretch's mean idle power, m_T the interval's. Where a
+        faster power reading measured the idle (``self.fine``), the two are disjoint stretches of a stationary
+        idle: Var(m_s − m_T) = Var(m_s) + Var(m_T) + own², and adjacent blocks of equal length L differ by
+        D_L with D_L² = 2 Var(m_L) — so Var(m_s) = D_s²/2, D_s measured on blocks of the faster reading
+        ``seconds`` long (:func:`block_steps`, at least one reading), and Var(m_T) = D_T²/2, D_T the
+        measured movement between adjacent intervals (:meth:`step_sigma`). A linear drift m is covered as
+        well: it adds m²s² to D_s² and m²T² to D_T², and (D_s² + D_T²)/2 ≥ (m (s + T)/2)², the drift's share.
+        Right after work, where the intervals move significantly more (P-state steps, :meth:`_pool`), a step
+        between stretch and interval is no stationary noise: D_T² counts in full there. The quantile is
+        Student's t on the Welch–Satterthwaite degrees of freedom of the sum (:func:`welch_dof`).
+        Without a faster reading the stretch moves as an interval does: ``seconds`` × ``sig`` (or the
+        differences as they stand now, where larger: this window's own post-work ones count), t on the
+        differences σ rests on (Z before two)."""
+        pool, dof = self._pool(device), self.step_dof(device)
+        k = max(1, round(seconds / self.fine_scale)) if math.isfinite(self.fine_scale) and self.fine_scale > 0 else 0
+        fine, fine_dof = block_steps(self.fine[device], k) if k else (NAN, 0)
+        if not math.isfinite(fine) or len(pool) < 2 or not math.isfinite(own):
+            moved = math.sqrt(_ms(pool)) if len(pool) >= 2 else 0.0
+            return (quantile(dof) if dof >= 2 else Z) * seconds * max(sig, moved)
+        steps = _ms(pool) * (1.0 if pool is self.after[device] else 0.5)
+        parts = [(fine * fine / 2, float(fine_dof)), (steps, float(len(pool))), (own * own, math.inf)]
+        return quantile(welch_dof(parts)) * seconds * math.sqrt(sum(v for v, _ in parts))
 
     def add_post(self, t: float, watts: list[float]) -> None:
         if self.post.add(t, watts):
             self.last_post = max(self.last_post, t)
+
+    def add_edge(self, t: float, watts: list[float]) -> None:
+        """What the GPU drew right after work where the post-work idle (:meth:`add_post`) was read later,
+        once it had stopped moving (an idle stepping down after work): the edges' idle, not the net's."""
+        self.edge.add(t, watts)
+
+    def _edge_curve(self) -> Curve:
+        return self.edge if len(self.edge) else self.post if len(self.post) else self.settled
 
     def add_settled(self, t: float, watts: list[float]) -> None:
         """A settled measurement at ``t`` (taken right after a post-work one)."""
@@ -195,10 +254,10 @@ class IdleTracker:
 
     # ---- around a window's edges: what the GPU draws right after work ------------------------
     def edge_at(self, t: float) -> list[float]:
-        return self.post.at(t) if len(self.post) else self.settled.at(t)
+        return self._edge_curve().at(t)
 
     def edge_energy(self, a: float, b: float) -> list[float]:
-        return self.post.integral(a, b) if len(self.post) else self.settled.integral(a, b)
+        return self._edge_curve().integral(a, b)
 
     def edge_uncertainty(self, a: float, b: float) -> float:
         """± W (devices summed, ≈ 99 %) of the post-work idle near [a, b] as the power of an idle stretch
@@ -207,14 +266,15 @@ class IdleTracker:
         Where the idle's movement was never measured: ≥ 2 % of the level (before five measurements ≥ 5 %),
         assumed."""
         level = sum(self.edge_at((a + b) / 2))
-        rough = self.post.roughness(a, b)
+        curve = self.edge if len(self.edge) else self.post
+        rough = curve.roughness(a, b)
         if not math.isfinite(level):
             return NAN
-        tracked = 2 * rough if math.isfinite(rough) else _range(self.post)
+        tracked = 2 * rough if math.isfinite(rough) else _range(curve)
         step = self.step_sigma()
         if math.isfinite(step):
             return math.hypot(tracked, quantile(self.step_dof()) * step)
-        return max(2 * rough if math.isfinite(rough) else max(_range(self.post), 0.05 * level), 0.02 * level)
+        return max(2 * rough if math.isfinite(rough) else max(_range(curve), 0.05 * level), 0.02 * level)
 
     # ---- for net energy: the settled floor ----------------------------------------------------
     def _settled_spread(self, t: float) -> float:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
-from harness.energy import counter, plain, polled
+from harness.energy import counter, plain, polled, selfcheck
 from harness.energy.attribution import Attribution, split_counter
 from harness.energy.config import EnergyConfig
 from harness.energy.gpustate import gpu_state, summarize_state
@@ -140,8 +140,11 @@ class GpuEnergyMeter(EnergyMeter):
         self.primary, self.sampler = self.state.primary, self.state.sampler
         self.protocol = (plain if not cfg.protocol else counter if self.primary.kind == "energy" else polled)
         self.state.start()
+        self.check = selfcheck.needed(self.state)  # a polled reading without a sensor profile: measured at start
 
     def measure(self, label, workload) -> Measurement:
+        if self.check.pending and self.protocol is polled:
+            selfcheck.run(self.state, self.check, workload)
         if self.protocol is plain:
             window = self.start_window(label)
             _, result, end, _ = self.state.run_once(workload)
@@ -180,7 +183,7 @@ class GpuEnergyMeter(EnergyMeter):
     def describe(self) -> dict:
         from harness.energy.describe import describe_meter
 
-        return describe_meter(self.state)
+        return {**describe_meter(self.state), "energy_selfcheck": self.check.describe()}
 
     def close(self) -> None:
         self.state.close()

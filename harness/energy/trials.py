@@ -28,6 +28,8 @@ class Trial:
     tail: list[Refresh | None] = field(default_factory=list)    # first counter refresh caught up with ``b``
     tail_rate: list[float] = field(default_factory=list)
     tail_sigma: list[float] = field(default_factory=list)
+    lead_own: list[float] = field(default_factory=list)         # counter: those rates' own noise alone (± W)
+    tail_own: list[float] = field(default_factory=list)
     residue: list[float] = field(default_factory=list)     # counter: work energy a tail's lag test could miss (J)
     aligned: bool = False      # ``a`` is the first run's start, right after ``lead``
     aimed: bool = False        # polled: opened at a phase aimed from observed refreshes

@@ -74,6 +74,8 @@ def find_reference(cfg: dict, cell_dir: Path, method: str) -> tuple[Path | None,
 
 def _reference_answers(task, cfg: dict, cell_dir: Path, judge: JudgeConfig, summary: dict):
     """(answers by example id or the reason there are none, the reference cell's id, its records' checksum)."""
+    if judge.reference is None:  # the judge's config check asks for one in pairwise mode
+        return "no reference method (judge.reference)", None, None
     if judge.reference in (summary.get("method_name"), (cfg.get("method") or {}).get("name")):
         return "this cell is the reference method's", None, None
     ref_dir, reason = find_reference(cfg, cell_dir, judge.reference)

@@ -111,15 +111,17 @@ def build_jobs(task, records: list[dict], cfg: JudgeConfig, reference: dict | st
                 jobs[-1].prompt = P.single_prompt(questions, said, ref)
         if "pairwise" in cfg.modes:
             g1, g2 = new("g1"), new("g2")
-            other = [reference.get(i) for i in [qid] + [f"{qid}-t{k}" for k in range(2, turn + 1)]] \
-                if isinstance(reference, dict) else None
-            if why is None and other is None:
-                g1.reason = g2.reason = reference or "no reference answers"
-            elif why is None and any(a is None for a in other):
-                g1.reason = g2.reason = f"the reference cell has no answer to question {qid} turn {turn}"
+            if why is None and isinstance(reference, dict):
+                other = [reference.get(i) for i in [qid] + [f"{qid}-t{k}" for k in range(2, turn + 1)]]
+                given = [a for a in other if a is not None]
+                if len(given) < len(other):
+                    g1.reason = g2.reason = f"the reference cell has no answer to question {qid} turn {turn}"
+                else:
+                    g1.prompt = P.pair_prompt(questions, said, given, ref)
+                    g2.prompt = P.pair_prompt(questions, given, said, ref)
             elif why is None:
-                g1.prompt = P.pair_prompt(questions, said, other, ref)
-                g2.prompt = P.pair_prompt(questions, other, said, ref)
+                g1.reason = g2.reason = reference if isinstance(reference, str) and reference else \
+                    "no reference answers"
             jobs += [g1, g2]
     return jobs
 

@@ -295,17 +295,26 @@ def k_sequential_rho_rows(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, gri
 
 
 def k_sequential_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
-                      generator, counts: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      generator, counts: list[int] | None = None,
+                      max_multi: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Spectr's K-SEQ selection (Sun et al. 2023, Alg. 3) at M nodes at once (rows as :func:`multi_step_rows`),
     over each row's k i.i.d. candidates from q.
 
     Candidate i is accepted with probability min(1, p(x_i)/(ρ q(x_i))); if none is,
     draw from p_res ∝ p − min(q, p/ρ)·(1 − (1 − β)^k)/β, which makes the output exactly p.
+    ``max_multi``: at most this many rows have more than one valid candidate (a bound the caller knows, e.g. the
+    walk of a tree merged on the device); ρ*, the costly part, is then found for that many rows (the widest) only.
     """
     k = valid.sum(-1).to(p.dtype)
     multi = p.size(0) if counts is None else sum(1 for c in counts if c > 1)  # ``counts`` non-increasing: a prefix
     rho = torch.ones_like(k)
-    if multi:  # ρ* = 1 for a single candidate (plain speculative sampling)
+    if multi and max_multi is not None and max_multi < multi:  # the widest rows, by a fixed-size top-k (no read)
+        pick = torch.topk(k[:multi], max(max_multi, 1)).indices
+        kp = k.index_select(0, pick)
+        rho = rho.scatter(0, pick, torch.where(kp > 1, k_sequential_rho_rows(p.index_select(0, pick),
+                                                                             q.index_select(0, pick), kp.clamp_min(1)),
+                                               1.0))
+    elif multi:  # ρ* = 1 for a single candidate (plain speculative sampling)
         rho = torch.cat([torch.where(k[:multi] > 1, k_sequential_rho_rows(p[:multi], q[:multi], k[:multi].clamp_min(1)),
                                      1.0), rho[multi:]])
     u = torch.rand(tokens.shape, generator=generator, device=p.device)
@@ -376,3 +385,5 @@ ROWS: dict[Callable, RowRule] = {multi_step_select: multi_step_rows,
                                  greedy_select: greedy_rows, typical_select: typical_rows}
 #: the rules with no correction (the token after the walk comes from p̃ where it stops): their rows are not warped
 NO_CORRECTION = frozenset({typical_select})
+#: the row rules that take ``max_multi`` (a bound on the rows with several candidates; :func:`k_sequential_rows`)
+TAKES_MAX_MULTI = frozenset({k_sequential_select})

@@ -11,6 +11,7 @@ is P(output = x) = p_beam(x) (Theorem 3.1). We implement what the proof requires
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -104,3 +105,113 @@ def verify_layer(p_beam: torch.Tensor, q_beam: torch.Tensor, candidates: torch.T
         fill += sample(p_beam, generator, width - len(accepted) - 1).tolist()
     outcomes = torch.tensor(accepted + fill, device=p_beam.device)
     return VerifiedLayer(outcomes, slots + [-1] * len(fill), False)
+
+
+# ------------------------------------------------------------------ the same rules in row form, on the device
+# The functions above are the definitions (host loops over Python floats: one device read per draft). Those below
+# compute the same quantities with tensor operations only and static shapes, so that a decoder verifies a whole
+# forest without reading a device value (issue 28 item 2); tests/primitives/test_beam_verify_rows.py holds each to
+# its definition.
+
+
+def residual_chain(p_beam: torch.Tensor, q_beam: torch.Tensor, n: int) -> torch.Tensor:
+    """(n + 1, N): p_1 = p_beam, p_{j+1} = norm(max(p_j − q_beam, 0)) — Eq. 4's chain. It is also the verification's
+    p' after r rejections in a row since the last acceptance (p' resets to p_beam on acceptance): p' = chain[r]."""
+    rows = [p_beam]
+    for _ in range(n):
+        rows.append(residual(rows[-1], q_beam))
+    return torch.stack(rows)
+
+
+def rates_of_chain(chain: torch.Tensor, q_beam: torch.Tensor) -> torch.Tensor:
+    """α_1..α_n (float64) of :func:`acceptance_rates` from its :func:`residual_chain` (n + 1 rows)."""
+    return torch.minimum(chain[:-1], q_beam).sum(-1).clamp(0.0, 1.0).double()
+
+
+def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
+    """(n + 1, n + 1): row m is :func:`acceptance_count_distribution` of the first m rates (zeros past k = m).
+
+    Column k is L^k · none, with none[m] = Π_{j ≤ m} (1 − α_j) = P(m, 0) and L[m, m'] = P~(·, m − m') (Eq. 3) below
+    the diagonal: Eq. 2's P(m, k) = Σ_i P~(·, i) P(m − i, k − 1) is one product per column."""
+    n = alphas.numel()
+    none = torch.cat([alphas.new_ones(1), torch.cumprod(1.0 - alphas, 0)])
+    first = alphas * none[:-1]  # P~(·, i), Eq. 3
+    lag = _lags(n + 1, str(alphas.device))
+    lower = torch.where(lag >= 0, first[lag.clamp(0, max(n - 1, 0))], 0.0) if n else alphas.new_zeros(1, 1)
+    columns = [none]
+    for _ in range(n):
+        columns.append(lower @ columns[-1])
+    return torch.stack(columns, dim=1)
+
+
+@lru_cache(maxsize=32)
+def _lags(size: int, device: str) -> torch.Tensor:
+    """(size, size) long: row − column − 1 (the index of P~ in the lower-triangular Toeplitz matrix of Eq. 2)."""
+    i = torch.arange(size, device=device)
+    return i[:, None] - i[None, :] - 1
+
+
+def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, min_width: int) -> torch.Tensor:
+    """:func:`dynamic_width` from P(m, ·) (``counts``, padded with zeros past k = m) and m: a () long tensor."""
+    k = torch.arange(counts.numel(), device=counts.device)
+    at_least = 1.0 - (torch.cumsum(counts, 0) - counts)
+    ok = (at_least >= threshold - 1e-12) & (k <= m)
+    return (k * ok).max().clamp_min(min_width)
+
+
+@lru_cache(maxsize=32)
+def _scan_constants(n: int, size: int, device: str) -> tuple[torch.Tensor, ...]:
+    """The scan's states (r, c) ↦ c·(n + 1) + r: r and c per state, the next state after a rejection (r + 1) and
+    after an acceptance (r = 0, c + 1), the state itself, and 0..max(n, size) − 1."""
+    state = torch.arange((n + 1) * (n + 1), device=device)
+    run, count = state % (n + 1), state // (n + 1)
+    stay = count * (n + 1) + (run + 1).clamp_max(n)
+    move = (count + 1).clamp_max(n) * (n + 1)
+    return run, count, stay, move, state, torch.arange(max(n, size), device=device)
+
+
+@dataclass
+class RowVerdict:
+    """:class:`VerifiedLayer` padded to ``size`` output slots, on the device: slots ≥ ``width`` are unused.
+    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count."""
+
+    outcomes: torch.Tensor
+    draft: torch.Tensor
+    accepted: torch.Tensor
+    passed: torch.Tensor
+
+
+def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: torch.Tensor, survivor: torch.Tensor,
+                      width: torch.Tensor, size: int, generator: torch.Generator | None) -> RowVerdict:
+    """:func:`verify_layer` without host reads. ``candidates`` (n,) are the layer's drafts as outcomes, tested in
+    order where ``survivor`` (the others are skipped); ``chain`` is :func:`residual_chain` of (p_beam, q_beam) with
+    n + 1 rows; ``width`` a () long tensor ≤ ``size``. The sequential test is a scan over the states (run of
+    rejections r, accepted count c): draft j's decision at every state is computed at once (p' = chain[r], the
+    same test min(1, p'/q_beam) in float64 as the host's), then the scan is one lookup per draft. Random stream: n
+    uniforms, one draw from p', ``size`` − 1 from p_beam (the host draws only what it uses: same law)."""
+    n, dev = candidates.numel(), candidates.device
+    run, count, stay, move, same, slots = _scan_constants(n, size, str(dev))
+    u = torch.rand(n, generator=generator, device=dev).double()
+    qx = q_beam[candidates].double()[:, None]
+    ratio = chain[:, candidates].T.double() / qx  # inf or nan where q_beam = 0: never accepted below
+    ok = (u[:, None] < ratio.clamp(max=1.0)) & (qx > 0)  # (n, r): draft j accepted after r rejections
+    active = survivor[:, None] & (count < width)  # (n, states)
+    accept = active & ok[:, run]
+    nxt = torch.where(accept, move, torch.where(active, stay, same))
+    state = torch.zeros(1, dtype=torch.long, device=dev)
+    trail = [state]
+    for j in range(n):
+        state = nxt[j].index_select(0, state)
+        trail.append(state)
+    counts = torch.cat(trail) // (n + 1)
+    acc, accepted, last_run = counts[1:] > counts[:-1], counts[-1], trail[-1] % (n + 1)
+    slot = torch.where(acc, torch.cumsum(acc, 0) - 1, size)  # accepted drafts in order; the rest to a dump slot
+    acc_out = candidates.new_zeros(size + 1).scatter_(0, slot, candidates)[:size]
+    acc_draft = candidates.new_full((size + 1,), -1).scatter_(0, slot, slots[:n])[:size]
+    fills = sample(chain.index_select(0, last_run)[0], generator)
+    if size > 1:
+        fills = torch.cat([fills, sample(chain[0], generator, size - 1)])
+    k = slots[:size]
+    taken = k < accepted
+    outcomes = torch.where(taken, acc_out, fills[(k - accepted).clamp(0, size - 1)])
+    return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width)

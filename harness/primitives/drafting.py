@@ -8,9 +8,9 @@
   (:class:`DraftStop`) (mcsd §3.1-3.3);
 * :func:`draw_children` — the children of every frontier node: greedy top-k, i.i.d. draws, or
   draws without replacement (Gumbel-top-k);
-* :class:`Proposal` — a round's draft as the target verifies it: the draft tree itself, or with
-  :func:`merge_duplicates` identical sibling prefixes sharing one node for the target (SpecInfer's
-  token-tree merge), each draw staying a candidate of its own.
+* :class:`Proposal` — a round's draft as the target verifies it: the draft tree itself, with
+  :func:`merge_duplicates` identical sibling prefixes merged on the device (SpecInfer's token-tree merge,
+  :mod:`~harness.primitives.tree_merge`), each draw staying a candidate of its own.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from harness.primitives.sampling import sample
 from harness.primitives.spec_state import DraftTree, SpeculativeCaches
 from harness.primitives.tree import TokenTree, children_lists
 from harness.primitives.tree_attention import SlicedTreeMask, attention_inputs
+from harness.primitives.tree_merge import DeviceMerge, merge_on_device
 from harness.primitives.warping import Warp
 
 
@@ -79,25 +80,21 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
     ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
-    per level), and :func:`merge_duplicates` drops them.
+    per level), and :func:`merge_duplicates` masks them out of the walk.
     """
     device = caches.draft_pending.device
     if not widths:
-        if roots is None:
-            return DraftTree.empty(device)
-        return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel())
+        return _roots_only(roots, device)
     greedy = warp.is_greedy
     want_hidden = stop is not None and stop.needs_hidden
     roots = roots.reshape(-1).to(device) if roots is not None else None
-    tokens: list[torch.Tensor] = [] if roots is None else [roots]
-    parents: list[int] = [] if roots is None else [-1] * roots.numel()
-    fed_q: list[torch.Tensor] = []
-    frontier = [-1] if roots is None else list(range(roots.numel()))
+    n = 0 if roots is None else roots.numel()
+    tokens, parents, frontier = ([], [], [-1]) if roots is None else ([roots], [-1] * n, list(range(n)))
     levels = len(tokens)
     logits, base = _first_forward(draft, caches, roots, masks)
     probs = None if greedy else warp.probs(logits)
     root_q = None if greedy or roots is not None else probs[0]
-    fed_q += [probs] if roots is not None and not greedy else []
+    fed_q: list[torch.Tensor] = [probs] if roots is not None and not greedy else []
     stopped = last = False
     valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
     for depth, k in enumerate(widths):
@@ -122,8 +119,15 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
                 break
     node_q = torch.cat(fed_q) if fed_q else None
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
-    return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels,
-                     n_roots=0 if roots is None else roots.numel(), valid=_valid(valid, tokens))
+    return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels, n_roots=n,
+                     valid=_valid(valid, tokens))
+
+
+def _roots_only(roots: torch.Tensor | None, device) -> DraftTree:
+    """A round the draft does not run in (no widths): no tree, or the caller's roots alone."""
+    if roots is None:
+        return DraftTree.empty(device)
+    return DraftTree(roots.reshape(-1), [-1] * roots.numel(), None, None, 0, depth=1, n_roots=roots.numel())
 
 
 def _valid(valid: list[torch.Tensor | None], tokens: list[torch.Tensor]) -> torch.Tensor | None:
@@ -184,19 +188,15 @@ def _first_forward(draft, caches: SpeculativeCaches, roots: torch.Tensor | None,
 
 @dataclass
 class Proposal:
-    """A round's draft as the target verifies it.
-
-    ``dtree`` is the draft's tree (drafting order, the distributions); ``tree`` the token tree the target
-    scores. Unmerged (:meth:`of`), the target scores the draft tree itself. Merged
-    (:func:`merge_duplicates`), ``tree`` is depth-first, ``draft_node[u]`` a draft node that target node
-    u stands for, and ``candidates[u]`` (u = −1: the roots) lists u's children in draw order, repeated
-    once per draft sample (duplicates are i.i.d. draws that happened to coincide).
-    """
+    """A round's draft as the target verifies it: ``dtree``, the draft's tree (drafting order, the distributions),
+    and ``tree``, the token tree the target scores — the draft's own tree, node for node (target node u is draft
+    node u). ``candidates[u]`` (u = −1: the roots) lists u's children in draw order. ``merge``: duplicates merged
+    on the device (:func:`merge_duplicates`), which the walk reads instead of ``candidates``."""
 
     dtree: DraftTree
     tree: TokenTree
-    draft_node: list[int] | None = None  # None: target node u is draft node u
     _candidates: dict[int, list[int]] | None = None
+    merge: DeviceMerge | None = None
 
     @classmethod
     def of(cls, dtree: DraftTree) -> Proposal:
@@ -210,54 +210,13 @@ class Proposal:
             self._candidates = children_lists(self.tree.parents)
         return self._candidates
 
-    def draft_of(self, node: int) -> int:
-        """The draft node target node ``node`` stands for (−1: the committed sequence)."""
-        return node if node < 0 or self.draft_node is None else self.draft_node[node]
-
-    def draft_path(self, path: list[int]) -> list[int]:
-        return path if self.draft_node is None else [self.draft_node[n] for n in path]
-
 
 def merge_duplicates(dtree: DraftTree, distinct: bool = False) -> Proposal:
-    """Merge draft nodes with the same parent and token (SpecInfer's token-tree merge).
-
-    A tree with nothing to merge is verified as drafted (:meth:`Proposal.of`: the same candidates in the same
-    order, level-ordered, its shape's mask a repeated one): ``distinct`` says so without reading the tokens (greedy
-    top-k children are distinct), else the tokens are read once and looked at."""
-    if distinct and dtree.valid is None:
+    """SpecInfer's token-tree merge — draft nodes with the same parent and token are one node, each draw a candidate
+    of its own — and the drop of children a short row could not give (``DraftTree.valid``), both on the device at
+    the drafted tree's fixed shape (:mod:`~harness.primitives.tree_merge`: no read, a repeated shape's mask).
+    ``distinct``: siblings are distinct draws (greedy top-k, draws without replacement), so nothing merges and
+    only the invalid are dropped. A tree with neither is verified as drafted (:meth:`Proposal.of`)."""
+    if dtree.valid is None and (distinct or len(set(dtree.parents)) == len(dtree.parents)):
         return Proposal.of(dtree)
-    n = len(dtree.parents)
-    values = torch.cat([dtree.tokens.reshape(-1), *([] if dtree.valid is None else [dtree.valid.long()])]).tolist()
-    alive = [True] * n if dtree.valid is None else [bool(v) for v in values[n:]]
-    for i, par in enumerate(dtree.parents):  # a deferred invalid child drops with everything below it
-        alive[i] = alive[i] and (par < 0 or alive[par])
-    dtree.n_dead = n - sum(alive)
-    key_to_id: dict[tuple[int, int], int] = {}
-    merged_of: list[int] = []
-    m_tokens: list[int] = []
-    m_parents: list[int] = []
-    rep: list[int] = []
-    for i, (tok, par) in enumerate(zip(values[:n], dtree.parents)):
-        if not alive[i]:
-            merged_of.append(-1)
-            continue
-        key = (merged_of[par] if par >= 0 else -1, tok)
-        if key not in key_to_id:
-            key_to_id[key] = len(m_tokens)
-            m_tokens.append(tok)
-            m_parents.append(key[0])
-            rep.append(i)
-        merged_of.append(key_to_id[key])
-    if len(rep) == n:
-        return Proposal.of(dtree)
-    tree, new_index = TokenTree.depth_first(m_tokens, m_parents, device=dtree.tokens.device)  # one upload
-    draft_node = [0] * len(rep)
-    for old, d in enumerate(rep):
-        draft_node[new_index[old]] = d
-    candidates: dict[int, list[int]] = {}
-    for i, par in enumerate(dtree.parents):
-        if not alive[i]:
-            continue
-        owner = new_index[merged_of[par]] if par >= 0 else -1
-        candidates.setdefault(owner, []).append(new_index[merged_of[i]])
-    return Proposal(dtree, tree, draft_node, candidates)
+    return Proposal(dtree, TokenTree(dtree.tokens, dtree.parents), merge=merge_on_device(dtree, distinct))

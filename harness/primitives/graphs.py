@@ -213,7 +213,8 @@ def fill_mask(mask: torch.Tensor, attention_mask, n: int, t: int) -> None:
     dev = mask.device
     cols = torch.arange(cap, device=dev)
     rows = n + torch.arange(tb, device=dev)
-    mask.copy_(torch.where(cols[None, :] > rows[:, None], lo, 0.0).to(mask.dtype).expand(b, 1, tb, cap))
+    causal = torch.zeros(tb, cap, dtype=mask.dtype, device=dev).masked_fill_(cols[None, :] > rows[:, None], lo)
+    mask.copy_(causal.expand(b, 1, tb, cap))  # in the mask's dtype (a Python min of float64 overflows float32)
     if attention_mask is None:
         return
     width = attention_mask.size(-1)

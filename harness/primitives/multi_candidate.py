@@ -29,9 +29,9 @@ import torch
 
 from harness.primitives.acceptance import SelectionRule, greedy_select
 from harness.primitives.drafting import draw_children
-from harness.primitives.spec_loop import Verified, walk_tree
 from harness.primitives.spec_state import SpeculativeCaches
 from harness.primitives.tree_attention import SlicedTreeMask
+from harness.primitives.tree_walk import Verified, walk_tree
 from harness.primitives.warping import Warp
 
 

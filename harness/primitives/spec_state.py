@@ -118,7 +118,8 @@ class DraftTree:
     n_roots: int = 0
     joint_logq: torch.Tensor | None = None
     #: (N,) bool on the device: which nodes are real draws, where the drafting kept children a row could not give
-    #: (``draft_tree(defer_invalid=True)``); ``n_dead``: how many nodes the merge dropped for it (not drafts)
+    #: (``draft_tree(defer_invalid=True)``); ``n_dead``: how many nodes are dead for it (not drafts; set by the
+    #: walk, from its read)
     valid: torch.Tensor | None = None
     n_dead: int = 0
 
@@ -190,10 +191,11 @@ def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree,
 
 def _pending(dtree: DraftTree, nodes: list[int], tokens: list[int], tail: list[int], next_ids, device) -> torch.Tensor:
     """(1, n) ids: the draft ``nodes`` (their ``tokens``) and then ``tail``. Without a host-to-device copy when the
-    nodes are consecutive and the tail's token is on the device (``next_ids``): a chain's usual round."""
+    nodes are consecutive and the tail's token is on the device (``next_ids``) or there is none: a chain's usual
+    round, a target-initialised round's path."""
     consecutive = nodes == list(range(nodes[0], nodes[0] + len(nodes))) if nodes else True
-    if next_ids is not None and len(tail) == 1 and consecutive:
+    if consecutive and (not tail or (next_ids is not None and len(tail) == 1)):
         start = nodes[0] if nodes else 0
-        return torch.cat([dtree.tokens[start:start + len(nodes)].reshape(1, -1).to(device), next_ids.reshape(1, 1)],
-                         dim=1)
+        drafts = dtree.tokens[start:start + len(nodes)].reshape(1, -1).to(device)
+        return drafts if not tail else torch.cat([drafts, next_ids.reshape(1, 1)], dim=1)
     return torch.tensor([tokens + tail], dtype=torch.long, device=device)

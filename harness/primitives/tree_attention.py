@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import bisect
-from functools import lru_cache
 
 import torch
 
@@ -105,16 +104,23 @@ def fork_parents(width: int, depth: int) -> list[int]:
 def level_masks(widths, dtype: torch.dtype, device) -> SlicedTreeMask | None:
     """The :class:`SlicedTreeMask` of the level-ordered tree of ``widths`` (every node at depth d gets
     ``widths[d]`` children), built once per shape, dtype and device and kept: a drafting loop slices each level's
-    mask from it instead of building and copying one per level (issue 28 item 2). None for fewer than 2 levels
-    (a single level needs no tree mask)."""
+    mask from it instead of building and copying one per level (issue 28 item 2). A kept mask of deeper widths
+    that begin with ``widths`` serves too (the tree of ``widths`` is its truncation: a round cut short at the end
+    of a generation builds nothing). None for fewer than 2 levels with no such mask kept (a single level needs no
+    tree mask to draft; a target verifying it slices one where there is one)."""
+    want, where = tuple(int(w) for w in widths), str(torch.device(device))
+    for (kept, kept_dtype, kept_device), mask in _LEVEL_MASKS.items():
+        if kept[:len(want)] == want and kept_dtype == dtype and kept_device == where:
+            return mask
     if len(widths) < 2:
         return None
-    return _level_masks(tuple(int(w) for w in widths), dtype, str(torch.device(device)))
+    if len(_LEVEL_MASKS) >= 16:
+        _LEVEL_MASKS.pop(next(iter(_LEVEL_MASKS)))
+    mask = _LEVEL_MASKS[want, dtype, where] = SlicedTreeMask.for_k_config(want, dtype=dtype, device=where)
+    return mask
 
 
-@lru_cache(maxsize=16)
-def _level_masks(widths: tuple[int, ...], dtype: torch.dtype, device: str) -> SlicedTreeMask:
-    return SlicedTreeMask.for_k_config(widths, dtype=dtype, device=device)
+_LEVEL_MASKS: dict[tuple[tuple[int, ...], torch.dtype, str], SlicedTreeMask] = {}
 
 
 class SlicedTreeMask:

@@ -52,7 +52,8 @@ def _long(t: paper.PaperTable) -> pd.DataFrame:
     """A table in long form (row, column, text, sources, paper) for ``tables/*.parquet``."""
     if t.empty:
         return pd.DataFrame()
-    stack = {k: getattr(t, k).stack(list(range(t.text.columns.nlevels)), future_stack=True) for k in ("text", "sources", "paper")}
+    levels = list(range(t.text.columns.nlevels))
+    stack = {k: getattr(t, k).stack(levels, future_stack=True) for k in ("text", "sources", "paper")}
     out = pd.DataFrame(stack).reset_index()
     return out.astype(str)
 
@@ -65,14 +66,15 @@ def sec_dsbd(doc: Doc, a: Analysis) -> None:
     found = paper.blocks(grid)
     for key, g in found:  # one figure, and one front per family, per pair × dataset × gpu × regime
         prim = quality.primary(a.cells[a.cells["dataset"] == key[1]], a.records)
-        axes = [(prim.column, prim.higher_is_better, "")] + [(quality.PPL, False, "_ppl")] * (prim.column != quality.PPL)
+        axes = [(prim.column, prim.higher_is_better, "")]
+        axes += [(quality.PPL, False, "_ppl")] * (prim.column != quality.PPL)
         for (qcol, hib, tag), (cost, label) in [(q, c) for q in axes for c in (
                 ("tokens_per_s", "tokens/s (higher is better)"), ("j_per_token", "J/token (lower is better)"),
                 ("net_j_per_token", "net J/token above idle (lower is better)"))]:
             if cost in g and g[cost].notna().any() and qcol in g and g[qcol].notna().any():
                 slug = "_".join(str(x) for x in key if str(x)).replace(" ", "").replace("·", "_").replace("/", "_")
-                doc.fig(f"dsbd_front{tag}_{slug}_{cost}", plots.pareto(g, qcol, cost, label, hib,
-                                                                      fronts=paper_dsbd.front_masks(g, qcol, hib, cost)),
+                fronts = paper_dsbd.front_masks(g, qcol, hib, cost)
+                doc.fig(f"dsbd_front{tag}_{slug}_{cost}", plots.pareto(g, qcol, cost, label, hib, fronts=fronts),
                         f"DSBD §4.2 ({paper.block_title(*key[:4])}): {quality.quality_label(qcol, hib)} vs {label}"
                         f"{' (Fig. 6: perplexity as quality)' if tag else ''}; solid: DSBD's Pareto front "
                         "(unconstrained grid), dashed: beam sampling W = 1..4; SpD and SpecInfer as points. "

@@ -75,7 +75,7 @@ def _cap_in_sqlite(con, max_value_bytes: int) -> bool:
     """SQLite's own caps on a value's length and on ATTACH (``Connection.setlimit``, Python >= 3.11); False where
     the Python has no ``setlimit`` (3.10): the authorizer still denies ATTACH and the heap limit holds, and the rows
     read are checked against the length cap after the fetch (``_checked_lengths``)."""
-    if not hasattr(con, "setlimit"):
+    if sys.version_info < (3, 11) or not hasattr(con, "setlimit"):
         return False
     con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
     con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)

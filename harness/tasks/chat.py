@@ -91,8 +91,9 @@ class MTBench(TemplateTask):
         return out
 
     def with_history(self, example: Example, records: list[dict]) -> Example:
-        answers = {r.get("example_id"): r.get("output_text") for r in records}
-        missing = [h for h in example.history if not isinstance(answers.get(h), str)]
+        answers: dict[str, str] = {r["example_id"]: r["output_text"] for r in records
+                                   if isinstance(r.get("output_text"), str) and "example_id" in r}
+        missing = [h for h in example.history if h not in answers]
         if missing:
             raise ValueError(f"turn {example.id} needs the cell's answers to {missing}, which it has not written")
         row = self.questions()[str(example.meta["question_id"])]

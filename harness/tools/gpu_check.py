@@ -29,6 +29,8 @@ import random
 import sys
 import time
 from pathlib import Path
+from functools import partial
+from typing import Any, Callable
 
 from harness.tools.checks import cell_comparison, render_markdown, sampler_overhead, simulated_device
 from harness.tools.cost_curves import SEED_PAIRS, TINY_SYNTHETIC, cost_curves, synthetic_model
@@ -153,14 +155,19 @@ def _costs(args, pair, device_index: int | None, log) -> dict:
     cuda = device_index is not None
     device = f"cuda:{device_index}" if cuda else "cpu"
     ks = [k for k in (range(1, args.max_k + 1) if cuda else DEFAULT_KS) if k <= args.max_k]
-    pairs = {"tiny (embedded)": lambda: (pair.target, pair.draft, "float32")}
+    # name -> () -> (target, draft, dtype name): the models are built when measured
+    pairs: dict[str, Callable[[], tuple[Any, Any, str]]] = {
+        "tiny (embedded)": lambda: (pair.target, pair.draft, "float32")}
     out: dict = {"not_measured": {}}
     if cuda:
         dtype_of = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+        def seed_pair(t: Any, d: Any, dt: str) -> tuple[Any, Any, str]:
+            return synthetic_model(t, dtype_of[dt], device), synthetic_model(d, dtype_of[dt], device), dt
+
         for name, (t_spec, d_spec, dt) in SEED_PAIRS.items():
             if args.shapes == "all" or name in args.shapes.split(","):
-                pairs[name] = (lambda t=t_spec, d=d_spec, dt=dt: (synthetic_model(t, dtype_of[dt], device),
-                                                                  synthetic_model(d, dtype_of[dt], device), dt))
+                pairs[name] = partial(seed_pair, t_spec, d_spec, dt)
     else:
         pairs["tiny synthetic (random weights)"] = lambda: (synthetic_model(TINY_SYNTHETIC[0], torch.float32, "cpu"),
                                                             synthetic_model(TINY_SYNTHETIC[1], torch.float32, "cpu"),

@@ -53,3 +53,34 @@ def test_a_jittered_polled_reading_states_a_bound_that_informs():
     s = _summary("refresh jitter ±3 ms, 10 Hz load", "polled", seeds=1, prompts=12)
     assert s["bound_holds_all"] >= 0.95, s
     assert s["informs"] <= 8.0 and s["bound_median"] <= 0.02, s
+
+
+def test_a_slow_counters_idle_stretch_is_bounded_on_its_own_time_scale():
+    """A counter refreshed every 1 s (and one every 200 ms in 10 mJ steps): the tail's idle stretch, up to an
+    update long, was bounded by the faster power reading's movement between readings 0.1 s apart grown as a
+    random walk, × Student's t on the counter's two or three start-up differences (t = 9.9): 48× and 17× the
+    error. Now the faster reading's adjacent blocks as long as the stretch, the stretch and its interval
+    independent halves, each term with its own degrees of freedom (IdleTracker.stretch_bound): 5-7×. The
+    issue's 5× is not reached on these two (Student's t on the few blocks a 4.5 s baseline holds); 10 here."""
+    for name in ("counter refreshed every 1 s", "coarse counter 200 ms / 10 mJ"):
+        s = _summary(name, "counter")
+        assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, (name, s)
+        assert s["informs"] <= 10.0, (name, s)
+
+
+def test_the_post_work_idle_is_read_at_one_delay_after_work():
+    """An idle stepping down 0.1-0.2 s after work (issue 30.5): the post-work idle, read over the counter
+    interval right after the tail, was read before the step on some prompts and after it on others, and net
+    energy was 2.5-3.4 % off on average (8-10 % worst) with the offsets to the settled idle measured at one of
+    them. It is now read from where the idle stopped moving, at one delay through the cell. The 30 ms-lag
+    +45 W / 0.17 s variant is not a study scenario."""
+    variant = STUDY.Scenario("idle +45 W for 0.17 s after work, lag 30 ms", "30.5 edges", (1, 4), ("counter",),
+                             gpu={"hysteresis_w": 45.0, "hysteresis_s": 0.17, "counter_lag_s": 0.03})
+    cells = [STUDY.run_cell(make_energy_meter, variant, "counter", seed, 6) for seed in range(2)]
+    for name, s in [("idle steps down 0.12 s after work (+30 W)", _summary("idle steps down 0.12 s after work (+30 W)",
+                                                                            "counter")),
+                    ("idle step 0.12 s after work, counter lag 50 ms",
+                     _summary("idle step 0.12 s after work, counter lag 50 ms", "counter")),
+                    (variant.name, STUDY.summarize(cells))]:
+        assert s["net_mean"] <= 0.02 and s["net_worst"] <= 0.05, (name, s)
+        assert s["net_bound_holds"] >= 0.95 and s["bound_holds_all"] >= 0.95, (name, s)

@@ -46,6 +46,8 @@ def cell(seed: int = 0, cfg: dict | None = None, prompts: int = 6, lengths=(1.0,
             return energy
 
         m = meter.measure(f"prompt {i}", workload)
+        # the measured runs: those inside a trial's window (not the start-up self-check's, nor a dropped trial's)
+        spans = [(a, b) for a, b in spans if any(wa <= a and b <= wb for wa, wb in m.windows)]
         out.append((m.reading, sum(m.results), sum(gpu.net_energy(a, b) for a, b in spans)))
         gpu.run([(0.1, 250.0)])  # the runner's output-perplexity pass
         clock.sleep(0.1)

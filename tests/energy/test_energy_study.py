@@ -29,12 +29,14 @@ STUDY = study()
 UNSTABLE_IDLE = ("wandering", "drift", "other process")  # idle not stable, or another process's energy in it
 
 
-# Issue 30.5, still open: an idle that steps down 0.12 s after work. The counter's gross bound now holds on every
-# prompt (it held on none before), but its net error is 3.1-4.7 % mean against the 2 % goal: the post-work idle is
-# read sometimes before the step and sometimes after it. Strict: the day it passes, this mark must go.
+# Goals known not met yet, by scenario name: strict xfail, so the day one passes its mark must go. (Issue 30.5's
+# counter net after an idle that steps down 0.12 s after work passes since the post-work idle is read at one delay.)
 OPEN_NET_GOALS = {
-    "idle steps down 0.12 s after work (+30 W)": "issue 30.5 open: counter net after a post-work idle step > 2 %",
-    "idle step 0.12 s after work, counter lag 50 ms": "issue 30.5 open: counter net after a post-work idle step > 2 %",
+    # issue 30.1, open: one start-up load step brackets a window below ~1.5 updates only widely (a bursty load's
+    # 25-117 ms averages fluctuate ±20-30 W): 117 ms where 25 ms is assumed stays "consistent" (bound held 93 %);
+    # 25 ms where 1 s is assumed uses the bracket's upper end (bound held 3 % -> 40 %)
+    "H100 instant 117 ms, table 25 ms": "issue 30.1 open: a window near one update is only bracketed at start",
+    "power.draw 25 ms, table 1 s, no counter": "issue 30.1 open: a part-time window is only bracketed at start",
 }
 
 

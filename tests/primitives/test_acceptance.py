@@ -194,26 +194,3 @@ def test_k_sequential_accepts_more_than_one_draw_sd():
     beta = float(torch.minimum(q, p / rho).sum())
     assert 1 - (1 - beta) ** k >= sd_accept
 
-
-def test_merge_keeps_duplicate_draws_as_candidates():
-    """Identical sibling draws share a target node but stay separate i.i.d. candidates (multiplicity)."""
-    from harness.primitives.drafting import merge_duplicates
-    from harness.primitives.spec_state import DraftTree
-
-    # roots: 2, 2, 1 (two equal draws); children: one each → 5 under the first 2, 5 under the second 2, 0 under 1
-    dtree = DraftTree(tokens=torch.tensor([2, 2, 1, 5, 5, 0]), parents=[-1, -1, -1, 0, 1, 2], root_q=None,
-                      node_q=None, num_fed=3)
-    merged = merge_duplicates(dtree)
-    tree = merged.tree
-    assert len(tree) == 4  # 2 → 5 and 1 → 0
-    roots = merged.candidates[-1]
-    assert [int(tree.tokens[r]) for r in roots] == [2, 2, 1] and roots[0] == roots[1]
-    under_two = merged.candidates[roots[0]]
-    assert [int(tree.tokens[c]) for c in under_two] == [5, 5]
-    assert all(tree.parents[c] == roots[0] for c in under_two)
-    for node in range(len(tree)):  # the representative draft node has the same path tokens
-        d, path = merged.draft_node[node], []
-        while d >= 0:
-            path.append(int(dtree.tokens[d]))
-            d = dtree.parents[d]
-        assert path[::-1] == tree.path_tokens(node)

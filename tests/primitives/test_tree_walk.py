@@ -14,7 +14,7 @@ from harness.primitives.acceptance import (ROWS, greedy_select, k_sequential_sel
                                            typical_select, typical_tree_keys)
 from harness.primitives.drafting import Proposal, draw_children
 from harness.primitives.sampling import make_generator, sample
-from harness.primitives.spec_loop import Verified, walk_tree
+from harness.primitives.tree_walk import Verified, walk_tree
 from harness.primitives.spec_state import DraftTree
 from harness.primitives.tree import tree_topology
 from harness.primitives.warping import Warp

@@ -199,3 +199,12 @@ def test_chat_template_rendering():
         task("spider", prompt_format="chat").prompt_text(ex, NoTemplate())
     kjv = Example(id="1", prompt="In the beginning")  # tasks without messages stay plain
     assert t.prompt_text(kjv, chat) == "In the beginning"
+
+
+def test_mt_bench_second_turn_takes_the_cells_first_answer_and_refuses_without_one():
+    t = task("mt_bench")
+    ex = next(e for e in t.examples() if e.history)
+    with pytest.raises(ValueError, match="needs the cell's answers"):
+        t.with_history(ex, [{"example_id": ex.history[0], "output_text": None}])  # not written: missing
+    turn2 = t.with_history(ex, [{"example_id": ex.history[0], "output_text": " ANSWER-ONE "}, {"output_text": "x"}])
+    assert "ANSWER-ONE" in turn2.prompt

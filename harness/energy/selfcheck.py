@@ -1,0 +1,252 @@
+"""A polled power reading characterised at the start of the run, from one load step (issue 30 item 1).
+
+What a power reading averages is a property of the reading on a device and driver, and the tables of
+:mod:`harness.energy.hardware` were contradicted by the first real GPU (the H200's instant field: a
+~117 ms window where 25 ms was assumed; ``power.draw`` a 1 s running average). ``harness-gpu-check``
+measures every reading and writes a sensor profile (:mod:`.profiles`); a run whose power reading has
+no such profile for its device and driver measures the figures it relies on itself, cheaply:
+
+* the **update period** is measured at start-up already (1 ms polling at idle: :mod:`.sensors`);
+* the **averaging window** and the **lag** from one idle → load → idle step made of the first
+  prompt's own workload: the meter has just measured the settled idle (the GPU idle for seconds),
+  then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle, polling the
+  reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
+  last W seconds, published ``lag`` late, of a step of power X on [a, b] (and of whatever level H
+  the GPU keeps after it: P-state hysteresis) reads, at a refresh t,
+  ``I + X·|[t−lag−W, t−lag] ∩ [a, b]|/W + H·|[t−lag−W, t−lag] ∩ [b, ∞)|/W``: it rises over W from
+  a + lag and falls over W from b + lag. Least squares over a grid of (lag, W), X, H and the idle I
+  solved exactly at each point, finds both; the set of (lag, W) whose residual is within the 95 %
+  profile-likelihood threshold of the best is their uncertainty (a window shorter than the update
+  period leaves the ramps between refreshes: its bracket then spans them, honestly).
+
+The figures replace the assumed ones where the estimate is conclusive and differs; where the assumed
+window lies inside the measured bracket it is kept ("consistent"); where the step cannot settle it
+(too small against the noise, refreshes seen too coarsely, the fit at the edge of its grid) the
+assumed figure is kept and the reason said. :meth:`SelfCheck.describe` puts in the cell's summary
+which figures were measured at start and which assumed, and from where; the measured semantics'
+provenance goes into every reading's ``sensor_semantics``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.energy.hardware import PowerSemantics
+
+NAN = math.nan
+PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
+STEP_S = 1.2    # the step: the workload back to back at least this long (longer than a 1 s window)
+POST_S = 1.6    # idle polled after it: a 1 s window plus a lag and a few updates fall back within it
+LAG_MAX_S = 0.2
+EARLY_S = 0.15  # the step's first part (a prefill) is fitted at its own level
+WINDOWS = np.unique(np.round(np.geomspace(0.002, 1.35, 160), 4))
+THRESHOLD = 4 * 5.99  # χ²(2) 95 % for (lag, window) jointly, ×4: the residuals (a bursty load) are not independent
+USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
+NARROW = 1.5      # a bracket hi ÷ lo at most this is a value; wider only says where the window is not
+
+
+@dataclass
+class Fit:
+    """One device's step fit: the window and lag (best, and the 95 % bracket), the step's height and
+    the residual noise (W), the refreshes used."""
+
+    window_s: float
+    window_between_s: tuple[float, float]
+    lag_s: float
+    lag_between_s: tuple[float, float]
+    step_w: float
+    noise_w: float
+    points: int
+
+    def narrow(self) -> bool:
+        lo, hi = self.window_between_s
+        return hi <= NARROW * max(lo, 1e-3)
+
+
+def _overlap(lo: np.ndarray, hi: np.ndarray, a: float, b: float) -> np.ndarray:
+    return np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None)
+
+
+def fit_step(points: list[tuple[float, float]], a: float, b: float, lag_step_s: float = 0.002) -> Fit | None:
+    """Fit the step model of the module docstring to ``points`` ((refresh time, watts)) around a load
+    on [a, b]; None with fewer than six refreshes."""
+    if len(points) < 6:
+        return None
+    t = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    lags = np.arange(0.0, LAG_MAX_S + 1e-9, lag_step_s)
+    end = t[None, None, :] - lags[:, None, None]                     # (lag, 1, point): the window's end
+    start = end - WINDOWS[None, :, None]                              # (lag, window, point)
+    c = a + min(EARLY_S, (b - a) / 4)  # a generation opens on its prefill: a level of its own
+    early = _overlap(start, end, a, c) / WINDOWS[None, :, None]
+    u = _overlap(start, end, c, b) / WINDOWS[None, :, None]
+    v = _overlap(start, end, b, math.inf) / WINDOWS[None, :, None]
+    cols = np.stack([np.ones_like(u), early, u, v], axis=-1)          # (lag, window, point, 4)
+    gram = np.einsum("lwpi,lwpj->lwij", cols, cols) + 1e-9 * np.eye(4)
+    rhs = np.einsum("lwpi,p->lwi", cols, y)
+    coef = np.linalg.solve(gram, rhs[..., None])[..., 0]
+    sse = np.sum((np.einsum("lwpi,lwi->lwp", cols, coef) - y) ** 2, axis=-1)
+    best = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    dof = max(len(points) - 6, 1)
+    sigma2 = max(float(sse[best]) / dof, 1e-6)
+    inside = sse <= sse[best] + THRESHOLD * sigma2
+    li, wi = np.nonzero(inside)  # the bracket, widened by one grid step either side (the grid's resolution)
+    w_lo, w_hi = WINDOWS[max(wi.min() - 1, 0)], WINDOWS[min(wi.max() + 1, len(WINDOWS) - 1)]
+    l_lo, l_hi = max(lags[li.min()] - lag_step_s, 0.0), lags[li.max()] + lag_step_s
+    return Fit(float(WINDOWS[best[1]]), (float(w_lo), float(w_hi)), float(lags[best[0]]), (float(l_lo), float(l_hi)),
+               float(coef[best][2]), math.sqrt(sigma2), len(points))
+
+
+def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: float) -> tuple[str, str]:
+    """(status, why): ``measured`` (use the fitted window), ``bracketed`` (the assumed one lies far outside a
+    wide bracket: use its upper end), ``consistent`` (the assumed one lies in the bracket: kept),
+    ``inconclusive`` (kept, for the reason given)."""
+    if fit is None:
+        return "inconclusive", "fewer than six refreshes of the reading around the start-up load step"
+    if math.isfinite(period) and halfwidth > period / 10:
+        return "inconclusive", (f"refreshes seen only to ± {halfwidth * 1e3:.0f} ms (the meter's polls were late): "
+                                "the step's ramps cannot be located")
+    if fit.step_w < max(3 * fit.noise_w, 5.0):
+        return "inconclusive", (f"the load step ({fit.step_w:.1f} W) is not clear of the readings' noise "
+                                f"({fit.noise_w:.1f} W)")
+    lo, hi = fit.window_between_s
+    if hi >= WINDOWS[-1] * 0.999:
+        return "inconclusive", f"the reading had not fallen back to idle {POST_S:g} s after the step"
+    if assumed is not None and lo <= assumed <= hi:
+        return "consistent", (f"the assumed {assumed * 1e3:.0f} ms lies in the measured "
+                              f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
+    if fit.narrow():
+        return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
+    if assumed is not None and not lo / 2 <= assumed <= 2 * hi:
+        return "bracketed", (f"the assumed {assumed * 1e3:.0f} ms lies far outside the measured {lo * 1e3:.0f}.."
+                             f"{hi * 1e3:.0f} ms (95 %), which is wide: its upper end is used (every reading that "
+                             "saw the work is counted)")
+    return "inconclusive", f"the window is only bracketed, {lo * 1e3:.0f}..{hi * 1e3:.0f} ms, near the assumed figure"
+
+
+@dataclass
+class SelfCheck:
+    """The start-of-run characterisation of a polled power reading, once per meter (``pending``
+    until the first measurement runs it; ``status`` says what came of it)."""
+
+    reading: str = ""
+    status: str = "not needed"
+    reason: str = ""
+    assumed: PowerSemantics | None = None
+    fits: list[Fit | None] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    cost_s: float = 0.0
+    runs: int = 0
+    update_from: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.status == "pending"
+
+    def describe(self) -> dict:
+        """Which figures of the reading were measured at the start of this run and which are assumed
+        (and from where): ``energy_selfcheck`` in the cell's summary."""
+        out: dict = {"reading": self.reading, "status": self.status, "reason": self.reason}
+        if self.assumed is None:
+            return out
+        out.update({"update_s_from": self.update_from, "window_s_from": self._window_from(),
+                    "lag_s_from": ("measured at start (one load step)" if self.status in USED else
+                                   self._assumed()),
+                    "assumed_window_s": self.assumed.window_s, "cost_s": self.cost_s, "runs": self.runs,
+                    "per_device": [None if f is None else {
+                        "window_s": f.window_s, "window_between_s": list(f.window_between_s), "lag_s": f.lag_s,
+                        "lag_between_s": list(f.lag_between_s), "step_w": f.step_w, "noise_w": f.noise_w,
+                        "status": s} for f, s in zip(self.fits, self.statuses)]})
+        return out
+
+
+    def _assumed(self) -> str:
+        where = self.assumed.provenance if self.assumed is not None else "nothing known"
+        return where if where.startswith("assumed") else f"assumed: {where}"
+
+    def _window_from(self) -> str:
+        assumed = self._assumed()
+        return {"measured": "measured at start (one load step)",
+                "bracketed": "measured at start (one load step): bracketed only, its upper end used",
+                "consistent": f"{assumed} (consistent with the start-up load step)"}.get(self.status, assumed)
+
+
+def needed(state) -> SelfCheck:
+    """Whether this meter's reading is to be characterised at start: a polled power reading (the
+    protocol on) whose window was not measured for this device and driver (no sensor profile) nor
+    set in the ``gpu`` profile."""
+    cfg, power = state.cfg, state.primary
+    check = SelfCheck(reading=power.name)
+    if getattr(cfg, "self_check", None) is False:  # null (the default) and true: on
+        check.reason = "energy.self_check=false: the assumed figures are used"
+    elif power.kind != "power" or not cfg.protocol:
+        check.reason = "the primary source is an energy counter" if power.kind != "power" else "energy.protocol=false"
+    elif power.semantics is not None and "(harness-gpu-check)" in power.semantics.provenance:
+        check.reason = "figures measured by harness-gpu-check for this device and driver"
+    elif power.semantics is not None and power.semantics.provenance.startswith("set in gpu profile"):
+        check.reason = power.semantics.provenance
+    else:
+        check.status, check.assumed = "pending", power.semantics
+        check.reason = "no sensor profile for this device and driver: characterised on the first prompt's workload"
+    return check
+
+
+def run(state, check: SelfCheck, workload) -> None:
+    """Make the load step from ``workload`` (run back to back for ``STEP_S``; the results are not
+    measured), fit it per device and use the figures where conclusive (module docstring)."""
+    from harness.energy.characterize import FastLog
+
+    clock, power = state.clock, state.primary
+    began = clock.now()
+    log = FastLog([power], clock, state.cfg.phase_poll_s)
+    clock.sleep(PRE_S)
+    state.synchronize()
+    a = clock.now()
+    while clock.now() - a < STEP_S:
+        state.run_once(workload)
+        check.runs += 1
+    b = clock.now()
+    clock.sleep(POST_S)
+    log.stop()
+    check.cost_s = clock.now() - began
+    with log.lock:
+        changes = list(log.changes[power.name])
+    inferred = state.sensors[power.name].inferred_update_s
+    check.update_from = "measured at start (1 ms polling at idle)" if math.isfinite(inferred) else check._assumed()
+    halfwidth = statistics.median([h for _, h, _ in changes]) if changes else math.inf
+    period = state.update_period(power)
+    assumed = check.assumed.window_s if check.assumed is not None else None
+    for d in range(len(power.handles)):
+        fit = fit_step([(t, v[d]) for t, _, v in changes if t >= a - PRE_S], a, b)
+        status, why = verdict(fit, assumed, period, halfwidth)
+        check.fits.append(fit)
+        check.statuses.append(status)
+        if d == 0:
+            check.status, check.reason = status, why
+    _apply(state, check)
+
+
+def _apply(state, check: SelfCheck) -> None:
+    """Give the reading the measured window and lag where a device's fit was used."""
+    power, base = state.primary, check.assumed or PowerSemantics(None, None, "")
+    devices = state.sources.devices
+    driver = state.sources.driver
+    per = list(power.per_device) or [base] * len(check.fits)
+    for d, (fit, status) in enumerate(zip(check.fits, check.statuses)):
+        if status not in USED or fit is None or d >= len(per):
+            continue
+        lo, hi = fit.window_between_s
+        name = devices[d].name if d < len(devices) else "?"
+        window = fit.window_s if status == "measured" else hi
+        ms = window * 1e3
+        bracket = f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms" + ("" if status == "measured" else ": its upper end")
+        where = (f"window {ms:.0f} ms ({bracket}), lag {fit.lag_s * 1e3:.0f} ms measured"
+                 f" at the start of this run on {name}, driver {driver or '?'} (one load step); "
+                 f"assumed before: {base.describe()}")
+        per[d] = PowerSemantics(per[d].update_s, window, f"measured at start: {ms:.0f} ms average", fit.lag_s,
+                                where)
+    power.per_device = per
+    power.semantics = per[0]
