@@ -13,8 +13,7 @@ import bisect
 import torch
 
 from harness.primitives.kv_cache import cache_length
-from harness.primitives.tree import (TokenTree, _as_list, ancestor_matrix, check_parents, node_depths, tree_attention_mask,
-                                     tree_mask_and_positions, tree_position_ids, with_stem)
+from harness.primitives.tree import (TokenTree, _as_list, ancestor_matrix, check_parents, node_depths, tree_mask_and_positions, with_stem)
 
 
 def tree_forward(model, cache, stem: torch.Tensor, tree: TokenTree, sliced: SlicedTreeMask | None = None,
