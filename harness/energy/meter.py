@@ -145,6 +145,7 @@ class GpuEnergyMeter(EnergyMeter):
     def measure(self, label, workload) -> Measurement:
         if self.check.pending and self.protocol is polled:
             selfcheck.run(self.state, self.check, workload)
+            self.state.window_check = self.check if self.check.refining else None
         if self.protocol is plain:
             window = self.start_window(label)
             _, result, end, _ = self.state.run_once(workload)

@@ -30,7 +30,7 @@ import math
 import statistics
 from typing import Callable
 
-from harness.energy import unverified
+from harness.energy import selfcheck, unverified
 from harness.energy.hardware import unevenness
 from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, next_open, phase_of
 from harness.energy.polledbound import UNEVEN, strata, terms as bound_terms
@@ -52,6 +52,8 @@ def phase_shifting(state) -> bool:
     if power.kind != "power" or state.cfg.phase_shifts == 1:
         return False
     window, update = state.power_window(power), state.update_period(power)
+    if state.window_check is not None and state.window_check.part_time_possible(update):
+        return True  # a bracketed window that may be part-time (:func:`selfcheck.refine` narrows it)
     return window is not None and math.isfinite(update) and unevenness(window, update) > UNEVEN
 
 
@@ -74,6 +76,8 @@ def run(state, label: str, workload: Callable) -> tuple[list, EnergyReading, lis
         trials, retries, glitch = _round(state, workload, results, refreshes, n_trials, began, shifting,
                                          reads if counter is not None else None)
         rounds += 1
+        if state.window_check is not None:  # a bracketed window: narrowed from these trials' falling edges
+            selfcheck.refine(state, state.window_check, trials)
         if not shifting or _verified(state, trials, refreshes):
             if rounds > 1:
                 action = f"phases verified after {rounds} rounds of {n_trials} trials"
@@ -164,6 +168,7 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
         if not tail.step():
             break
     refreshes.extend(tail.seen[0])
+    trial.tail_seen = tail.seen
     trial.tail_range = _idle_from_watch(state, tail, trial.b, p_eff, w_eff)
     if state.settled_due():
         state.settle_idle(trial.b)

@@ -120,6 +120,10 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
                               f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
     if fit.narrow():
         return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
+    if lo < period:  # part-time not excluded: the trials' own falling edges narrow it (:func:`refine`)
+        return "bracketed", (f"the window is only bracketed, {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %), and may be "
+                             f"shorter than one update ({period * 1e3:.0f} ms): trials phase-shifted, the upper end "
+                             "used for their tails until the trials' own falling edges narrow it")
     if assumed is not None and not lo / 2 <= assumed <= 2 * hi:
         return "bracketed", (f"the assumed {assumed * 1e3:.0f} ms lies far outside the measured {lo * 1e3:.0f}.."
                              f"{hi * 1e3:.0f} ms (95 %), which is wide: its upper end is used (every reading that "
@@ -141,6 +145,21 @@ class SelfCheck:
     cost_s: float = 0.0
     runs: int = 0
     update_from: str = ""
+    edges: list[list[tuple[float, float, bool]]] = field(default_factory=list)  # per device: (d lo, d hi, saw work)
+    narrowed: list[tuple[float, float] | None] = field(default_factory=list)    # per device: window from the edges
+
+    @property
+    def refining(self) -> bool:
+        """Whether the trials' falling edges are to narrow the window (a bracketed one that may be part-time)."""
+        return bool(self.edges)
+
+    def part_time_possible(self, period: float) -> bool:
+        """Whether device 0's window may still be shorter than ``period`` (its trials are then phase-shifted)."""
+        if not self.refining or not math.isfinite(period):
+            return False
+        first, fit = (self.narrowed or [None])[0], (self.fits or [None])[0]
+        low = first[0] if first is not None else fit.window_between_s[0] if fit is not None else 0.0
+        return low < period
 
     @property
     def pending(self) -> bool:
@@ -160,6 +179,9 @@ class SelfCheck:
                         "window_s": f.window_s, "window_between_s": list(f.window_between_s), "lag_s": f.lag_s,
                         "lag_between_s": list(f.lag_between_s), "step_w": f.step_w, "noise_w": f.noise_w,
                         "status": s} for f, s in zip(self.fits, self.statuses)]})
+        if self.refining:
+            out["edges"] = [{"falling_edges": len(e), "window_between_s": None if n is None else list(n)}
+                            for e, n in zip(self.edges, self.narrowed)]
         return out
 
 
@@ -169,6 +191,9 @@ class SelfCheck:
 
     def _window_from(self) -> str:
         assumed = self._assumed()
+        if self.refining and any(self.narrowed):
+            return ("measured: bracketed at start (one load step), narrowed from the trials' falling edges "
+                    "(its upper end used)")
         return {"measured": "measured at start (one load step)",
                 "bracketed": "measured at start (one load step): bracketed only, its upper end used",
                 "consistent": f"{assumed} (consistent with the start-up load step)"}.get(self.status, assumed)
@@ -226,6 +251,9 @@ def run(state, check: SelfCheck, workload) -> None:
         check.statuses.append(status)
         if d == 0:
             check.status, check.reason = status, why
+    if check.status == "bracketed" and check.fits[0] is not None and check.fits[0].window_between_s[0] < period:
+        check.edges = [[] for _ in check.fits]  # narrowed from the trials' falling edges (:func:`refine`)
+        check.narrowed = [None for _ in check.fits]
     _apply(state, check)
 
 
@@ -250,3 +278,53 @@ def _apply(state, check: SelfCheck) -> None:
                                 where)
     power.per_device = per
     power.semantics = per[0]
+
+
+TOL_W = 3.0          # a reading this far (or 2 %) from the post-work level saw some of the work
+MIN_EDGES = 4        # falling edges before the window is narrowed from them
+
+
+def refine(state, check: SelfCheck, trials) -> None:
+    """Narrow a bracketed window from the trials' own falling edges (issue 30 item 1): after each
+    trial's end b the meter polls the reading every millisecond until b + W + 1.5 updates (W the
+    window used: the bracket's upper end at first). A refresh at b + d reads the post-work level
+    (the tail's last refresh) once the window no longer reaches back before b, i.e. d ≥ W + lag, and
+    differs from it before. Each refresh seen before b + W is one such observation; over many trials
+    their d fall at all phases, so W + lag lies above the latest refresh that differed and at or
+    below the earliest later one that did not (refreshes located ± their half-width). That upper
+    end is used (every reading that saw work is in each tail); the lower end decides, with the
+    update period, whether the trials must be phase-shifted. A level moving after work (a P-state
+    stepping down) reads as "saw work": the window comes out longer, never shorter."""
+    power = state.primary
+    per = list(power.per_device)
+    for d, obs in enumerate(check.edges):
+        if d >= len(per) or per[d].window_s is None:
+            continue
+        window = per[d].window_s
+        for trial in trials:
+            seen = [r for r in (trial.tail_seen[d] if d < len(trial.tail_seen) else []) if r.t > trial.b]
+            if len(seen) < 2 or seen[-1].t - seen[-1].halfwidth - trial.b < window:
+                continue
+            post = seen[-1].value
+            obs += [(r.t - r.halfwidth - trial.b, r.t + r.halfwidth - trial.b, abs(r.value - post) > max(
+                TOL_W, 0.02 * abs(post))) for r in seen[:-1] if r.t - r.halfwidth - trial.b < window]
+        if len(obs) < MIN_EDGES:
+            continue
+        lo = max([a for a, _, moved in obs if moved], default=0.0)
+        hi = min([b for a, b, moved in obs if not moved and a >= lo], default=window)
+        hi = max(hi, lo)
+        check.narrowed[d] = (lo, hi)
+        per[d] = PowerSemantics(per[d].update_s, hi, f"measured: window + lag ≤ {hi * 1e3:.0f} ms", per[d].lag_s,
+                                f"window + lag {lo * 1e3:.0f}..{hi * 1e3:.0f} ms from {len(obs)} falling edges of "
+                                f"this run's trials (its upper end used); {_step_text(check, d)}")
+    power.per_device = per
+    power.semantics = per[0]
+
+
+def _step_text(check: SelfCheck, d: int) -> str:
+    fit = check.fits[d] if d < len(check.fits) else None
+    if fit is None:
+        return "no start-up step fit"
+    lo, hi = fit.window_between_s
+    before = check.assumed.describe() if check.assumed is not None else "nothing known"
+    return f"the start-up load step bracketed {lo * 1e3:.0f}..{hi * 1e3:.0f} ms; assumed before: {before}"

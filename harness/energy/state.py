@@ -79,6 +79,7 @@ class MeterState:
         self.idle.settle_s = cfg.idle_settle_s
         self.idle_power_w, self.idle_reason = NAN, None
         self.mean_power_w = NAN  # of the last measured window (a first guess for the next)
+        self.window_check = None  # a selfcheck.SelfCheck narrowing a bracketed window from the trials' edges
         self.cross_idle_ratio = NAN  # cross-check reading ÷ primary at the settled idle baseline
         self.cooldown: dict = {}
         self.state_start = None

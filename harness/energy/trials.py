@@ -39,6 +39,7 @@ class Trial:
     ext_b: float = NAN         # polled: end of the edge-exact integration
     tail_range: float = 0.0    # polled: range of the readings of the idle after it (W, devices summed)
     anchor_ext: Anchor | None = None
+    tail_seen: list[list[Refresh]] = field(default_factory=list)  # polled: each device's refreshes in the tail
     host_a: dict | None = None
     host_b: dict | None = None
 

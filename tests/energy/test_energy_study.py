@@ -31,12 +31,10 @@ UNSTABLE_IDLE = ("wandering", "drift", "other process")  # idle not stable, or a
 
 # Goals known not met yet, by scenario name: strict xfail, so the day one passes its mark must go. (Issue 30.5's
 # counter net after an idle that steps down 0.12 s after work passes since the post-work idle is read at one delay.)
-OPEN_NET_GOALS = {
-    # issue 30.1, open: one start-up load step brackets a window below ~1.5 updates only widely (a bursty load's
-    # 25-117 ms averages fluctuate ±20-30 W): 25 ms where 1 s is assumed uses the bracket's upper end (bound held
-    # 3 % -> 40 %). (117 ms where 25 ms is assumed stays "consistent" at start, but the polled bound derived from the
-    # trials (harness/energy/polledbound.py) holds on it: 93 -> 100 %, so its mark went.)
-    "power.draw 25 ms, table 1 s, no counter": "issue 30.1 open: a part-time window is only bracketed at start",
+OPEN_NET_GOALS: dict[str, str] = {
+    # (issue 30.1: "power.draw 25 ms, table 1 s, no counter" was open here: one start-up load step brackets a
+    # part-time window only widely; the trials are now phase-shifted while a part-time window is possible and
+    # their own falling edges narrow it (harness/energy/selfcheck.refine): bound held 40 -> 100 %, mark removed.)
 }
 
 
