@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.energy.hardware import PowerSemantics
+from harness.energy.hardware import PowerSemantics, unevenness
+from harness.energy.polledbound import UNEVEN
 
 NAN = math.nan
 PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
@@ -120,7 +121,9 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
                               f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
     if fit.narrow():
         return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
-    if lo < period:  # part-time not excluded: the trials' own falling edges narrow it (:func:`refine`)
+    if lo < period and (assumed is None or unevenness(assumed, period) <= UNEVEN):
+        # part-time not excluded where the assumed window would not phase-shift the trials: they are, and their
+        # own falling edges narrow it (:func:`refine`)
         return "bracketed", (f"the window is only bracketed, {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %), and may be "
                              f"shorter than one update ({period * 1e3:.0f} ms): trials phase-shifted, the upper end "
                              "used for their tails until the trials' own falling edges narrow it")
