@@ -11,8 +11,9 @@ thread, or virtual time), so each refresh is located to ± half a millisecond. T
 * **counter lag**: the counter interval straddling each edge of the step holds idle power up to
   the moment the counter saw the edge and busy power after (or the reverse); with the idle and
   busy powers from the intervals wholly on either side, that moment minus the true edge is the lag;
-* **averaging window**: a power reading refreshed less than one window after an edge is part idle,
-  part busy: (refresh − edge) ÷ (its busy fraction) is the window;
+* **averaging window and lag** of a power reading: :func:`fit_window` over all the steps (the
+  estimator the start-up self-check uses on its one step, :mod:`.selfcheck`); the steps' lengths
+  vary so that their falling edges meet the refreshes at other delays than their rising ones;
 * **post-load idle**: after a longer load, power in 0.25 s bins until it stays within 2 % of its
   final level: the settle time (``energy.idle_settle_s`` should exceed it) and the excess right
   after work.
@@ -27,6 +28,8 @@ import random
 import statistics
 import threading
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from harness.energy.sensors import characterize
 
@@ -116,26 +119,81 @@ def counter_lag(points: list[tuple[float, float]], edges: list[tuple[float, bool
     return out
 
 
-def averaging_window(points: list[tuple[float, float]], edges: list[tuple[float, bool]], busy: float) -> list[float]:
-    """Window estimates (s) from power readings refreshed just after rising load edges, before the
-    next edge: part idle (the reading just before the edge, where the two before it agree: the
-    window no longer holds the previous load), part ``busy``."""
-    out = []
-    for i, (edge, rising) in enumerate(edges):
-        following = edges[i + 1][0] if i + 1 < len(edges) else math.inf
-        before = [v for t, v in points if t <= edge]
-        if not rising or len(before) < 2 or busy - before[-1] < 5.0 or \
-                abs(before[-1] - before[-2]) > max(2.0, 0.02 * before[-1]):
-            continue
-        for t, value in points:
-            if t <= edge or t >= following:
-                continue
-            frac = (value - before[-1]) / (busy - before[-1])
-            if 0.05 < frac < 0.95:
-                out.append((t - edge) / frac)
-            if frac >= 0.95:
-                break
-    return out
+LAG_MAX_S = 0.2
+EARLY_S = 0.15  # each load's first part (a generation's prefill) is fitted at its own level
+HOLD_S = 1.6    # the level after work (P-state hysteresis) is fitted over at most this after each load
+WINDOWS = np.unique(np.round(np.geomspace(0.002, 1.35, 160), 4))
+CHI2_95 = 5.99  # χ²(2) 95 % for (lag, window) jointly: a constant load's residuals (the sensor's noise) are independent
+THRESHOLD = 4 * CHI2_95  # ×4 on a bursty load (a generation's): its residuals are not independent
+NARROW = 1.5      # a bracket hi ÷ lo at most this is a value; wider only says where the window is not
+
+
+@dataclass
+class Fit:
+    """A power reading's window and lag fitted to load edges (best, and the 95 % bracket), the load's
+    height above idle and the residual noise (W), the refreshes used."""
+
+    window_s: float
+    window_between_s: tuple[float, float]
+    lag_s: float
+    lag_between_s: tuple[float, float]
+    step_w: float
+    noise_w: float
+    points: int
+
+    def narrow(self) -> bool:
+        lo, hi = self.window_between_s
+        return hi <= NARROW * max(lo, 1e-3)
+
+
+def _overlap(lo: np.ndarray, hi: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
+    """|[lo, hi] ∩ spans| (sorted, disjoint, finite spans) elementwise: the spans' cumulative length at hi
+    minus that at lo (piecewise linear: one interpolation however many spans)."""
+    xs = np.array([x for span in spans for x in span])
+    cum = np.concatenate([[0.0], np.cumsum([x for a, b in spans for x in (b - a, 0.0)])])[:-1]
+    return np.interp(hi, xs, cum) - np.interp(lo, xs, cum)
+
+
+def fit_window(points: list[tuple[float, float]], loads: list[tuple[float, float]],
+               lag_step_s: float = 0.002, threshold: float = THRESHOLD) -> Fit | None:
+    """The averaging window and lag of a power reading from its refreshes ``points`` ((time, watts))
+    around known loads ``loads`` ([a, b] spans, idle between): the one estimator of both, for
+    ``harness-gpu-check`` (many steps of a constant load) and the start-up self-check (one step of
+    the prompt's own workload, :mod:`.selfcheck`). A reading averaging the last W s published
+    ``lag`` late reads, at a refresh t, ``I + X_early·|win ∩ early| / W + X·|win ∩ rest| / W +
+    H·|win ∩ after| / W`` with win = [t − lag − W, t − lag], "early" each load's first ``EARLY_S``
+    (a generation opens on a prefill burst), "after" up to ``HOLD_S`` after each load (P-state
+    hysteresis). Least squares over a grid of lag (0..0.2 s) × W (2 ms..1.35 s), the levels exact at
+    each point; the 95 % bracket is the profile-likelihood region (``threshold``: χ²₂, ×4 for a
+    bursty load's dependent residuals), widened by one grid step. Window and lag are told apart only by
+    readings part-way through edges at different delays (one such delay fits any W ∝ delay − lag:
+    the bracket then says so). None with fewer than six refreshes."""
+    if len(points) < 6 or not loads:
+        return None
+    loads = sorted(loads)
+    t = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    early = [(a, a + min(EARLY_S, (b - a) / 4)) for a, b in loads]
+    rest = [(e, b) for (_, e), (_, b) in zip(early, loads)]
+    after = [(b, min(b + HOLD_S, nxt)) for (_, b), nxt in zip(loads, [a for a, _ in loads[1:]] + [math.inf])]
+    lags = np.arange(0.0, LAG_MAX_S + 1e-9, lag_step_s)
+    sse = np.empty((len(lags), len(WINDOWS)))
+    coefs = np.empty((len(lags), len(WINDOWS), 4))
+    for i, lag in enumerate(lags):  # one lag at a time: (window, point, 4) stays small for long logs
+        end = (t - lag)[None, :]
+        start = end - WINDOWS[:, None]
+        cols = np.stack([np.ones_like(start)] + [_overlap(start, end, s) / WINDOWS[:, None]
+                                                  for s in (early, rest, after)], axis=-1)
+        gram = np.einsum("wpi,wpj->wij", cols, cols) + 1e-9 * np.eye(4)
+        coefs[i] = np.linalg.solve(gram, np.einsum("wpi,p->wi", cols, y)[..., None])[..., 0]
+        sse[i] = np.sum((np.einsum("wpi,wi->wp", cols, coefs[i]) - y) ** 2, axis=-1)
+    best = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    sigma2 = max(float(sse[best]) / max(len(points) - 6, 1), 1e-6)
+    li, wi = np.nonzero(sse <= sse[best] + threshold * sigma2)  # the bracket, widened by one grid step
+    w_lo, w_hi = WINDOWS[max(wi.min() - 1, 0)], WINDOWS[min(wi.max() + 1, len(WINDOWS) - 1)]
+    l_lo, l_hi = max(lags[li.min()] - lag_step_s, 0.0), lags[li.max()] + lag_step_s
+    return Fit(float(WINDOWS[best[1]]), (float(w_lo), float(w_hi)), float(lags[best[0]]), (float(l_lo), float(l_hi)),
+               float(coefs[best][2]), math.sqrt(sigma2), len(points))
 
 
 def post_load_idle(points: list[tuple[float, float]], kind: str, work_end: float, bin_s: float = 0.25) -> dict:
@@ -158,7 +216,9 @@ def post_load_idle(points: list[tuple[float, float]], kind: str, work_end: float
 
 
 def run_steps(channels, busy, clock, steps: int = 12, on_s: float = 0.4, rng: random.Random | None = None):
-    """``steps`` load steps of ``on_s`` opened at random phases, then a 3 s load; the log and the edges."""
+    """``steps`` load steps of ``on_s`` to ``on_s`` + 0.1 s (a falling edge at another phase of the
+    refreshes than its rising one: window and lag told apart) opened at random phases, then a 3 s
+    load; the log and the edges."""
     rng = rng or random.Random(0)
     log = FastLog(channels, clock)
     edges = []
@@ -166,7 +226,7 @@ def run_steps(channels, busy, clock, steps: int = 12, on_s: float = 0.4, rng: ra
     for _ in range(steps):
         clock.sleep(rng.uniform(0.4, 0.7))
         t0 = clock.now()
-        busy(on_s)
+        busy(on_s + rng.uniform(0.0, 0.1))
         edges += [(t0, True), (clock.now(), False)]
     clock.sleep(2.5)  # a long idle before the long load: its rising edge suits a long averaging window too
     t0 = clock.now()
@@ -214,16 +274,21 @@ def _channel_figures(channel, sensor, points, edges, work_end) -> dict[str, Figu
         out[f"{name} lag"] = Figure(statistics.median(lags), "s", "measured", f"median of {len(lags)} load edges") \
             if len(lags) >= 3 else _missing("s", f"only {len(lags)} usable load edges")
         return out
-    loaded = [v for t, v in points if work_end - 1.0 <= t <= work_end]  # the end of the 3 s load
-    windows = averaging_window(points, edges, statistics.median(loaded)) if loaded else []
+    loads = [(a, b) for (a, rising), (b, _) in zip(edges, edges[1:]) if rising]
+    fit = fit_window([(t, v) for t, v in points if t <= work_end + HOLD_S], loads, threshold=CHI2_95)
     documented = channel.semantics.window_s if channel.semantics is not None else None
-    if len(windows) >= 2:
-        out[f"{name} averaging window"] = Figure(statistics.median(windows), "s", "measured",
-                                                 f"median of {len(windows)} readings part-way through a load edge")
+    if fit is not None and fit.narrow() and fit.step_w > max(3 * fit.noise_w, 5.0):
+        (lo, hi), (l_lo, l_hi) = fit.window_between_s, fit.lag_between_s
+        how = f"fit to the readings around {len(loads)} load steps (fit_window, as the start-up self-check)"
+        out[f"{name} averaging window"] = Figure(fit.window_s, "s", "measured",
+                                                 f"{how}: 95 % {lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
+        out[f"{name} lag"] = Figure(fit.lag_s, "s", "measured", f"{how}: 95 % {l_lo * 1e3:.0f}..{l_hi * 1e3:.0f} ms")
     elif documented is not None:
-        out[f"{name} averaging window"] = Figure(documented, "s", "inferred", channel.semantics.note)
+        why = "" if fit is None else f"; the load steps bracket it only: {fit.window_between_s[0] * 1e3:.0f}.." \
+                                     f"{fit.window_between_s[1] * 1e3:.0f} ms"
+        out[f"{name} averaging window"] = Figure(documented, "s", "inferred", channel.semantics.note + why)
     else:
-        out[f"{name} averaging window"] = _missing("s", "no reading caught part-way through an edge, none documented")
+        out[f"{name} averaging window"] = _missing("s", "the load steps did not narrow it, none documented")
     return out
 
 

@@ -32,8 +32,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from harness.energy.characterize import WINDOWS, FastLog, Fit, fit_window
 from harness.energy.hardware import PowerSemantics, unevenness
 from harness.energy.polledbound import UNEVEN
 
@@ -41,64 +40,7 @@ NAN = math.nan
 PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
 STEP_S = 1.2    # the step: the workload back to back at least this long (longer than a 1 s window)
 POST_S = 1.6    # idle polled after it: a 1 s window plus a lag and a few updates fall back within it
-LAG_MAX_S = 0.2
-EARLY_S = 0.15  # the step's first part (a prefill) is fitted at its own level
-WINDOWS = np.unique(np.round(np.geomspace(0.002, 1.35, 160), 4))
-THRESHOLD = 4 * 5.99  # χ²(2) 95 % for (lag, window) jointly, ×4: the residuals (a bursty load) are not independent
 USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
-NARROW = 1.5      # a bracket hi ÷ lo at most this is a value; wider only says where the window is not
-
-
-@dataclass
-class Fit:
-    """One device's step fit: the window and lag (best, and the 95 % bracket), the step's height and
-    the residual noise (W), the refreshes used."""
-
-    window_s: float
-    window_between_s: tuple[float, float]
-    lag_s: float
-    lag_between_s: tuple[float, float]
-    step_w: float
-    noise_w: float
-    points: int
-
-    def narrow(self) -> bool:
-        lo, hi = self.window_between_s
-        return hi <= NARROW * max(lo, 1e-3)
-
-
-def _overlap(lo: np.ndarray, hi: np.ndarray, a: float, b: float) -> np.ndarray:
-    return np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None)
-
-
-def fit_step(points: list[tuple[float, float]], a: float, b: float, lag_step_s: float = 0.002) -> Fit | None:
-    """Fit the step model of the module docstring to ``points`` ((refresh time, watts)) around a load
-    on [a, b]; None with fewer than six refreshes."""
-    if len(points) < 6:
-        return None
-    t = np.array([p[0] for p in points])
-    y = np.array([p[1] for p in points])
-    lags = np.arange(0.0, LAG_MAX_S + 1e-9, lag_step_s)
-    end = t[None, None, :] - lags[:, None, None]                     # (lag, 1, point): the window's end
-    start = end - WINDOWS[None, :, None]                              # (lag, window, point)
-    c = a + min(EARLY_S, (b - a) / 4)  # a generation opens on its prefill: a level of its own
-    early = _overlap(start, end, a, c) / WINDOWS[None, :, None]
-    u = _overlap(start, end, c, b) / WINDOWS[None, :, None]
-    v = _overlap(start, end, b, math.inf) / WINDOWS[None, :, None]
-    cols = np.stack([np.ones_like(u), early, u, v], axis=-1)          # (lag, window, point, 4)
-    gram = np.einsum("lwpi,lwpj->lwij", cols, cols) + 1e-9 * np.eye(4)
-    rhs = np.einsum("lwpi,p->lwi", cols, y)
-    coef = np.linalg.solve(gram, rhs[..., None])[..., 0]
-    sse = np.sum((np.einsum("lwpi,lwi->lwp", cols, coef) - y) ** 2, axis=-1)
-    best = np.unravel_index(int(np.argmin(sse)), sse.shape)
-    dof = max(len(points) - 6, 1)
-    sigma2 = max(float(sse[best]) / dof, 1e-6)
-    inside = sse <= sse[best] + THRESHOLD * sigma2
-    li, wi = np.nonzero(inside)  # the bracket, widened by one grid step either side (the grid's resolution)
-    w_lo, w_hi = WINDOWS[max(wi.min() - 1, 0)], WINDOWS[min(wi.max() + 1, len(WINDOWS) - 1)]
-    l_lo, l_hi = max(lags[li.min()] - lag_step_s, 0.0), lags[li.max()] + lag_step_s
-    return Fit(float(WINDOWS[best[1]]), (float(w_lo), float(w_hi)), float(lags[best[0]]), (float(l_lo), float(l_hi)),
-               float(coef[best][2]), math.sqrt(sigma2), len(points))
 
 
 def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: float) -> tuple[str, str]:
@@ -225,8 +167,6 @@ def needed(state) -> SelfCheck:
 def run(state, check: SelfCheck, workload) -> None:
     """Make the load step from ``workload`` (run back to back for ``STEP_S``; the results are not
     measured), fit it per device and use the figures where conclusive (module docstring)."""
-    from harness.energy.characterize import FastLog
-
     clock, power = state.clock, state.primary
     began = clock.now()
     log = FastLog([power], clock, state.cfg.phase_poll_s)
@@ -248,7 +188,7 @@ def run(state, check: SelfCheck, workload) -> None:
     period = state.update_period(power)
     assumed = check.assumed.window_s if check.assumed is not None else None
     for d in range(len(power.handles)):
-        fit = fit_step([(t, v[d]) for t, _, v in changes if t >= a - PRE_S], a, b)
+        fit = fit_window([(t, v[d]) for t, _, v in changes if t >= a - PRE_S], [(a, b)])
         status, why = verdict(fit, assumed, period, halfwidth)
         check.fits.append(fit)
         check.statuses.append(status)

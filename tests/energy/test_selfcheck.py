@@ -108,7 +108,7 @@ def _box_readings(window: float, lag: float, a: float, b: float, period: float =
 
 @pytest.mark.parametrize("window,lag", [(1.0, 0.0), (0.3, 0.03), (0.6, 0.08)])
 def test_the_step_fit_brackets_the_true_window_and_lag(window, lag):
-    fit = selfcheck.fit_step(_box_readings(window, lag, 10.0, 11.3), 10.0, 11.3)
+    fit = selfcheck.fit_window(_box_readings(window, lag, 10.0, 11.3), [(10.0, 11.3)])
     assert fit is not None
     lo, hi = fit.window_between_s
     assert lo <= window <= hi and fit.narrow()
