@@ -14,13 +14,17 @@ no such profile for its device and driver measures the figures it relies on itse
   last W seconds, published ``lag`` late, of a step of power X on [a, b] (and of whatever level H
   the GPU keeps after it: P-state hysteresis) reads, at a refresh t,
   ``I + X·|[t−lag−W, t−lag] ∩ [a, b]|/W + H·|[t−lag−W, t−lag] ∩ [b, ∞)|/W``: it rises over W from
-  a + lag and falls over W from b + lag. Least squares over a grid of (lag, W), X, H and the idle I
-  solved exactly at each point, finds both; the set of (lag, W) whose residual is within the 95 %
-  profile-likelihood threshold of the best is their uncertainty (a window shorter than the update
-  period leaves the ramps between refreshes: its bracket then spans them, honestly).
+  a + lag and falls over W from b + lag. :func:`~harness.energy.characterize.fit_window` (the fit
+  ``harness-gpu-check`` applies to its steps) finds both by least squares over a grid of (lag, W),
+  X, H and the idle I solved exactly at each point; the set of (lag, W) whose residual is within
+  the 95 % profile-likelihood threshold of the best is their uncertainty (a window shorter than
+  the update period leaves the ramps between refreshes: its bracket then spans them, honestly).
 
 The figures replace the assumed ones where the estimate is conclusive and differs; where the assumed
-window lies inside the measured bracket it is kept ("consistent"); where the step cannot settle it
+window lies inside the measured bracket it is kept ("consistent"); where the bracket is wide and
+reaches below one update (a part-time window is possible) while the assumed one would not phase-shift
+the trials, the trials are phase-shifted, their tails use the bracket's upper end and their own
+falling edges narrow the window (:func:`refine`); where the step cannot settle it
 (too small against the noise, refreshes seen too coarsely, the fit at the edge of its grid) the
 assumed figure is kept and the reason said. :meth:`SelfCheck.describe` puts in the cell's summary
 which figures were measured at start and which assumed, and from where; the measured semantics'
