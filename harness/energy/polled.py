@@ -105,6 +105,8 @@ def _verified(state, trials: list[Trial], refreshes: list[Refresh]) -> bool:
     period, window = state.update_period(power), state.power_window(power)
     if window is None or not math.isfinite(period):
         return False
+    if state.window_check is not None:  # narrowed from edges: the phases must tile its lower end
+        window = state.window_check.coverage_window(window)
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
     return covers_period([p for p, _ in phases], [s for _, s in phases], min(window, period),
                          fit_grid(refreshes, period, 1e-3).period)

@@ -111,8 +111,9 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
                 f"(windows overlapping unevenly: {unseen:.3f})"}
     ref_period = fit_grid(refreshes, period, 1e-3).period
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
+    cover = window if state.window_check is None else state.window_check.coverage_window(window)  # selfcheck
     out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
-                                                                 min(window, period), ref_period))
+                                                                 min(cover, period), ref_period))
     if all(math.isfinite(p) for p, _ in phases):
         out["gap"] = largest_gap([p for p, _ in phases])
     if out["verified"] and k >= 4 and k % 2 == 0:

@@ -110,6 +110,13 @@ class SelfCheck:
         low = first[0] if first is not None else fit.window_between_s[0] if fit is not None else 0.0
         return low < period
 
+    def coverage_window(self, window: float) -> float:
+        """The window trials' phases must tile with: while the window is narrowed from edges, its lower end
+        (device 0's; the upper end counts the tails, the lower one is what each reading surely sees)."""
+        first, fit = (self.narrowed or [None])[0], (self.fits or [None])[0]
+        low = first[0] if first is not None else fit.window_between_s[0] if fit is not None else window
+        return min(window, low) if self.refining else window
+
     @property
     def pending(self) -> bool:
         return self.status == "pending"
