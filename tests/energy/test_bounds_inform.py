@@ -107,3 +107,25 @@ def test_a_one_second_running_average_measures_the_idles_movement():
         s = STUDY.summarize([STUDY.run_cell(make_energy_meter, scenario, "polled", seed, 6) for seed in range(2)])
         assert s["bound_holds_all"] >= 0.95, (scenario.name, s)
         assert s["informs"] <= 8.0, (scenario.name, s)
+
+
+def test_a_full_coverage_readings_idle_term_counts_only_the_idle_it_can_get_wrong():
+    """A reading that sees every instant (Turing: a 100 ms window on a 100 ms update) states only the idle
+    subtracted over each trial's extension. It was the idle's movement × the whole extension (W + 1.5 P = 250 ms):
+    3.75× a normal 99 % bound from the errors' RMS, 12-15× the median error. The post-work readings the
+    subtraction uses are the ones held over most of the extension; what they cannot see is the idle the held
+    readings count before the trial (≤ P for a part-time window, (W + P)/2 for whole updates) and their unequal
+    holds after it (polled._unmatched). Held-out variants (not study rows): 10.9 → 5.8 and 13.2 → 6.9 at 2 × 6;
+    the issue's 5× is not reached: the errors' own q95 ÷ median is 2.5 and Student's t on the idle's 9 start-up
+    differences (3.25 for Z = 2.58) stays in it. 9 here."""
+    nv = STUDY.NVML
+    rtx = STUDY.Scenario("RTX 6000 (Turing) 100/100 ms, prefill", "Yang sensors", (2, 6), ("polled",),
+                         load="prefill", gpu={"name": "Quadro RTX 6000", "architecture": nv.NVML_DEVICE_ARCH_TURING,
+                                              "power_window_s": 0.1, "idle_w": 45.0, "power_limit_w": 260.0,
+                                              "has_instant": True})
+    t4 = STUDY.Scenario("T4 100/100 ms, thermal ramp", "Yang sensors", (1, 3), ("polled",), load="ramp:0.1",
+                        gpu={**STUDY.T4, "has_instant": True})
+    for scenario in (rtx, t4):
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, scenario, "polled", seed, 6) for seed in range(2)])
+        assert s["bound_holds_all"] >= 0.95, (scenario.name, s)
+        assert s["informs"] <= 9.0, (scenario.name, s)
