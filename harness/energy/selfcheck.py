@@ -67,9 +67,10 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
                               f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
     if fit.narrow():
         return "measured", f"window {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %)"
-    if lo < period and (assumed is None or unevenness(assumed, period) <= UNEVEN):
-        # part-time not excluded where the assumed window would not phase-shift the trials: they are, and their
-        # own falling edges narrow it (:func:`refine`)
+    if lo < period and (assumed is None or assumed >= 2 * period and unevenness(assumed, period) <= UNEVEN):
+        # part-time not excluded where a long running average is assumed (which would not phase-shift the
+        # trials): they are, and their own falling edges narrow it (:func:`refine`). An assumed window of one
+        # update (100/100 ms) is left to the rules below: its edges cannot tell it from a slightly shorter one
         return "bracketed", (f"the window is only bracketed, {lo * 1e3:.0f}..{hi * 1e3:.0f} ms (95 %), and may be "
                              f"shorter than one update ({period * 1e3:.0f} ms): trials phase-shifted, the upper end "
                              "used for their tails until the trials' own falling edges narrow it")
@@ -261,11 +262,13 @@ def refine(state, check: SelfCheck, trials) -> None:
                 continue
             post = seen[-1].value
             obs += [(r.t - r.halfwidth - trial.b, r.t + r.halfwidth - trial.b, abs(r.value - post) > max(
-                TOL_W, 0.02 * abs(post))) for r in seen[:-1] if r.t - r.halfwidth - trial.b < window]
+                TOL_W, 0.02 * abs(post))) for r in seen[:-1]]
         if len(obs) < MIN_EDGES:
             continue
         lo = max([a for a, _, moved in obs if moved], default=0.0)
-        hi = min([b for a, b, moved in obs if not moved and a >= lo], default=window)
+        # no refresh back at the post-work level after the latest that differed: longer than the tails looked
+        longer = max(window, lo + (per[d].update_s or 0.1))
+        hi = min([b for a, b, moved in obs if not moved and a >= lo], default=longer)
         hi = max(hi, lo)
         check.narrowed[d] = (lo, hi)
         per[d] = PowerSemantics(per[d].update_s, hi, f"measured: window + lag ≤ {hi * 1e3:.0f} ms", per[d].lag_s,
