@@ -145,12 +145,13 @@ def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacem
     k = kids.size(-1)
     if valid is None or defer:  # the parents are known on the host, nothing is read from the device
         return kids.reshape(-1), [f for f in frontier for _ in range(k)], None if valid is None else valid.reshape(-1)
-    if bool(valid.all()):  # the usual case: one read, the parents known on the host
+    counts = valid.sum(-1).tolist()  # the level's one read: each row's valid children, a prefix of it (top-k order)
+    if min(counts) == k:  # the usual case: the parents known on the host
         return kids.reshape(-1), [f for f in frontier for _ in range(k)], None
-    ok = valid.reshape(-1).tolist()
-    keep = [i for i, v in enumerate(ok) if v]
-    index = torch.tensor(keep, dtype=torch.long, device=kids.device)  # a short row: its valid children
-    return kids.reshape(-1).index_select(0, index), [frontier[i // k] for i in keep], None
+    if len(counts) == 1:  # one short row (a fork's heads): a slice
+        return kids[0, :counts[0]], [frontier[0]] * counts[0], None
+    keep = torch.argsort(~valid.reshape(-1), stable=True)[:sum(counts)]  # the valid ones in order, on the device
+    return kids.reshape(-1).index_select(0, keep), [f for f, n in zip(frontier, counts) for _ in range(n)], None
 
 
 def _feed_level(draft, cache, kids: torch.Tensor, parents: list[int], chain: bool, base: int, first: int,
