@@ -67,7 +67,8 @@ class DraftStop(Protocol):
 
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
-               stop: DraftStop | None = None, defer_invalid: bool = False) -> DraftTree:
+               stop: DraftStop | None = None, defer_invalid: bool = False,
+               roots_valid: torch.Tensor | None = None) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -80,7 +81,9 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
     ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
-    per level), and :func:`merge_duplicates` masks them out of the walk.
+    per level), and :func:`merge_duplicates` masks them out of the walk; ``roots_valid`` (n,) bool on the device:
+    which ``roots`` are real draws — the others stay in the tree, childless (the first level's read drops their
+    children), so the roots cost no read of their own.
     """
     device = caches.draft_pending.device
     if not widths:
@@ -98,7 +101,8 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     stopped = last = False
     valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
     for depth, k in enumerate(widths):
-        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid)
+        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid,
+                                      roots_valid if depth == 0 else None)
         valid.append(ok)
         first = len(parents)
         tokens.append(kids)
@@ -138,11 +142,16 @@ def _valid(valid: list[torch.Tensor | None], tokens: list[torch.Tensor]) -> torc
 
 
 def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool, generator,
-                defer: bool = False) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
+                defer: bool = False, alive: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
     """The next level: k children of every frontier node (:func:`draw_children`; the valid ones), flattened,
-    each child's parent, and (``defer``: every child kept) which children are valid (None: all)."""
+    each child's parent, and (``defer``: every child kept) which children are valid (None: all). ``alive`` (F,)
+    bool: which frontier nodes are real (a dead one's children are not)."""
     kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
     k = kids.size(-1)
+    if alive is not None:
+        valid = alive[:, None] if valid is None else valid & alive[:, None]
+        valid = valid.expand(kids.shape)
     if valid is None or defer:  # the parents are known on the host, nothing is read from the device
         return kids.reshape(-1), [f for f in frontier for _ in range(k)], None if valid is None else valid.reshape(-1)
     counts = valid.sum(-1).tolist()  # the level's one read: each row's valid children, a prefix of it (top-k order)

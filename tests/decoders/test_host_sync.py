@@ -64,8 +64,9 @@ BUDGETS = {
     ("spectr", "sampling"): ("round", ROUND, _MERGED),
     ("mcsd", "sampling"): ("round", ROUND, _MERGED),
     ("mcsd_dynamic", "sampling"): ("round", ROUND, _FORK),
-    ("mcsd_target_init", "sampling"): ("round", 5, "the target-sampled roots are read (how many are distinct) and "
-                                       + _SHORT_ROWS + " (4.50 per round in this protocol, was 5.00)"),
+    ("mcsd_target_init", "sampling"): ("round", 4, "the target-sampled roots are not read (dead ones stay, childless, "
+                                       "dropped by the first level's read); " + _SHORT_ROWS
+                                       + " (3.50 per round in this protocol, was 5.00)"),
     ("eagle2", "sampling"): ("round", 3, _EAGLE),
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
     ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
