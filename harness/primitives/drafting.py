@@ -68,7 +68,7 @@ class DraftStop(Protocol):
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
                stop: DraftStop | None = None, defer_invalid: bool = False,
-               roots_valid: torch.Tensor | None = None) -> DraftTree:
+               roots_valid: torch.Tensor | None = None, defer_levels: int = 0) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -99,11 +99,13 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     root_q = None if greedy or roots is not None else probs[0]
     fed_q: list[torch.Tensor] = [probs] if roots is not None and not greedy else []
     stopped = last = False
-    valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
+    valid: list[torch.Tensor | None] = [roots_valid] * len(tokens)  # per level: which are real (None: all)
+    alive = roots_valid
     for depth, k in enumerate(widths):
-        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid,
-                                      roots_valid if depth == 0 else None)
+        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator,
+                                      defer_invalid or depth < defer_levels, alive)
         valid.append(ok)
+        alive = ok
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -116,7 +118,8 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
-        if stop is not None and stop(depth + 1, hidden, logits):
+        dead = {"alive": alive} if alive is not None and getattr(stop, "reads_alive", False) else {}
+        if stop is not None and stop(depth + 1, hidden, logits, **dead):
             last = bool(getattr(stop, "draws_one_more", False))  # draw the next level, then end unfed
             stopped = not last
             if stopped:
