@@ -80,11 +80,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
-    ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
-    per level), and :func:`merge_duplicates` masks them out of the walk; ``roots_valid`` (n,) bool on the device:
-    which ``roots`` are real draws — the others stay in the tree, childless (the first level's read drops their
-    children), so the roots cost no read of their own.
-    """
+    ``defer_invalid`` (``defer_levels``: for the first so many levels only): children a short row lacks (no
+    replacement) stay, dead, marked in ``DraftTree.valid`` (no read), and :func:`merge_duplicates` masks them out
+    of the walk; the next compacted level's read drops their children, the stop hook ignores their rows;
+    ``roots_valid`` (n,) bool on the device: which ``roots`` are real draws (the others are dead)."""
     device = caches.draft_pending.device
     if not widths:
         return _roots_only(roots, device)
@@ -102,10 +101,9 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     valid: list[torch.Tensor | None] = [roots_valid] * len(tokens)  # per level: which are real (None: all)
     alive = roots_valid
     for depth, k in enumerate(widths):
-        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator,
-                                      defer_invalid or depth < defer_levels, alive)
-        valid.append(ok)
-        alive = ok
+        kids, owner, alive = _draw_level(probs, logits, frontier, k, warp, replacement, generator,
+                                         defer_invalid or depth < defer_levels, alive)
+        valid.append(alive)
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -118,8 +116,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
-        dead = {"alive": alive} if alive is not None and getattr(stop, "reads_alive", False) else {}
-        if stop is not None and stop(depth + 1, hidden, logits, **dead):
+        if stop is not None and stop(depth + 1, hidden, logits, **_alive_rows(stop, alive)):
             last = bool(getattr(stop, "draws_one_more", False))  # draw the next level, then end unfed
             stopped = not last
             if stopped:
@@ -128,6 +125,11 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels, n_roots=n,
                      valid=_valid(valid, tokens))
+
+
+def _alive_rows(stop: DraftStop, alive: torch.Tensor | None) -> dict:
+    """The stop hook's ``alive`` argument where the level has dead rows and the hook reads it (``reads_alive``)."""
+    return {"alive": alive} if alive is not None and getattr(stop, "reads_alive", False) else {}
 
 
 def _roots_only(roots: torch.Tensor | None, device) -> DraftTree:
