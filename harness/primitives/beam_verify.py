@@ -173,12 +173,14 @@ def _scan_constants(n: int, size: int, device: str) -> tuple[torch.Tensor, ...]:
 @dataclass
 class RowVerdict:
     """:class:`VerifiedLayer` padded to ``size`` output slots, on the device: slots ≥ ``width`` are unused.
-    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count."""
+    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count;
+    ``slot`` each draft's output slot (−1: not accepted)."""
 
     outcomes: torch.Tensor
     draft: torch.Tensor
     accepted: torch.Tensor
     passed: torch.Tensor
+    slot: torch.Tensor
 
 
 def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: torch.Tensor, survivor: torch.Tensor,
@@ -214,4 +216,5 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     k = slots[:size]
     taken = k < accepted
     outcomes = torch.where(taken, acc_out, fills[(k - accepted).clamp(0, size - 1)])
-    return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width)
+    return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width,
+                      torch.where(acc, slot, -1))
