@@ -154,7 +154,8 @@ def _verify_layer(front: Frontier, slot_of: torch.Tensor | None, layer: ForestLa
     or −1). ``slot_of``: the previous layer's drafts' slots in ``front`` (None: ``front`` is the input beams)."""
     slots, vocab = rule.slots, front.next_logp.size(-1)
     joint = beam_joint_logprobs(front.logp, front.next_logp, front.finished, rule.eos)
-    p_beam = drawable(beam_distribution(joint, rule.warp))  # line 12: p_beam over the accepted beams × V
+    p_beam = beam_distribution(joint, rule.warp)  # line 12: p_beam over the accepted beams × V
+    p_beam = p_beam if slot_of is None else drawable(p_beam)  # the input beams are never empty
     q_beam = (layer.q_flat if slot_of is None else
               (layer.q_flat.reshape(-1, vocab)[front.node] * front.valid[:, None]).reshape(-1))
     q_beam = q_beam / q_beam.sum().clamp_min(1e-30)  # the drafts' law given their parent survived
