@@ -137,7 +137,7 @@ def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
     none = torch.cat([alphas.new_ones(1), torch.cumprod(1.0 - alphas, 0)])
     first = alphas * none[:-1]  # P~(·, i), Eq. 3
     below, lag = _lags(n + 1, str(alphas.device))
-    lower = torch.where(below, first[lag], 0.0) if n else alphas.new_zeros(1, 1)
+    lower = torch.where(below, first.take(lag), 0.0) if n else alphas.new_zeros(1, 1)
     columns = [none]
     for _ in range(n):
         columns.append(lower @ columns[-1])
@@ -203,11 +203,11 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     n, dev = candidates.numel(), candidates.device
     run, count, stay, move, same, drafts, k, start = _scan_constants(n, size, str(dev))
     u = torch.rand(n, generator=generator, device=dev).double()
-    qx = q_beam[candidates].double()[:, None]
+    qx = q_beam.index_select(0, candidates).double().unsqueeze(1)  # index_select, not [ ]: fewer host cycles
     # u < min(1, p'/q) is u < p'/q (u < 1); the ratio is inf or nan where q_beam = 0: never accepted (qx > 0)
-    ok = (u[:, None] < chain.T[candidates].double() / qx) & (qx > 0)  # (n, r): draft j accepted after r rejections
-    active = survivor[:, None] & (count < width)  # (n, states)
-    nxt = torch.where(active & ok[:, run], move, torch.where(active, stay, same))
+    ok = (u.unsqueeze(1) < chain.index_select(1, candidates).T.double() / qx) & (qx > 0)  # (n, r): j accepted after r
+    active = survivor.unsqueeze(1) & (count < width)  # (n, states)
+    nxt = torch.where(active & ok.index_select(1, run), move, torch.where(active, stay, same))
     state, trail = start, [start]
     for row in nxt.unbind(0):
         state = row.index_select(0, state)
@@ -221,5 +221,6 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     if size > 1:
         fills = torch.cat([fills, sample(chain[0], generator, size - 1)])
     taken = k < accepted
-    outcomes = torch.where(taken, candidates[draft.clamp_min(0)], fills[(k - accepted).clamp(0, size - 1)])
+    outcomes = torch.where(taken, candidates.index_select(0, draft.clamp_min(0)),
+                           fills.index_select(0, (k - accepted).clamp(0, size - 1)))
     return RowVerdict(outcomes, draft, accepted, accepted >= width, torch.where(acc, order, -1))

@@ -96,10 +96,11 @@ class Outcome:
     @classmethod
     def of(cls, front: Frontier, joint: torch.Tensor, outcomes: torch.Tensor, width: torch.Tensor) -> Outcome:
         """The outcomes drawn over ``front`` × V (``joint``: their joint log p) with their per-beam quantities."""
-        slot = outcomes // joint.size(-1)
-        finished = front.finished[slot]
-        return cls(outcomes, joint.reshape(-1)[outcomes], front.length[slot] + (~finished).long(), finished,
-                   front.node[slot], width)
+        slot = outcomes // joint.size(-1)  # index_select, not [ ]: fewer host cycles per call
+        finished = front.finished.index_select(0, slot)
+        return cls(outcomes, joint.reshape(-1).index_select(0, outcomes),
+                   front.length.index_select(0, slot) + (~finished).long(), finished, front.node.index_select(0, slot),
+                   width)
 
     def select(self, index: torch.Tensor) -> Outcome:
         """The outcomes at ``index`` (a tensor of positions), every field alike."""
@@ -157,10 +158,10 @@ def _verify_layer(front: Frontier, slot_of: torch.Tensor | None, layer: ForestLa
     p_beam = beam_distribution(joint, rule.warp)  # line 12: p_beam over the accepted beams × V
     p_beam = p_beam if slot_of is None else drawable(p_beam)  # the input beams are never empty
     q_beam = (layer.q_flat if slot_of is None else
-              (layer.q_flat.reshape(-1, vocab)[front.node] * front.valid[:, None]).reshape(-1))
+              (layer.q_flat.reshape(-1, vocab).index_select(0, front.node) * front.valid.unsqueeze(1)).reshape(-1))
     q_beam = q_beam / q_beam.sum().clamp_min(1e-30)  # the drafts' law given their parent survived
     assert layer.target_next_logp is not None, "the target's forward comes before the verification"
-    parent_slot = layer.parent if slot_of is None else slot_of[layer.parent]
+    parent_slot = layer.parent if slot_of is None else slot_of.index_select(0, layer.parent)
     survivor = parent_slot >= 0  # line 10
     n = layer.token.numel()
     m = survivor.sum() if slot_of is not None else n
@@ -175,7 +176,8 @@ def _verify_layer(front: Frontier, slot_of: torch.Tensor | None, layer: ForestLa
     out = Outcome.of(front, joint, verdict.outcomes, width)
     kept, valid = verdict.draft.clamp_min(0), _positions(slots, str(front.node.device)) < width
     nxt = Frontier(node=kept, valid=valid, logp=torch.where(valid, out.logp, float("-inf")),
-                   finished=layer.finished[kept], length=out.length, next_logp=layer.target_next_logp[kept])
+                   finished=layer.finished.index_select(0, kept), length=out.length,
+                   next_logp=layer.target_next_logp.index_select(0, kept))
     return out, verdict, beta, nxt, verdict.slot
 
 
