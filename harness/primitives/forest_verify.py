@@ -104,7 +104,8 @@ class Outcome:
 
     def select(self, index: torch.Tensor) -> Outcome:
         """The outcomes at ``index`` (a tensor of positions), every field alike."""
-        return Outcome(*(getattr(self, f.name)[index] for f in fields(self)[:-1]), self.width)
+        return Outcome(self.outcomes[index], self.logp[index], self.length[index], self.parent_finished[index],
+                       self.parent[index], self.width)
 
 
 def drawable(p: torch.Tensor) -> torch.Tensor:
