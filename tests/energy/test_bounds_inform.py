@@ -84,3 +84,19 @@ def test_the_post_work_idle_is_read_at_one_delay_after_work():
                     (variant.name, STUDY.summarize(cells))]:
         assert s["net_mean"] <= 0.02 and s["net_worst"] <= 0.05, (name, s)
         assert s["net_bound_holds"] >= 0.95 and s["bound_holds_all"] >= 0.95, (name, s)
+
+
+def test_an_idle_step_shorter_than_one_counter_update_is_bounded():
+    """An idle stepping down < one counter update after work (issue 30.5): the tail's idle stretch before the
+    first caught-up refresh holds the step, the interval after it does not, and no later interval ever shows
+    it — the bound (the idle's movement between intervals) held on 27-73 % of prompts, stating less than the
+    error. The idle after work is now fitted by delay after work over the cell's tails (counter intervals and
+    the power reading's short windows; harness/energy/afterwork.py): its predicted error is taken off, the
+    fit's uncertainty (and where the data cannot place the step) bounded. Held-out variants of the 0.07 s
+    study row: 0.05 s, 0.09 s, a 50 W step (3 seeds × 10, virtual time)."""
+    for gpu in ({"hysteresis_w": 30.0, "hysteresis_s": 0.05}, {"hysteresis_w": 30.0, "hysteresis_s": 0.09},
+                {"hysteresis_w": 50.0, "hysteresis_s": 0.07}):
+        variant = STUDY.Scenario(f"idle step {gpu}", "30.5 edges", (1, 4), ("counter",), gpu=gpu)
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, variant, "counter", seed, 10) for seed in range(3)])
+        assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, (gpu, s)
+        assert s["informs"] <= 15.0 and s["gross_mean"] <= 0.002, (gpu, s)
