@@ -114,7 +114,7 @@ class AfterWork:
         fitted = self.fit(device)
         if fitted is None or seconds <= 0 or t1 <= t0:
             return 0.0, 0.0
-        from harness.energy.idle import quantile
+        from scipy.stats import t
 
         edges, steps, cov, dof, bounds = fitted
 
@@ -127,7 +127,8 @@ class AfterWork:
             lo, hi = bounds[bounds <= edge].max(initial=0.0), bounds[bounds >= edge].min(initial=edge)
             at = np.array([x for x in (lo, hi, seconds, t0, t1) if lo <= x <= hi])
             spread += step * float(np.max(np.abs(gain(at) - here)))
-        return float(g @ steps), quantile(dof) * math.sqrt(max(float(g @ cov @ g), 0.0)) + spread
+        quantile = float(t.ppf(0.995, dof))  # Student's 99 % (idle.quantile; not imported: idle holds a profile)
+        return float(g @ steps), quantile * math.sqrt(max(float(g @ cov @ g), 0.0)) + spread
 
 
 def note_tail(state, seen: list, k: int | None, b: float, device: int, coarse: bool) -> None:
