@@ -396,4 +396,5 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
     return energy, list(terms.values())
 
 
-_fmt_ms = lambda seconds: "not yet seen" if not math.isfinite(seconds) else f"{seconds * 1e3:.0f} ms"  # noqa: E731
+def _fmt_ms(seconds: float) -> str:  # noqa: D103
+    return "not yet seen" if not math.isfinite(seconds) else f"{seconds * 1e3:.0f} ms"
