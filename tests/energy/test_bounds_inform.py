@@ -103,8 +103,8 @@ def test_an_idle_step_shorter_than_one_counter_update_is_bounded():
         assert s["informs"] <= 15.0 and s["gross_mean"] <= 0.002, (gpu, s)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30.5 open: the polled net after an idle step (a fix that meets it, "
-                   "/work/notes/issue-30-idlestep-polled-net.patch, moved other polled rows' bounds: not landed)")
+@pytest.mark.xfail(strict=True, reason="issue 30.5 open: the polled net after an idle step (a fix that meets it -- net read "
+                   "past where the idle stopped moving -- moved other polled rows' bounds: not landed)")
 def test_the_polled_post_work_idle_is_read_past_where_it_stopped_moving():
     """Polled meter, an idle stepping down 0.2-0.25 s after work (issue 30.5, net beside gross): the post-work
     idle was the mean of the readings right after each trial — before the step on some, after it on others —
