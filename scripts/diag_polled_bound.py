@@ -40,6 +40,17 @@ def capture(records: list[dict]):
     polled.bound_terms, polled._trial_energies = bound_terms, trial_energies
 
 
+def polled_cells(args, records: list):
+    """(scenario, cells) for every polled study scenario (``args.only``: names containing it), ``records``
+    emptied before each: the scenario's cells at ``args.seeds`` seeds × ``args.prompts`` prompts."""
+    for scenario in study.SCENARIOS:
+        if "polled" not in scenario.meters or (args.only and args.only not in scenario.name):
+            continue
+        records.clear()
+        yield scenario, [study.run_cell(make_energy_meter, scenario, "polled", s, args.prompts)
+                         for s in range(args.seeds)]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=1)
@@ -48,11 +59,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     records: list[dict] = []
     capture(records)
-    for scenario in study.SCENARIOS:
-        if "polled" not in scenario.meters or (args.only and args.only not in scenario.name):
-            continue
-        records.clear()
-        cells = [study.run_cell(make_energy_meter, scenario, "polled", s, args.prompts) for s in range(args.seeds)]
+    for scenario, cells in polled_cells(args, records):
         rows = [r for c in cells for r in c["rows"]]
         recs = [r for r in records if "stat" in r]
         err = statistics.median(abs(r["gross"]) for r in rows)

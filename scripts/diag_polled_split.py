@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import study_energy_accuracy as study  # noqa: E402
-from harness.energy import make_energy_meter, polledbound  # noqa: E402
+from diag_polled_bound import polled_cells  # noqa: E402
+from harness.energy import polledbound  # noqa: E402
 
 
 def split_terms(trials, powers, phases, mean_p) -> tuple[float, float, float]:
@@ -72,11 +73,7 @@ def main(argv=None) -> int:
         study.meter_config = lambda *a, **k: {**config(*a, **k), "phase_poll_s": args.poll}
     records: list[tuple[float, float, float]] = []
     capture(records)
-    for scenario in study.SCENARIOS:
-        if "polled" not in scenario.meters or (args.only and args.only not in scenario.name):
-            continue
-        records.clear()
-        cells = [study.run_cell(make_energy_meter, scenario, "polled", s, args.prompts) for s in range(args.seeds)]
+    for scenario, cells in polled_cells(args, records):
         errors = [r["gross"] for c in cells for r in c["rows"]]
         if len(records) != len(errors):  # not every reading stratified: d and the error do not pair up
             print(f"{scenario.name}: {len(records)} stratified readings of {len(errors)}, skipped")
