@@ -47,7 +47,9 @@ BUDGETS = {
     ("pld", None): ("round", ROUND, "the rule: the outcome's read and the lookup's upload"),
     ("typical", None): ("round", ROUND, "the rule"),
     ("bild", "greedy"): ("round", ROUND, "the rule"),
-    ("bild", "sampling"): ("round", 3, "BiLD's fallback test reads the draft's confidence once per draft token"),
+    ("bild", "sampling"): ("round", ROUND, "the rule: where the draft's confidence fell in a first chunk (one read), "
+                           "then the outcome (one read; a chunk that did not fall is drafted on to γ, its fallback "
+                           "point found on the device); was 3: a read per draft token"),
     ("mtad", "sampling"): ("round", ROUND, "the rule"),
     ("beam_search", "greedy"): ("token", AR, "the rule: one stopping read per step (HF's), the beams read at the end"),
     ("beam_sampling", "sampling"): ("token", AR, "the rule: one stopping read per step, the beams read at the end"),
@@ -77,11 +79,14 @@ BUDGETS = {
 }
 #: the token-tree merges and short rows brought onto the device: held to the rule from now on
 MERGED_TREES = {(m, "sampling") for m in ("specinfer", "spectr", "mcsd")}
-#: host-built trees copied without waiting (EAGLE-2's first-seen shapes, lookahead's trie): held to the rule
-TREE_UPLOADS = {(m, d) for m in ("eagle2", "lookahead") for d in ("greedy", "sampling")}
+#: host-built trees copied without waiting (EAGLE-2's first-seen shapes, lookahead's trie) and BiLD's fallback point
+#: found on the device: held to the rule
+TREE_UPLOADS = {(m, d) for m in ("eagle2", "lookahead") for d in ("greedy", "sampling")} | {("bild", "sampling")}
 #: held-out settings of the methods brought to the rule: the budget holds for the class, not for the defaults alone
 #: (BiLD with a draft confident enough to draft many tokens per round; other tree sizes, windows and pools)
-VARIANTS = [("eagle2", "sampling", {"tree_top_k": 2, "depth": 4, "total_tokens": 6}),
+VARIANTS = [("bild", "sampling", {"fallback_threshold": 0.0}), ("bild", "sampling", {"fallback_threshold": 0.3}),
+            ("bild", "sampling", {"fallback_threshold": 0.5, "gamma": 4}),
+            ("eagle2", "sampling", {"tree_top_k": 2, "depth": 4, "total_tokens": 6}),
             ("eagle2", "greedy", {"tree_top_k": 4, "depth": 2, "total_tokens": 12}),
             ("lookahead", "sampling", {"window": 4, "ngram": 3, "guess": 6}),
             ("lookahead", "greedy", {"window": 7, "ngram": 4, "guess": 3})]
