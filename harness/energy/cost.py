@@ -87,7 +87,10 @@ def expected_overhead(cfg: dict) -> Overhead:
         return Overhead("counter", startup_s=startup, per_prompt_s=2 * period, settle_s=settle,
                         settle_every_s=energy.idle_settled_every_s, note=f"energy counter{guess}")
     name = ((gpu.get("simulated") or {}).get("name") or " ".join(gpu.get("match") or []))
-    sem = power_semantics(gpu.get("architecture") or "", name, "instant")
+    reading = {"power-usage": "usage", "smi": "smi"}.get(energy.source, "instant")
+    sem = power_semantics(gpu.get("architecture") or "", name, reading)
+    if sem.window_s is not None:  # the start-up idle spans ≥ 4.5 averaging windows (MeterState._baseline)
+        startup += max(0.0, 4.5 * sem.window_s - max(energy.idle_baseline_s, 2.5 * period if infer else 0.0))
     part_time = sem.window_s is None or sem.update_s is None or sem.window_s < sem.update_s
     trials = max(energy.trials, energy.phase_shifts) if part_time and energy.phase_shifts > 1 else energy.trials
     around = sum(energy.trial_delay_s) / 2 + 0.025 + 2.5 * 0.1  # delay, then W + P before and W + 1.5 P after

@@ -228,7 +228,8 @@ def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlie
 def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple[float, float]], float]:
     """Per trial: energy over [a, ext_b] minus post-work idle over the extension; the readings'
     (cv, count per device) inside [a, b]; the extensions' idle uncertainty (J, ≈ 99 %). Two terms:
-    the idle tracker's figure for each extension — the idle's own movement, measured anew in each
+    the idle tracker's figure for each extension, over the seconds of idle its subtraction can get wrong
+    (:func:`_unmatched`) — the idle's own movement, measured anew in each
     trial's tail, so independent between trials: in quadrature over trials — and, where the idle
     moves right after work (a P-state stepping down within the extension), half the range of the
     readings that saw only the extension's idle: the idle subtracted there lies within them, and the
@@ -249,9 +250,22 @@ def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple
         mean_r = s1 / n if n else NAN
         cv = math.sqrt(max(s2 / n - mean_r ** 2, 0.0)) / mean_r if n > 1 and mean_r > 0 else 0.0
         stats.append((cv, max(n / state.devices, 1.0)))
-        tracked_sq += (state.idle.edge_uncertainty(trial.b, trial.ext_b) * (trial.ext_b - trial.b)) ** 2
+        tracked_sq += (state.idle.edge_uncertainty(trial.b, trial.ext_b) * _unmatched(state, trial)) ** 2
         energies.append(energy)
     return energies, stats, math.hypot(math.sqrt(tracked_sq), moved_j)
+
+
+def _unmatched(state, trial: Trial) -> float:
+    """Seconds of idle the extension's subtraction can get wrong (the idle tracker's figure applies to these):
+    the held readings count idle before the trial — a weight of ≤ P (a part-time reading), ≈ (W + P)/2 (a
+    window of whole updates) — which the post-work readings, seconds later, do not see; the idle after work
+    they count is what those readings saw, held unequally (≤ half of the rest, in quadrature)."""
+    period, window = state.update_period(state.primary), state.power_window(state.primary)
+    length = trial.ext_b - trial.b
+    if window is None or not math.isfinite(period):
+        return length
+    pre = min(length, (max(window, period) + period) / 2)
+    return min(length, math.hypot(pre, (length - pre) / 2))
 
 
 def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], glitch: str | None = None,

@@ -106,7 +106,8 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
     out["runtime"] = abs(sum((s / total_s - 1 / k) * (p - mean_p) for s, p in zip(seconds, powers))) / mean_p
     if math.isfinite(part) and part >= 1 and unseen <= UNEVEN:  # every instant seen, evenly enough
         stat = max(t_interval if math.isfinite(t_interval) else 0.0, sampling)
-        return {**out, "stat": stat, "basis": f"full coverage; t-interval over {k} trials / readings' noise "
+        return {**out, "stat": stat, "parts": {"t_interval": t_interval, "sampling": sampling},
+                "basis": f"full coverage; t-interval over {k} trials / readings' noise "
                 f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
                 f"(windows overlapping unevenly: {unseen:.3f})"}
     ref_period = fit_grid(refreshes, period, 1e-3).period
@@ -170,16 +171,20 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     stat = math.hypot(noise, Z * tile)
     early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
                    calibrated) if calibrated is not None else NAN
+    parts = {"noise": noise, "tile": Z * tile, "model": Z * model, "split": split, "d": d, "dof": dof,
+             "early": early, "derived": stat}  # each a 99 % figure (split, d: σ), for diagnostics
     if not how.startswith("each") and math.isfinite(early) and early < stat:
         why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles and dof < YOUNG else
                "the calibrated figure is the smaller (a drift or uneven runs the split-half keeps: the smaller of "
                "two statements, each held on the study's every row" if tiles else
                "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
                "holds the halves' own aliasing")
-        return {"stat": early, "basis": f"{k} phases verified to tile the update period: {why}; derived: "
+        return {"stat": early, "parts": parts,
+                "basis": f"{k} phases verified to tile the update period: {why}; derived: "
                 f"{100 * stat:.2f} %), the calibrated figure {100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, "
                 "issue 30's study)"}
-    return {"stat": stat, "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
+    return {"stat": stat, "parts": parts,
+            "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
             f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
             f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
 

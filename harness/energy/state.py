@@ -141,7 +141,10 @@ class MeterState:
             return NAN, "no idle baseline at start (energy.idle_baseline_s=0); idle is measured after each window"
         begin = max(started + cfg.idle_settle_s, self.clock.now())
         period = self.update_period(self.idle_channel)
-        span = max(cfg.idle_baseline_s, 4.5 * period if math.isfinite(period) else 0.0)  # ≥ 3 adjacent intervals
+        # ≥ 3 adjacent intervals, each an update or an averaging window long (the longer: readings one window
+        # apart share no averaging — a 1 s power.draw needs 4.5 s, or the idle's movement is never measured)
+        interval = max(period if math.isfinite(period) else 0.0, self.power_window(self.idle_channel) or 0.0)
+        span = max(cfg.idle_baseline_s, 4.5 * interval)
         self.clock.sleep(begin - self.clock.now())
         channel = self.idle_channel
         watcher = self.watcher(channel)  # every refresh to ± 0.5 ms: how the idle moves between intervals

@@ -84,3 +84,49 @@ def test_the_post_work_idle_is_read_at_one_delay_after_work():
                     (variant.name, STUDY.summarize(cells))]:
         assert s["net_mean"] <= 0.02 and s["net_worst"] <= 0.05, (name, s)
         assert s["net_bound_holds"] >= 0.95 and s["bound_holds_all"] >= 0.95, (name, s)
+
+
+def test_a_one_second_running_average_measures_the_idles_movement():
+    """A polled power.draw that is a 1 s running average (NVML's Hopper and Ampere/Ada documentation) sees every
+    instant: its bound is the idle subtracted over each trial's ~1.15 s extension. The start-up baseline (1 s)
+    held no two readings one window apart, so the idle's movement was never measured and an assumed 5 % (then
+    2 %) of the idle level stood in: 95-220× the error. The baseline now spans ≥ 3 intervals of the longer of
+    update and window (4.5 s once per cell here). Held-out variants (not study rows: an Ampere A10G-like card,
+    40× → 4.4×, and a 1.5 s window, 64× → 7.1×, at 2 × 6; 2.8× and 4.2× with the extension's idle counted over
+    what it can get wrong, the next test's change); the issue's 5× is reached at 3 × 10 on the study's two rows
+    (58 → 5.0 → 3.1, 121 → 4.9 → 3.0); 8 here: a median over 12 prompts moves by ±30 %."""
+    a10g = STUDY.Scenario("A10G power.draw 1 s", "Yang sensors", (2, 6), ("polled",), polled_source="power-usage",
+                          gpu={"name": "NVIDIA A10G", "architecture": STUDY.NVML.NVML_DEVICE_ARCH_AMPERE,
+                               "has_instant": False, "usage_window_s": 1.0, "idle_w": 25.0},
+                          profile={"name": "a10g", "architecture": "ampere"})
+    slow = STUDY.Scenario("power.draw 1.5 s (profiled)", "Yang sensors", (3, 8), ("polled",),
+                          polled_source="power-usage",
+                          gpu={"name": "NVIDIA L4", "architecture": STUDY.NVML.NVML_DEVICE_ARCH_ADA,
+                               "has_instant": False, "usage_window_s": 1.5, "idle_w": 20.0},
+                          profile={"name": "l4", "architecture": "ada", "power_window_s": 1.5})
+    for scenario in (a10g, slow):
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, scenario, "polled", seed, 6) for seed in range(2)])
+        assert s["bound_holds_all"] >= 0.95, (scenario.name, s)
+        assert s["informs"] <= 8.0, (scenario.name, s)
+
+
+def test_a_full_coverage_readings_idle_term_counts_only_the_idle_it_can_get_wrong():
+    """A reading that sees every instant (Turing: a 100 ms window on a 100 ms update) states only the idle
+    subtracted over each trial's extension. It was the idle's movement × the whole extension (W + 1.5 P = 250 ms):
+    3.75× a normal 99 % bound from the errors' RMS, 12-15× the median error. The post-work readings the
+    subtraction uses are the ones held over most of the extension; what they cannot see is the idle the held
+    readings count before the trial (≤ P for a part-time window, (W + P)/2 for whole updates) and their unequal
+    holds after it (polled._unmatched). Held-out variants (not study rows): 10.9 → 5.8 and 13.2 → 6.9 at 2 × 6;
+    the issue's 5× is not reached: the errors' own q95 ÷ median is 2.5 and Student's t on the idle's 9 start-up
+    differences (3.25 for Z = 2.58) stays in it. 9 here."""
+    nv = STUDY.NVML
+    rtx = STUDY.Scenario("RTX 6000 (Turing) 100/100 ms, prefill", "Yang sensors", (2, 6), ("polled",),
+                         load="prefill", gpu={"name": "Quadro RTX 6000", "architecture": nv.NVML_DEVICE_ARCH_TURING,
+                                              "power_window_s": 0.1, "idle_w": 45.0, "power_limit_w": 260.0,
+                                              "has_instant": True})
+    t4 = STUDY.Scenario("T4 100/100 ms, thermal ramp", "Yang sensors", (1, 3), ("polled",), load="ramp:0.1",
+                        gpu={**STUDY.T4, "has_instant": True})
+    for scenario in (rtx, t4):
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, scenario, "polled", seed, 6) for seed in range(2)])
+        assert s["bound_holds_all"] >= 0.95, (scenario.name, s)
+        assert s["informs"] <= 9.0, (scenario.name, s)

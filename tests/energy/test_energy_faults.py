@@ -306,3 +306,17 @@ def test_the_planned_overhead_predicts_the_cost_and_short_generations_stay_cheap
     assert predicted.seconds(prompts, seconds) == pytest.approx(spent, rel=0.35)
     if source == "counter":
         assert max(runs) == 1
+
+
+def test_the_planned_overhead_of_a_one_second_power_draw_counts_its_longer_idle_baseline():
+    """Polled power.draw (NVML's 1 s running average on Hopper, Ampere, Ada): the meter's start-up idle spans 4.5
+    averaging windows so that the idle's movement is measured (MeterState._baseline: 4.5 s, not 1 s), and a
+    window of whole updates is not phase-shifted (one trial, not 8). The plan predicted the instant field's
+    figures for every polled source."""
+    from harness.energy.cost import expected_overhead
+
+    gpu = {"name": "h100", "architecture": "hopper", "match": ["H100"]}
+    instant = expected_overhead({"gpu": gpu, "energy": {"source": "power"}})
+    usage = expected_overhead({"gpu": gpu, "energy": {"source": "power-usage"}})
+    assert usage.startup_s == pytest.approx(instant.startup_s + 3.5)
+    assert instant.trials == 8 and usage.trials == 1
