@@ -91,15 +91,14 @@ class Scenario:
     second_gpu: dict | None = None   # a second GPU (its own sensor settings) running the same load (tensor parallel)
 
 
-E = NVML
 SCENARIOS = [
     Scenario("bursty 6-12 s", "baseline", (6, 12), ("counter", "polled", "naive")),
     Scenario("bursty 1-3 s", "baseline", (1, 3), ("counter", "polled", "naive")),
     Scenario("sub-second 0.2-0.8 s", "10 cost", (0.2, 0.8)),
     Scenario("sub-second 0.05-0.2 s", "10 cost", (0.05, 0.2), ("counter",)),
-    Scenario("glitch bursts 150 ms", "1 glitch", (1, 4), glitches=(3, 0.15, E.NVML_ERROR_TIMEOUT)),
-    Scenario("Unknown error 0.2 %", "1 glitch", (1, 4), error_rate=(0.002, E.NVML_ERROR_UNKNOWN)),
-    Scenario("In use 0.05 %", "1 glitch", (1, 4), error_rate=(0.0005, E.NVML_ERROR_IN_USE)),
+    Scenario("glitch bursts 150 ms", "1 glitch", (1, 4), glitches=(3, 0.15, NVML.NVML_ERROR_TIMEOUT)),
+    Scenario("Unknown error 0.2 %", "1 glitch", (1, 4), error_rate=(0.002, NVML.NVML_ERROR_UNKNOWN)),
+    Scenario("In use 0.05 %", "1 glitch", (1, 4), error_rate=(0.0005, NVML.NVML_ERROR_IN_USE)),
     Scenario("run time ±30 %, 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3),
     Scenario("run time ±30 %, 2 s", "2 run time", (2, 2), runtime_cv=0.3),
     Scenario("run time drifting ±30 % (8 s), 0.5 s", "2 run time", (0.5, 0.5), runtime_cv=0.3, runtime_drift_s=8.0),
@@ -163,6 +162,8 @@ SCENARIOS = [
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12}),
     Scenario("idle step 0.12 s after work, counter lag 50 ms", "30.5 edges", (1, 4), ("counter",),
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12, "counter_lag_s": 0.05}),
+    Scenario("idle steps down 0.07 s after work (+30 W)", "30.5 edges", (1, 4), ("counter",),  # < one counter update
+             gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07}),
     Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
              gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
@@ -292,8 +293,7 @@ def run_cell(make_energy_meter, scenario: Scenario, meter: str, seed: int, promp
 
 
 def _row(gpus, results, reading, flagged: bool, touched: bool) -> dict:
-    gross = sum(r[0] for r in results)
-    net = sum(g.net_energy(r[1], r[2]) for r in results for g in gpus)
+    gross, net = sum(r[0] for r in results), sum(g.net_energy(r[1], r[2]) for r in results for g in gpus)
     est_net = reading.net_energy_all_runs_j
     return {"gross": (reading.energy_all_runs_j - gross) / gross,
             "net": (est_net - net) / net if math.isfinite(est_net) and net > 0 else math.nan,

@@ -268,12 +268,18 @@ class EarlyStopRule:
         """A drafting round begins: its checks' predictions go into a list of their own (empty if it has none)."""
         self.predictions.append([])
 
-    def __call__(self, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor) -> bool:
+    reads_alive = True  # rows that are not real draws (dead nodes a drafting kept, draft_tree) do not count
+
+    def __call__(self, depth: int, hidden: torch.Tensor | None, logits: torch.Tensor,
+                 alive: torch.Tensor | None = None) -> bool:
         probs = None
         if not self.needs_hidden:
             greedy = self.warp is None or self.warp.is_greedy
             probs = torch.softmax(logits.float(), -1) if greedy else self.warp.probs(logits)
-        top = float(self.model.predict(self.model.features(hidden, probs)).max())  # the one host read of a check
+        pred = self.model.predict(self.model.features(hidden, probs)).reshape(-1)
+        if alive is not None:
+            pred = torch.where(alive.to(pred.device), pred, float("-inf"))
+        top = float(pred.max())  # the one host read of a check
         stop = top < self.threshold  # = every sequence's prediction below β (early_stop)
         if not self.predictions:
             self.new_round()

@@ -124,8 +124,7 @@ class DSBD(Decoder[DSBDParams]):
                 out, read = self._verify(beams, forest, generator)
                 summary = read.tolist()  # the iteration's one read
                 steps, n_out, done = int(summary[0]), int(summary[1]), bool(summary[2])
-                beams = self._advance(tcache, dcache, beams, forest, out.front, out.joint, out.outcomes[:n_out],
-                                      steps)
+                beams = self._advance(tcache, dcache, beams, forest, out.select(slice(0, n_out)), steps)
             if stopping.stop_strings:
                 self._finish_stopped(beams, stopping)
                 done = bool(beams.finished.all())
@@ -230,22 +229,19 @@ class DSBD(Decoder[DSBDParams]):
         return verify_forest(front, forest.layers, rule, generator)
 
     # ---------------------------------------------------------------- 4. keep caches of the output beams
-    def _advance(self, tcache, dcache, beams: _Beams, forest: _Forest, front: Frontier, joint: torch.Tensor,
-                 outcomes: torch.Tensor, steps: int) -> _Beams:
-        """The output beams become the next input beams: scores, tokens, and both caches gathered per
+    def _advance(self, tcache, dcache, beams: _Beams, forest: _Forest, out: Outcome, steps: int) -> _Beams:
+        """The output beams (``out``) become the next input beams: scores, tokens, and both caches gathered per
         output beam (its input beam's row, plus the cached slots of its path through the forest)."""
-        vocab, eos, layers, W_S = joint.size(-1), self.eos_sentinel, forest.layers, self.params.draft_width
-        slot, token = outcomes // vocab, outcomes % vocab
-        logp = joint.reshape(-1)[outcomes]
-        length = front.length[slot] + (~front.finished[slot]).long()
-        parent_finished = front.finished[slot]
-        parent = front.node[slot]  # index within layer `depth` (0 = the input beams)
+        assert forest.root_logp is not None
+        vocab, eos, layers, W_S = forest.root_logp.size(-1), self.eos_sentinel, forest.layers, self.params.draft_width
+        token, logp, length, parent_finished = out.outcomes % vocab, out.logp, out.length, out.parent_finished
+        parent = out.parent  # index within layer `depth` (0 = the input beams)
         depth, n = steps - 1, parent
         path: list[torch.Tensor] = [parent] * depth  # slot per layer 1..depth
         for d in range(depth, 0, -1):
             path[d - 1] = n
             n = layers[d - 1].parent[n]
-        rows, count = n, outcomes.numel()  # the input beam (cache row) of each output beam
+        rows, count = n, token.numel()  # the input beam (cache row) of each output beam
 
         def keep(prefix: int, upto: int) -> torch.Tensor:  # the row's prefix, then its path's slots
             slots = [prefix + d * W_S + path[d] for d in range(upto)]

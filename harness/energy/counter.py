@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from harness.energy import idlesteps
+from harness.energy import afterwork, idlesteps
 from harness.energy.crosscheck import polled_estimate
 from harness.energy.idle import Z
 from harness.energy.phases import Refresh
@@ -160,6 +160,7 @@ def _tail(state, trial: Trial, timeout: float) -> None:
         trial.tail_own.append(idlesteps.own_noise(state, seen[k], seen[k + 1], rate)
                               if k is not None and math.isfinite(rate) else NAN)
         rates.append(rate)
+        afterwork.note_tail(state, seen, k, b, d, coarse)
         if k is not None and len(seen) > k + 2 and not coarse:  # the idle's movement right after work
             first = len(state.idle.after[d]) < 2  # none known yet: this window's own movement stands in
             idlesteps.from_refreshes(state, counter, d, seen[k:k + 3], after=True)
@@ -379,8 +380,9 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             start = va[d][COUNTER]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
-            end = tail.value - rate_b * (tail.t - trial.b)
-            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1])
+            delta, known = afterwork.correct(state, d, max(tail.t - trial.b - shift, 0.0))  # P-state steps
+            end = tail.value - rate_b * (tail.t - trial.b) - delta
+            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1]) + known
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
             terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1

@@ -25,6 +25,8 @@ import bisect
 import math
 import statistics
 
+from harness.energy.afterwork import AfterWork
+
 NAN = math.nan
 # a stated bound covers its error with 99 % (per term: 2.576 standard deviations of a normal error), so
 # that a cell of a few tens of prompts sees ≥ 95 % of them within it (issue 30); a 95 % figure would miss
@@ -150,6 +152,7 @@ class IdleTracker:
         self.fine: list[list[float]] = [[] for _ in range(devices)]  # a faster power reading's successive idle
         self.fine_scale = NAN  # readings (W), one every fine_scale seconds (its update or window, the longer)
         self.post_delay = [NAN] * devices  # after work the idle was seen moving this long (s; counter._post_index)
+        self.profile = AfterWork(devices)  # the idle right after work by delay after work (counter tails)
 
     def add_steps(self, device: int, diffs: list[float], after: bool = False) -> None:
         """Differences (W) between the mean idle powers of adjacent sensor intervals on ``device`` (``after``:

@@ -136,8 +136,8 @@ def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
     n = alphas.numel()
     none = torch.cat([alphas.new_ones(1), torch.cumprod(1.0 - alphas, 0)])
     first = alphas * none[:-1]  # P~(·, i), Eq. 3
-    lag = _lags(n + 1, str(alphas.device))
-    lower = torch.where(lag >= 0, first[lag.clamp(0, max(n - 1, 0))], 0.0) if n else alphas.new_zeros(1, 1)
+    below, lag = _lags(n + 1, str(alphas.device))
+    lower = torch.where(below, first.take(lag), 0.0) if n else alphas.new_zeros(1, 1)
     columns = [none]
     for _ in range(n):
         columns.append(lower @ columns[-1])
@@ -145,15 +145,22 @@ def count_distributions(alphas: torch.Tensor) -> torch.Tensor:
 
 
 @lru_cache(maxsize=32)
-def _lags(size: int, device: str) -> torch.Tensor:
-    """(size, size) long: row − column − 1 (the index of P~ in the lower-triangular Toeplitz matrix of Eq. 2)."""
+def _lags(size: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(size, size): below the diagonal, and row − column − 1 there (the index of P~ in the lower-triangular Toeplitz
+    matrix of Eq. 2; clamped to 0..size − 2 elsewhere)."""
     i = torch.arange(size, device=device)
-    return i[:, None] - i[None, :] - 1
+    lag = i[:, None] - i[None, :] - 1
+    return lag >= 0, lag.clamp(0, max(size - 2, 0))
+
+
+@lru_cache(maxsize=32)
+def _arange(size: int, device: str) -> torch.Tensor:
+    return torch.arange(size, device=device)
 
 
 def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, min_width: int) -> torch.Tensor:
     """:func:`dynamic_width` from P(m, ·) (``counts``, padded with zeros past k = m) and m: a () long tensor."""
-    k = torch.arange(counts.numel(), device=counts.device)
+    k = _arange(counts.numel(), str(counts.device))
     at_least = 1.0 - (torch.cumsum(counts, 0) - counts)
     ok = (at_least >= threshold - 1e-12) & (k <= m)
     return (k * ok).max().clamp_min(min_width)
@@ -162,23 +169,27 @@ def dynamic_width_rows(counts: torch.Tensor, m: torch.Tensor, threshold: float, 
 @lru_cache(maxsize=32)
 def _scan_constants(n: int, size: int, device: str) -> tuple[torch.Tensor, ...]:
     """The scan's states (r, c) ↦ c·(n + 1) + r: r and c per state, the next state after a rejection (r + 1) and
-    after an acceptance (r = 0, c + 1), the state itself, and 0..max(n, size) − 1."""
+    after an acceptance (r = 0, c + 1), the state itself, the drafts 0..n − 1, the output slots 0..size − 1 and the
+    start state (1,)."""
     state = torch.arange((n + 1) * (n + 1), device=device)
     run, count = state % (n + 1), state // (n + 1)
     stay = count * (n + 1) + (run + 1).clamp_max(n)
     move = (count + 1).clamp_max(n) * (n + 1)
-    return run, count, stay, move, state, torch.arange(max(n, size), device=device)
+    return (run, count, stay, move, state, torch.arange(n, device=device), torch.arange(size, device=device),
+            torch.zeros(1, dtype=torch.long, device=device))
 
 
 @dataclass
 class RowVerdict:
     """:class:`VerifiedLayer` padded to ``size`` output slots, on the device: slots ≥ ``width`` are unused.
-    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count."""
+    ``draft`` is the accepted draft's index among the layer's drafts (−1: a fill-up beam); ``accepted`` the count;
+    ``slot`` each draft's output slot (−1: not accepted)."""
 
     outcomes: torch.Tensor
     draft: torch.Tensor
     accepted: torch.Tensor
     passed: torch.Tensor
+    slot: torch.Tensor
 
 
 def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: torch.Tensor, survivor: torch.Tensor,
@@ -190,28 +201,26 @@ def verify_layer_rows(chain: torch.Tensor, q_beam: torch.Tensor, candidates: tor
     same test min(1, p'/q_beam) in float64 as the host's), then the scan is one lookup per draft. Random stream: n
     uniforms, one draw from p', ``size`` − 1 from p_beam (the host draws only what it uses: same law)."""
     n, dev = candidates.numel(), candidates.device
-    run, count, stay, move, same, slots = _scan_constants(n, size, str(dev))
+    run, count, stay, move, same, drafts, k, start = _scan_constants(n, size, str(dev))
     u = torch.rand(n, generator=generator, device=dev).double()
-    qx = q_beam[candidates].double()[:, None]
-    ratio = chain[:, candidates].T.double() / qx  # inf or nan where q_beam = 0: never accepted below
-    ok = (u[:, None] < ratio.clamp(max=1.0)) & (qx > 0)  # (n, r): draft j accepted after r rejections
-    active = survivor[:, None] & (count < width)  # (n, states)
-    accept = active & ok[:, run]
-    nxt = torch.where(accept, move, torch.where(active, stay, same))
-    state = torch.zeros(1, dtype=torch.long, device=dev)
-    trail = [state]
-    for j in range(n):
-        state = nxt[j].index_select(0, state)
+    qx = q_beam.index_select(0, candidates).double().unsqueeze(1)  # index_select, not [ ]: fewer host cycles
+    # u < min(1, p'/q) is u < p'/q (u < 1); the ratio is inf or nan where q_beam = 0: never accepted (qx > 0)
+    ok = (u.unsqueeze(1) < chain.index_select(1, candidates).T.double() / qx) & (qx > 0)  # (n, r): j accepted after r
+    active = survivor.unsqueeze(1) & (count < width)  # (n, states)
+    nxt = torch.where(active & ok.index_select(1, run), move, torch.where(active, stay, same))
+    state, trail = start, [start]
+    for row in nxt.unbind(0):
+        state = row.index_select(0, state)
         trail.append(state)
-    counts = torch.cat(trail) // (n + 1)
-    acc, accepted, last_run = counts[1:] > counts[:-1], counts[-1], trail[-1] % (n + 1)
-    slot = torch.where(acc, torch.cumsum(acc, 0) - 1, size)  # accepted drafts in order; the rest to a dump slot
-    acc_out = candidates.new_zeros(size + 1).scatter_(0, slot, candidates)[:size]
-    acc_draft = candidates.new_full((size + 1,), -1).scatter_(0, slot, slots[:n])[:size]
-    fills = sample(chain.index_select(0, last_run)[0], generator)
+    states = torch.cat(trail)
+    counts = states // (n + 1)
+    acc, accepted = counts[1:] > counts[:-1], counts[-1]
+    order = torch.cumsum(acc, 0) - 1  # accepted drafts in order; the rest to a dump slot
+    draft = candidates.new_full((size + 1,), -1).scatter_(0, torch.where(acc, order, size), drafts)[:size]
+    fills = sample(chain.index_select(0, states[-1:] % (n + 1))[0], generator)
     if size > 1:
         fills = torch.cat([fills, sample(chain[0], generator, size - 1)])
-    k = slots[:size]
     taken = k < accepted
-    outcomes = torch.where(taken, acc_out, fills[(k - accepted).clamp(0, size - 1)])
-    return RowVerdict(outcomes, torch.where(taken, acc_draft, -1), accepted, accepted >= width)
+    outcomes = torch.where(taken, candidates.index_select(0, draft.clamp_min(0)),
+                           fills.index_select(0, (k - accepted).clamp(0, size - 1)))
+    return RowVerdict(outcomes, draft, accepted, accepted >= width, torch.where(acc, order, -1))

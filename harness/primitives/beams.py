@@ -11,6 +11,7 @@ tokens, prefix scores and lengths, and :meth:`BeamSet.reorder` reorders a KV cac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -28,9 +29,16 @@ def beam_joint_logprobs(beam_logp: torch.Tensor, next_logp: torch.Tensor, finish
 
     Finished beams extend only by EOS (a pad), with conditional probability 1.
     """
-    vocab = torch.arange(next_logp.size(-1), device=next_logp.device)
-    pad = torch.where(vocab == eos_token_id, 0.0, float("-inf")).to(next_logp.dtype)  # EOS only, on the device
+    pad = _eos_only(next_logp.size(-1), eos_token_id, next_logp.dtype, str(next_logp.device))
     return beam_logp[:, None] + torch.where(finished[:, None], pad, next_logp)
+
+
+@lru_cache(maxsize=32)
+def _eos_only(vocab: int, eos_token_id: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """(V,) log-probabilities of a finished beam's extension: 0 at EOS (a pad), −inf elsewhere; made once per shape
+    on the device (never written to)."""
+    ids = torch.arange(vocab, device=device)
+    return torch.where(ids == eos_token_id, 0.0, float("-inf")).to(dtype)
 
 
 def beam_distribution(joint_logp: torch.Tensor, warp: Warp) -> torch.Tensor:

@@ -67,7 +67,8 @@ class DraftStop(Protocol):
 
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
-               stop: DraftStop | None = None, defer_invalid: bool = False) -> DraftTree:
+               stop: DraftStop | None = None, defer_invalid: bool = False,
+               roots_valid: torch.Tensor | None = None, defer_levels: int = 0) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -79,9 +80,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
-    ``defer_invalid``: children a short row lacks (no replacement) stay, marked in ``DraftTree.valid`` (no read
-    per level), and :func:`merge_duplicates` masks them out of the walk.
-    """
+    ``defer_invalid`` (``defer_levels``: for the first so many levels only): children a short row lacks (no
+    replacement) stay, dead, marked in ``DraftTree.valid`` (no read), and :func:`merge_duplicates` masks them out
+    of the walk; the next compacted level's read drops their children, the stop hook ignores their rows;
+    ``roots_valid`` (n,) bool on the device: which ``roots`` are real draws (the others are dead)."""
     device = caches.draft_pending.device
     if not widths:
         return _roots_only(roots, device)
@@ -96,10 +98,12 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     root_q = None if greedy or roots is not None else probs[0]
     fed_q: list[torch.Tensor] = [probs] if roots is not None and not greedy else []
     stopped = last = False
-    valid: list[torch.Tensor | None] = [None] * len(tokens)  # per level: which children are real (None: all)
+    valid: list[torch.Tensor | None] = [roots_valid] * len(tokens)  # per level: which are real (None: all)
+    alive = roots_valid
     for depth, k in enumerate(widths):
-        kids, owner, ok = _draw_level(probs, logits, frontier, k, warp, replacement, generator, defer_invalid)
-        valid.append(ok)
+        kids, owner, alive = _draw_level(probs, logits, frontier, k, warp, replacement, generator,
+                                         defer_invalid or depth < defer_levels, alive)
+        valid.append(alive)
         first = len(parents)
         tokens.append(kids)
         parents.extend(owner)
@@ -112,7 +116,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
         if not greedy:
             probs = warp.probs(logits)
             fed_q.append(probs)
-        if stop is not None and stop(depth + 1, hidden, logits):
+        if stop is not None and stop(depth + 1, hidden, logits, **_alive_rows(stop, alive)):
             last = bool(getattr(stop, "draws_one_more", False))  # draw the next level, then end unfed
             stopped = not last
             if stopped:
@@ -121,6 +125,11 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     num_fed = len(parents) if stopped else len(parents) - len(frontier)
     return DraftTree(torch.cat(tokens), parents, root_q, node_q, num_fed, depth=levels, n_roots=n,
                      valid=_valid(valid, tokens))
+
+
+def _alive_rows(stop: DraftStop, alive: torch.Tensor | None) -> dict:
+    """The stop hook's ``alive`` argument where the level has dead rows and the hook reads it (``reads_alive``)."""
+    return {"alive": alive} if alive is not None and getattr(stop, "reads_alive", False) else {}
 
 
 def _roots_only(roots: torch.Tensor | None, device) -> DraftTree:
@@ -138,19 +147,25 @@ def _valid(valid: list[torch.Tensor | None], tokens: list[torch.Tensor]) -> torc
 
 
 def _draw_level(probs, logits, frontier: list[int], k: int, warp: Warp, replacement: bool, generator,
-                defer: bool = False) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
+                defer: bool = False, alive: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
     """The next level: k children of every frontier node (:func:`draw_children`; the valid ones), flattened,
-    each child's parent, and (``defer``: every child kept) which children are valid (None: all)."""
+    each child's parent, and (``defer``: every child kept) which children are valid (None: all). ``alive`` (F,)
+    bool: which frontier nodes are real (a dead one's children are not)."""
     kids, valid = draw_children(probs, logits, k, warp, replacement, generator)
     k = kids.size(-1)
+    if alive is not None:
+        valid = alive[:, None] if valid is None else valid & alive[:, None]
+        valid = valid.expand(kids.shape)
     if valid is None or defer:  # the parents are known on the host, nothing is read from the device
         return kids.reshape(-1), [f for f in frontier for _ in range(k)], None if valid is None else valid.reshape(-1)
-    if bool(valid.all()):  # the usual case: one read, the parents known on the host
+    counts = valid.sum(-1).tolist()  # the level's one read: each row's valid children, a prefix of it (top-k order)
+    if min(counts) == k:  # the usual case: the parents known on the host
         return kids.reshape(-1), [f for f in frontier for _ in range(k)], None
-    ok = valid.reshape(-1).tolist()
-    keep = [i for i, v in enumerate(ok) if v]
-    index = torch.tensor(keep, dtype=torch.long, device=kids.device)  # a short row: its valid children
-    return kids.reshape(-1).index_select(0, index), [frontier[i // k] for i in keep], None
+    if len(counts) == 1:  # one short row (a fork's heads): a slice
+        return kids[0, :counts[0]], [frontier[0]] * counts[0], None
+    keep = torch.argsort(~valid.reshape(-1), stable=True)[:sum(counts)]  # the valid ones in order, on the device
+    return kids.reshape(-1).index_select(0, keep), [f for f, n in zip(frontier, counts) for _ in range(n)], None
 
 
 def _feed_level(draft, cache, kids: torch.Tensor, parents: list[int], chain: bool, base: int, first: int,

@@ -70,13 +70,17 @@ def target_prefill(target, caches: SpeculativeCaches, warp: Warp, state: TargetI
     caches.target_pending = caches.target_pending[:, :0]
 
 
-def target_roots(state: TargetInit, n_t: int, warp: Warp, generator) -> torch.Tensor:
-    """n_t distinct roots drawn from r without replacement (greedy: r's argmax, one root)."""
+def target_roots(state: TargetInit, n_t: int, warp: Warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """n_t distinct roots drawn from r without replacement (greedy: r's argmax, one root), in draw order, and which
+    of them are real (None: all), on the device and not read: where r has fewer than n_t tokens the last roots are
+    dead — the drafting drops their children with its first level's read and never drafts below them
+    (:func:`~harness.primitives.drafting.draft_tree`'s ``roots_valid``), and a dead root, childless and after the
+    real ones, never wins (:class:`BestRootWalk`: ties go to the first drawn)."""
     if state.r is None:
         raise RuntimeError("a target-initialised round needs r: call target_prefill first")
     r = state.r[None]
     kids, valid = draw_children(r, r, 1 if warp.is_greedy else n_t, warp, False, generator)
-    return kids[valid] if valid is not None else kids.reshape(-1)
+    return kids.reshape(-1), None if valid is None else valid.reshape(-1)
 
 
 @dataclass(frozen=True)

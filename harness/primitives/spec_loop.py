@@ -169,7 +169,7 @@ def speculative_round(spec: Speculation, propose: Callable[[], DraftTree | Propo
             path_tokens = [verified.tree_tokens[n] for n in path]
         else:
             path_tokens = proposal.tree.tokens[path].tolist()
-        commit_target(caches, target_prefix, path, token, verified.next_ids)
+        commit_target(caches, target_prefix, path, token, verified.next_ids, proposal.tree.parents)
         commit_draft(caches, draft_prefix, proposal.dtree, path, token, path_tokens,
                      verified.next_ids)
     draft_s, verify_s = caches.clock.take()

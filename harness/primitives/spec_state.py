@@ -151,11 +151,12 @@ class DraftTree:
 
 
 def commit_target(caches: SpeculativeCaches, target_prefix: int, path: list[int], new_token: int | None,
-                  next_ids: torch.Tensor | None = None) -> None:
+                  next_ids: torch.Tensor | None = None, parents: list[int] | None = None) -> None:
     """Keep the target cache's prefix plus the accepted tree nodes ``path``; ``new_token`` becomes pending
     (None: nothing is pending — a target-initialised round's path ends the committed sequence, mcsd §3.1).
-    ``next_ids``: the same token still on the device, (1, 1), used as is (no host-to-device copy)."""
-    commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path])
+    ``next_ids``: the same token still on the device, (1, 1), used as is (no host-to-device copy); ``parents``: the
+    tree's, the path being a root chain of it (its rollback index then needs no copy, :func:`commit_path`)."""
+    commit_path(caches.target_cache, target_prefix, [target_prefix + n for n in path], parents)
     if next_ids is not None and new_token is not None:
         caches.target_pending = next_ids.reshape(1, 1)
         return
@@ -183,7 +184,7 @@ def commit_draft(caches: SpeculativeCaches, draft_prefix: int, dtree: DraftTree,
         caches.draft_pending = torch.cat([caches.draft_pending, new], dim=1)
         return
     in_cache = [n for n in draft_path if n < dtree.num_fed]
-    commit_path(caches.draft_cache, draft_prefix, [draft_prefix + n for n in in_cache])
+    commit_path(caches.draft_cache, draft_prefix, [draft_prefix + n for n in in_cache], dtree.parents)
     k = len(in_cache)
     caches.draft_pending = _pending(dtree, draft_path[k:], path_tokens[k:], tail, next_ids,
                                     caches.draft_pending.device)

@@ -20,6 +20,7 @@ largest tree, are :mod:`harness.primitives.tree_attention`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -204,16 +205,40 @@ def children_lists(parents) -> dict[int, list[int]]:
     return kids
 
 
-def commit_path(cache, keep_len: int, path_positions) -> None:
+def commit_path(cache, keep_len: int, path_positions, parents=None) -> None:
     """Roll ``cache`` back to its first ``keep_len`` positions plus ``path_positions`` (ascending).
 
     ``path_positions`` are absolute cache positions of the accepted nodes (e.g. ``keep_len + node``);
-    a contiguous path is a plain truncation, anything else keeps the selected positions.
+    a contiguous path is a plain truncation, anything else keeps the selected positions, whose index is made on the
+    device without a host-to-device copy where it can be (:func:`path_index`; ``parents``: the tree's, whose nodes
+    the positions are below ``keep_len``).
     """
     path = [int(p) for p in path_positions]
     if path == list(range(keep_len, keep_len + len(path))):
         truncate(cache, keep_len + len(path))
         return
     device = cache.layers[0].keys.device if getattr(cache, "layers", None) else None
-    below = host_constant(tuple(p - keep_len for p in path), device)  # the path below the prefix: a repeated shape
+    below = path_index([p - keep_len for p in path], parents, device)
     keep_positions(cache, torch.cat([torch.arange(keep_len, device=below.device), below + keep_len]))
+
+
+def path_index(nodes: list[int], parents=None, device=None) -> torch.Tensor:
+    """``nodes`` (ascending) as a long tensor on ``device``, with no host-to-device copy where the nodes are evenly
+    spaced (a fork's sequence: an ``arange``) or are a root chain of the tree ``parents`` (a row of its
+    :func:`chain_table`, copied once per tree shape); otherwise copied once per distinct path (issue 28 item 2)."""
+    step = nodes[1] - nodes[0] if len(nodes) > 1 else 1
+    if step > 0 and nodes == list(range(nodes[0], nodes[-1] + 1, step)):
+        return torch.arange(nodes[0], nodes[-1] + 1, step, device=device)
+    if parents is not None and path_to(parents, nodes[-1]) == nodes:
+        return chain_table(tuple(parents), str(torch.device(device)) if device is not None else "cpu")[
+            nodes[-1], :len(nodes)]
+    return host_constant(tuple(nodes), device)
+
+
+@lru_cache(maxsize=64)
+def chain_table(parents: tuple[int, ...], device: str) -> torch.Tensor:
+    """(N, depth) long on ``device``: row u is the root chain of node u (root first, :func:`path_to`), padded with 0;
+    one copy per tree shape, kept (never modify it)."""
+    chains = [path_to(parents, u) for u in range(len(parents))]
+    depth = max(map(len, chains), default=0)
+    return host_constant(tuple(tuple(c + [0] * (depth - len(c))) for c in chains), device)

@@ -58,15 +58,17 @@ def attention_inputs(parents, prefix_len: int, *, stem_len: int = 0, first_node:
     positions, rows from ``first_node`` on (stem rows too when ``stem_len`` > 0).
 
     Sliced from ``sliced`` (no topology work, mcsd §3.2) when ``parents`` is its tree truncated at a
-    depth and its dtype matches; built by :func:`tree_attention_mask` otherwise (e.g. a level left short
-    because the warped distribution had fewer tokens than the children asked for).
+    depth, or a narrower fork of its fork (:meth:`SlicedTreeMask.shape_of`), and its dtype matches; built by
+    :func:`tree_attention_mask` otherwise (e.g. a k-config level left short because the warped distribution had
+    fewer tokens than the children asked for).
     """
     if stem_len and first_node:
         raise ValueError(f"first_node > 0 needs stem_len == 0, got first_node={first_node}, stem_len={stem_len}")
-    depth = sliced.depth_of(parents) if sliced is not None and sliced.dtype == dtype else None
-    if depth is not None:
-        return (sliced.mask(depth, prefix_len, stem_len, first_node),
-                sliced.position_ids(depth, prefix_len, stem_len, first_node))
+    shape = sliced.shape_of(parents) if sliced is not None and sliced.dtype == dtype else None
+    if shape is not None and sliced is not None:
+        depth, width = shape
+        return (sliced.mask(depth, prefix_len, stem_len, first_node, width),
+                sliced.position_ids(depth, prefix_len, stem_len, first_node, width))
     full = with_stem(stem_len, parents) if stem_len else list(parents)
     mask, pos = tree_mask_and_positions(full, prefix_len, dtype, device)
     return mask[:, :, first_node:], pos[:, first_node:]
@@ -98,6 +100,14 @@ def fork_parents(width: int, depth: int) -> list[int]:
     if width < 1 or depth < 1:
         raise ValueError(f"a fork needs width >= 1 and depth >= 1, got width={width}, depth={depth}")
     return level_order_parents([width] + [1] * (depth - 1))
+
+
+def fork_width(parents: list[int]) -> int | None:
+    """W where ``parents`` is :func:`fork_parents` (W, D) for some D, else None."""
+    width = next((i for i, p in enumerate(parents) if p != -1), len(parents))
+    if not width or len(parents) % width or parents[width:] != list(range(len(parents) - width)):
+        return None
+    return width
 
 
 def level_masks(widths, dtype: torch.dtype, device) -> SlicedTreeMask | None:
@@ -156,6 +166,7 @@ class SlicedTreeMask:
         self._ends = [0] + torch.cumsum(counts, 0).tolist()  # nodes(d) = self._ends[d]
         self._allowed = ancestor_matrix(self.parents, device)
         self._offsets = (depths - 1).to(device)  # position offset of every node below the tree's base
+        self.fork_width = fork_width(self.parents)  # W where the tree is a fork (fork_parents), else None
         self.capacity = 0
         self._buffers: dict[int, torch.Tensor] = {}
         self._grow(capacity)
@@ -192,6 +203,19 @@ class SlicedTreeMask:
             return None
         return depth
 
+    def shape_of(self, parents) -> tuple[int, int | None] | None:
+        """(depth, None) where ``parents`` is a truncation of this tree (:meth:`depth_of`); (depth, width) where this
+        tree is a fork and ``parents`` the fork of its first ``width`` sequences truncated at ``depth`` (a fork whose
+        first level was short: its nodes are a strided block of this one's, mcsd §3.2); None otherwise."""
+        depth = self.depth_of(parents)
+        if depth is not None or self.fork_width is None:
+            return None if depth is None else (depth, None)
+        plist = _as_list(parents)
+        width = fork_width(plist)
+        if width is None or width > self.fork_width or len(plist) // width > self.max_depth:
+            return None
+        return len(plist) // width, width
+
     def _grow(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 2 * self.capacity, 1)
         self._buffers = {}
@@ -215,15 +239,17 @@ class SlicedTreeMask:
                 self._buffers[stem_len] = buf
         return buf, c
 
-    def mask(self, depth: int, prefix_len: int, stem_len: int = 0, first_node: int = 0) -> torch.Tensor:
+    def mask(self, depth: int, prefix_len: int, stem_len: int = 0, first_node: int = 0,
+             width: int | None = None) -> torch.Tensor:
         """Additive (1, 1, R, prefix_len + stem_len + nodes(depth)) mask of the tree truncated at ``depth``.
 
         Equal to ``tree_attention_mask(with_stem(stem_len, parents_at(depth)), prefix_len)`` (plain
         ``parents_at(depth)`` when ``stem_len`` is 0). ``first_node`` > 0 keeps only the rows of
         nodes ``first_node …`` (a level fed to the draft after the earlier ones are cached: then
-        ``prefix_len`` counts the cache before the tree, and there is no stem).
+        ``prefix_len`` counts the cache before the tree, and there is no stem). ``width`` (a fork): the fork of
+        its first ``width`` sequences instead (:meth:`shape_of`), gathered from the same buffer (a copy).
         """
-        n = self.nodes(depth)
+        n = self.nodes(depth) if width is None else depth * width
         if prefix_len < 0 or stem_len < 0:
             raise ValueError(f"prefix_len and stem_len must be >= 0, got {prefix_len}, {stem_len}")
         if first_node and (stem_len or not 0 <= first_node < n):
@@ -232,13 +258,25 @@ class SlicedTreeMask:
             self._grow(prefix_len)
         buf, c = self._buffer(stem_len, prefix_len)
         s = stem_len
-        return buf[first_node:s + n, c - prefix_len:c + s + n][None, None]  # a view: no copy
+        if width is None:
+            return buf[first_node:s + n, c - prefix_len:c + s + n][None, None]  # a view: no copy
+        assert self.fork_width is not None  # a narrower fork's (shape_of)
+        full = self.fork_width * depth
+        rows = buf[s:s + full].reshape(depth, self.fork_width, -1)[:, :width].reshape(n, -1)  # level order
+        rows = torch.cat([buf[:s], rows])[first_node:] if s else rows[first_node:]
+        tree = rows[:, c + s:c + s + full].reshape(rows.size(0), depth, self.fork_width)[:, :, :width]
+        return torch.cat([rows[:, c - prefix_len:c + s], tree.reshape(rows.size(0), n)], 1)[None, None]
 
-    def position_ids(self, depth: int, prefix_len: int, stem_len: int = 0, first_node: int = 0) -> torch.Tensor:
+    def position_ids(self, depth: int, prefix_len: int, stem_len: int = 0, first_node: int = 0,
+                     width: int | None = None) -> torch.Tensor:
         """(1, R) position ids of the same rows as :meth:`mask`: equal to :func:`tree_position_ids` of the
         same parents (stem tokens at ``prefix_len …``, node i at ``prefix_len + stem_len + depth_i − 1``)."""
-        n = self.nodes(depth)
-        tree = self._offsets[first_node:n] + (prefix_len + stem_len)
+        offsets = self._offsets
+        if width is not None:
+            assert self.fork_width is not None
+            offsets = offsets[:depth * self.fork_width].reshape(depth, self.fork_width)[:, :width].reshape(-1)
+        n = self.nodes(depth) if width is None else depth * width
+        tree = offsets[first_node:n] + (prefix_len + stem_len)
         if stem_len:
             stem = torch.arange(prefix_len, prefix_len + stem_len, device=tree.device)
             tree = torch.cat([stem, tree])

@@ -22,6 +22,7 @@ from harness.primitives.device import host_constant
 from harness.primitives.drafting import Proposal
 from harness.primitives.sampling import sample
 from harness.primitives.tree import path_to
+from harness.primitives.tree_attention import fork_width
 from harness.primitives.warping import Warp
 
 
@@ -140,14 +141,10 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     row_of = {u: r for r, u in enumerate(rows)}
     width = max((len(cands[u]) for u in rows), default=0)
     q_all, q_row = _q_rows(v)
-    packed = [x for u in rows for x in (u + off, q_row(u), *cands[u], *[0] * (width - len(cands[u])),
-                                        *[1] * len(cands[u]), *[0] * (width - len(cands[u])))]
-    packed += [row_of.get(u, -1) for u in range(-off, tokens.numel())]  # each node's row (−1: none)
     acc, corr, table, node_rows = torch.empty(0, dtype=torch.long, device=logits.device), None, None, None
-    if rows:  # the walk's one upload: which rows, their q̃, their candidates, and each node's row
-        idx = host_constant(tuple(packed), logits.device)
-        table = idx[:len(rows) * (2 + 2 * width)].reshape(len(rows), 2 + 2 * width)
-        node_rows, cols, valid = idx[table.numel():], table[:, 2:2 + width], table[:, 2 + width:].bool()
+    if rows:  # which rows, their q̃, their candidates, and each node's row: one upload, none for a seen shape or fork
+        table, node_rows = _walk_index(v, rows, row_of, cands, width, off, (q_all, q_row), starts, logits.device)
+        cols, valid = table[:, 2:2 + width], table[:, 2 + width:].bool()
         if merge is not None:  # the rows of the classes' first nodes, their members' children as candidates
             valid = valid & merge.valid(table[:, 0] - off, cols)
             node_rows = merge.class_rows(node_rows, off)
@@ -172,6 +169,45 @@ def walk_tree(v: Verified, select: SelectionRule, generator, starts: list[int], 
     walk.next_token = out[len(rows) + n] if draw_next else None
     _follow(walk, v, starts, out, rows, cands, None if merge is None else out[head:head + n])
     return walk
+
+
+def _walk_index(v: Verified, rows: list[int], row_of: dict[int, int], cands: dict[int, list[int]], width: int,
+                off: int, q, starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The walk's index on the device: ``table`` (R, 2 + 2·width), per row its node's logits row, its q̃ row, its
+    candidates (padded) and their validity; ``node_rows`` (off + N,), each node's row (−1: none). Copied once per
+    shape (:func:`~harness.primitives.device.host_constant`); a fork walked from the committed sequence
+    (:func:`~harness.primitives.tree_attention.fork_width`: mcsd_dynamic's compact forks, whose width varies with
+    its short first level) is computed on the device instead, with no copy."""
+    parents, (q_all, q_row) = v.proposal.tree.parents, q
+    n = fork_width(parents) if off and starts == [-1] and v.proposal.merge is None else None
+    if n is not None:
+        return _fork_index(n, len(parents) // n, None if q_all is None or v.proposal.dtree.node_q is None
+                           else q_row(0), device)
+    packed = [x for u in rows for x in (u + off, q_row(u), *cands[u], *[0] * (width - len(cands[u])),
+                                        *[1] * len(cands[u]), *[0] * (width - len(cands[u])))]
+    packed += [row_of.get(u, -1) for u in range(-off, len(parents))]  # each node's row (−1: none)
+    idx = host_constant(tuple(packed), device)
+    table = idx[:len(rows) * (2 + 2 * width)].reshape(len(rows), 2 + 2 * width)
+    return table, idx[table.numel():]
+
+
+def _fork_index(n: int, depth: int, q_head: int | None, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_walk_index` of the fork of ``n`` sequences and ``depth`` levels (level order) walked from the
+    committed sequence (logits row 0): row 0 the committed sequence's (the n heads its candidates), row u + 1 node
+    u's (its one child u + n), for the nodes above the last level; ``q_head``: q̃ after node u is row u + q_head
+    (None: every row 0). Made by arithmetic on the device (no host-to-device copy)."""
+    m = n * (depth - 1)
+    u = torch.arange(-1, m, device=device)
+    table = torch.zeros((m + 1, 2 + 2 * n), dtype=torch.long, device=device)
+    table[:, 0] = u + 1
+    if q_head is not None:
+        table[:, 1] = u + q_head
+    table[0, 2:2 + n] = torch.arange(n, device=device)
+    table[0, 2 + n:] = 1
+    table[1:, 2] = u[1:] + n
+    table[1:, 2 + n] = 1
+    j = torch.arange(1 + n * depth, device=device)
+    return table, torch.where(j <= m, j, -1)
 
 
 def _follow(walk: Walk, v: Verified, starts: list[int], out: list[int], rows: list[int],

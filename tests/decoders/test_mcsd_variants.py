@@ -343,3 +343,20 @@ def test_greedy_with_decision_models_is_token_identical_to_ar_greedy_on_tiny_pai
         assert gen.stats.target_calls == gen.stats.rounds + (1 if method == "mcsd_target_init" else 0)
         checks += gen.stats.extras.decision_checks
     assert checks > 0
+
+
+def test_target_init_roots_r_lacks_stay_dead_and_never_win(pair):
+    """n_t = 3 roots from an r with one token (top-k 1): two roots are dead, kept childless in the tree with no read
+    of their own (issue 28 item 2); the real root always wins, so the output is the target's greedy output and
+    ``other_root_wins`` stays 0; the round reads at most its draft levels with several children and the walk."""
+    from harness.testing.host_sync import counting
+
+    prompt = [3, 1, 2, 1, 0]
+    want = build_decoder("ar_greedy", pair, decoding="greedy").generate(prompt, 24, seed=0).output_ids
+    dec = build_decoder("mcsd_target_init", pair, decoding="sampling", k_config=(3, 2, 1), temperature=1.0, top_k=1)
+    for seed in range(3):
+        with counting() as c:
+            gen = dec.generate(prompt, 24, seed=seed)
+        assert gen.output_ids == want
+        assert gen.stats.extras.other_root_wins == 0
+        assert c.by_kind["read"] <= 2 * gen.stats.rounds + 2, dict(c.by_name)

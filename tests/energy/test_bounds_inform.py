@@ -3,6 +3,7 @@ within 5× of the median actual error — over a handful of seeded simulated pro
 developers' study scenarios (scripts/study_energy_accuracy.py)."""
 from __future__ import annotations
 
+import pytest
 from test_energy_study import STUDY  # the study module, loaded once (scripts/ is no package)
 
 from harness.energy import make_energy_meter
@@ -84,6 +85,41 @@ def test_the_post_work_idle_is_read_at_one_delay_after_work():
                     (variant.name, STUDY.summarize(cells))]:
         assert s["net_mean"] <= 0.02 and s["net_worst"] <= 0.05, (name, s)
         assert s["net_bound_holds"] >= 0.95 and s["bound_holds_all"] >= 0.95, (name, s)
+
+
+def test_an_idle_step_shorter_than_one_counter_update_is_bounded():
+    """An idle stepping down < one counter update after work (issue 30.5): the tail's idle stretch before the
+    first caught-up refresh holds the step, the interval after it does not, and no later interval ever shows
+    it — the bound (the idle's movement between intervals) held on 27-73 % of prompts, stating less than the
+    error. The idle after work is now fitted by delay after work over the cell's tails (counter intervals and
+    the power reading's short windows; harness/energy/afterwork.py): its predicted error is taken off, the
+    fit's uncertainty (and where the data cannot place the step) bounded. Held-out variants of the 0.07 s
+    study row: 0.05 s, 0.09 s, a 50 W step (3 seeds × 10, virtual time)."""
+    for gpu in ({"hysteresis_w": 30.0, "hysteresis_s": 0.05}, {"hysteresis_w": 30.0, "hysteresis_s": 0.09},
+                {"hysteresis_w": 50.0, "hysteresis_s": 0.07}):
+        variant = STUDY.Scenario(f"idle step {gpu}", "30.5 edges", (1, 4), ("counter",), gpu=gpu)
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, variant, "counter", seed, 10) for seed in range(3)])
+        assert s["bound_holds_all"] >= 0.95 and s["net_bound_holds"] >= 0.95, (gpu, s)
+        assert s["informs"] <= 15.0 and s["gross_mean"] <= 0.002, (gpu, s)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30.5 open: the polled net after an idle step (a fix that meets it -- net read "
+                   "past where the idle stopped moving -- moved other polled rows' bounds: not landed)")
+def test_the_polled_post_work_idle_is_read_past_where_it_stopped_moving():
+    """Polled meter, an idle stepping down 0.2-0.25 s after work (issue 30.5, net beside gross): the post-work
+    idle was the mean of the readings right after each trial — before the step on some, after it on others —
+    and net energy was 4.7 % off on average (6.3 % worst; the +60 W / 0.2 s study row 3.7 / 9.9 %). Now the
+    extension's readings stay the edges' idle (gross), and net reads the idle past where it was last seen
+    moving (IdleTracker.post_delay, found while the settled idle's wait runs; later tails watch that long) —
+    not landed yet: that watch moved the A100 and ±3 ms jitter rows' polled bounds (4.2 -> 9-11x).
+    Held-out variants of the study row. (A step lasting past the extension, 0.25 s, holds the polled gross
+    bound on 92 % before and after: a separate, pre-existing miss, not asserted here.)"""
+    for gpu, gross in (({"hysteresis_w": 50.0, "hysteresis_s": 0.22}, True),
+                       ({"hysteresis_w": 40.0, "hysteresis_s": 0.25}, False)):
+        variant = STUDY.Scenario(f"idle step {gpu}", "30.5 edges", (1, 4), ("polled",), gpu=gpu)
+        s = STUDY.summarize([STUDY.run_cell(make_energy_meter, variant, "polled", seed, 6) for seed in range(2)])
+        assert s["net_mean"] <= 0.02 and s["net_worst"] <= 0.05 and s["net_bound_holds"] >= 0.95, (gpu, s)
+        assert not gross or s["bound_holds_all"] >= 0.95, (gpu, s)
 
 
 def test_a_one_second_running_average_measures_the_idles_movement():

@@ -97,3 +97,20 @@ def test_tree_forward_of_a_chain_uses_plain_causal_attention():
     stem_logits, node_logits = tree_forward(counted, cache, torch.tensor([[1, 2, 3]]), chain)  # prompt as the stem
     ref = _sequential_logits(model, [1, 2, 3, 2, 5, 1])
     torch.testing.assert_close(torch.cat([stem_logits, node_logits]), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_rollback_index_of_a_root_chain_or_an_evenly_spaced_path_is_not_copied_per_path():
+    """commit_path's index (issue 28 item 2): a fork's sequence (evenly spaced) is an arange, a root chain of a
+    k-config tree a row of its chain table (one copy per tree shape); both equal the path."""
+    from harness.primitives.tree import chain_table, path_index
+    from harness.primitives.tree_attention import level_order_parents
+    from harness.testing.host_sync import counting
+
+    parents = level_order_parents([3, 2, 2, 1])
+    chain_table(tuple(parents), "cpu")
+    paths = [path_to(parents, node) for node in range(len(parents))]
+    paths += [p[:-1] for p in paths if len(p) > 1]
+    with counting() as c:
+        got = [path_index(p, parents) for p in paths] + [path_index([2, 7, 12, 17])]
+    assert c.total == 0
+    assert [g.tolist() for g in got] == paths + [[2, 7, 12, 17]]

@@ -105,3 +105,26 @@ def test_sliced_mask_view_gives_the_same_logits():
     tree = TokenTree(tokens, sub)
     ref = model(input_ids=torch.tensor([prefix + [2] + tree.path_tokens(len(sub) - 1)])).logits[0, -1]
     torch.testing.assert_close(outs[0][-1], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_a_narrower_fork_is_gathered_from_the_forks_mask_without_a_copy_from_the_host():
+    """mcsd_dynamic's fork whose first level came short (fewer heads than W): its mask and positions come from the
+    W-fork's buffer (no topology copied: issue 28 item 2) and equal the ones built for it, with stems and levels."""
+    import itertools
+
+    from harness.primitives.tree import tree_mask_and_positions, with_stem
+    from harness.primitives.tree_attention import SlicedTreeMask, attention_inputs, fork_parents
+    from harness.testing.host_sync import counting
+
+    masks = SlicedTreeMask(fork_parents(5, 4), capacity=8)
+    for width, depth, prefix, stem in itertools.product(range(1, 6), range(1, 5), (0, 3, 20), (0, 1, 2)):
+        parents = fork_parents(width, depth)
+        assert masks.shape_of(parents) == ((depth, None) if width == 5 else (depth, width))
+        for first in [0] if stem else range(width * depth):
+            with counting() as c:
+                mask, pos = attention_inputs(parents, prefix, stem_len=stem, first_node=first, sliced=masks)
+            assert c.total == 0
+            want_mask, want_pos = tree_mask_and_positions(with_stem(stem, parents) if stem else parents, prefix)
+            assert torch.equal(mask, want_mask[:, :, first:]) and torch.equal(pos, want_pos[:, first:])
+    assert masks.shape_of(fork_parents(6, 2)) is None and masks.shape_of(fork_parents(2, 5)) is None
+    assert masks.shape_of([-1, -1, 0, 0]) is None

@@ -149,3 +149,26 @@ def test_the_typical_walk_ends_where_the_host_definition_does(temperature):
         assert walk.next_token == int(logits[(want[-1] if want else -1) + 1].argmax())  # top-1: p̃ is one-hot
         path, token = TypicalTree(eps, delta)(v, None)
         assert path == want and token == walk.next_token
+
+
+def test_a_forks_walk_index_is_made_on_the_device_as_the_host_would_pack_it():
+    """mcsd_dynamic's compact forks (their width varies with the short first level): the walk's index computed by
+    arithmetic on the device equals the packed one it replaces (rows, q̃ rows, candidates, validity, node rows)."""
+    import itertools
+
+    from harness.primitives import tree_walk
+    from harness.primitives.tree import children_lists
+    from harness.primitives.tree_attention import fork_parents
+
+    for n, depth, head in itertools.product(range(1, 7), range(1, 6), (None, 0, 1)):
+        parents = fork_parents(n, depth)
+        cands = children_lists(parents)
+        rows = sorted(cands, key=lambda u: -len(cands[u]))
+        row_of = {u: r for r, u in enumerate(rows)}
+        width = max(len(cands[u]) for u in rows)
+        packed = [x for u in rows for x in (u + 1, 0 if head is None else u + head, *cands[u],
+                                            *[0] * (width - len(cands[u])), *[1] * len(cands[u]),
+                                            *[0] * (width - len(cands[u])))]
+        packed += [row_of.get(u, -1) for u in range(-1, len(parents))]
+        table, node_rows = tree_walk._fork_index(n, depth, head, "cpu")
+        assert torch.cat([table.reshape(-1), node_rows]).tolist() == packed
