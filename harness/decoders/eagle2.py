@@ -25,6 +25,7 @@ from harness.decoders.base import register
 from harness.decoders.head_drafting import HeadDecoder
 from harness.decoders.params.eagle2 import Eagle2Params
 from harness.heads.eagle import check_parents_kept, eagle_draft_tree, load_eagle, new_head_cache
+from harness.primitives.device import upload
 from harness.primitives.spec_state import DraftTree
 
 
@@ -48,7 +49,7 @@ class Eagle2(HeadDecoder[Eagle2Params]):
         features = spec.hidden[None]
         tokens = spec.hidden_tokens  # the tokens after the features, on the device
         if tokens is None or tokens.size(1) != k:
-            tokens = torch.tensor([spec.tokens[-k:]], dtype=torch.long, device=features.device)
+            tokens = upload([spec.tokens[-k:]], features.device)
         target = self.pair.target
         tree = eagle_draft_tree(self.head, target.get_input_embeddings(), target.get_output_embeddings(), features,
                                 tokens, top_k=self.params.tree_top_k, depth=depth,

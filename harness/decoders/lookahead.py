@@ -34,6 +34,7 @@ from harness.decoders.base import register
 from harness.decoders.params.lookahead import LookaheadParams
 from harness.decoders.speculative import DraftFreeDecoder
 from harness.primitives.acceptance import SelectionRule, greedy_select, point_mass_select
+from harness.primitives.device import upload
 from harness.primitives.drafting import Proposal
 from harness.primitives.spec_loop import TreeWalk
 from harness.primitives.tree_walk import Verified
@@ -59,7 +60,9 @@ class Window:
 
     def propose(self, last: int, depth: int, device) -> Proposal:
         """The step's tree: the guesses' trie (the verified candidates), then the window's levels."""
-        tokens, parents, child = [], [], {}
+        tokens: list[int] = []
+        parents: list[int] = []
+        child: dict[tuple[int, int], int] = {}
         grams = self.guesses(last, depth)
         for gram in grams:
             node = -1
@@ -77,7 +80,7 @@ class Window:
             parents += ([-1] + list(range(first, first + self.w - 1))) if level == 0 else prev
             prev = list(range(first, first + self.w))
         self.newest = prev
-        ids = torch.tensor(tokens, dtype=torch.long, device=device)
+        ids = upload(tokens, device)  # the host-built trie and window: copied without waiting
         dtree = DraftTree(ids[:n_verify], parents[:n_verify], None, None, 0, depth=max(map(len, grams), default=0))
         return Proposal(dtree, TokenTree(ids, parents), children_lists(parents[:n_verify]))
 

@@ -12,14 +12,18 @@ default device set to ``meta`` under :class:`~harness.testing.host_sync.DeviceGu
   synchronising call, :mod:`harness.testing.host_sync`; keep tokens on the device where they came from it);
 * :func:`make_generator` — a seeded generator on a device (None without a seed: torch's global stream);
 * :func:`seed_from` — a seed drawn from a generator, on the generator's own device;
-* :func:`host_constant` — a long tensor of host ints on a device, copied once per distinct value and kept (a
-  tree's shape, a walk's index: the shapes a decoder's rounds repeat cost no copy after the first).
+* :func:`upload` — a long tensor of host ints on a device, copied without waiting: from host memory (pinned for a
+  CUDA device) with ``non_blocking=True``, queued on the device's stream, so the host does not wait for the device
+  (a blocking ``torch.tensor(values, device=...)`` of pageable memory does: a synchronising call);
+* :func:`host_constant` — :func:`upload`, once per distinct value, the device tensor kept (a tree's shape, a
+  walk's index: the shapes a decoder's rounds repeat cost no copy after the first).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Iterable
 
+import numpy as np
 import torch
 
 
@@ -53,14 +57,29 @@ def seed_from(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
 
 
+def upload(values, device: torch.device | str | None) -> torch.Tensor:
+    """``values`` (ints, or equal-length sequences of ints) as a long tensor on ``device``, without making the host
+    wait (issue 28 item 2). The values are put in host memory — page-locked for a CUDA device — and copied with
+    ``non_blocking=True``: on a GPU the copy is queued on the current stream behind the work already there and the
+    host goes on (the caching host allocator keeps the pinned buffer until the copy has run), where
+    ``torch.tensor(values, device=...)`` copies pageable memory and waits for the stream. Device work queued after
+    it sees the values. On a CPU the host tensor is the result (no copy). Counted as ``async``, not a
+    synchronisation, by :class:`~harness.testing.host_sync.SyncCounter`."""
+    host = torch.from_numpy(np.asarray(values, dtype=np.int64))
+    target = torch.device(device) if device is not None else torch.device("cpu")
+    if target.type == "cuda":
+        host = host.pin_memory()
+    return host.to(target, non_blocking=True)
+
+
 def host_constant(values: tuple, device: torch.device | str | None) -> torch.Tensor:
     """``values`` (a tuple of ints, or of equal-length tuples of ints) as a long tensor on ``device``, copied to the
-    device the first time these values are asked for and the same tensor returned after (never modify it). On a
-    GPU a host-to-device copy synchronises (:mod:`harness.testing.host_sync`); a shape a decoder's rounds repeat
-    (a static tree, a merged tree seen before, the same walk) then costs none."""
+    device (:func:`upload`, the host does not wait) the first time these values are asked for and the same tensor
+    returned after (never modify it): a shape a decoder's rounds repeat (a static tree, a merged tree seen before,
+    the same walk) costs no copy after the first."""
     return _constant(values, str(torch.device(device)) if device is not None else "cpu")
 
 
 @lru_cache(maxsize=256)
 def _constant(values: tuple, device: str) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.long, device=device)
+    return upload(values, device)

@@ -13,6 +13,11 @@ and counts, by name, the three kinds of call that synchronise on a CUDA device:
 * ``upload`` — a tensor made from host data (``torch.tensor``/``as_tensor`` of Python numbers, not of an empty
   list): a pageable host-to-device copy, which PyTorch makes synchronous.
 
+A copy made with ``.to(..., non_blocking=True)`` is counted as ``async`` (in ``by_name`` and ``by_kind``, not in
+``total``): CUDA queues it on the stream and the host goes on. The project makes such copies host-to-device only,
+from page-locked memory (:func:`harness.primitives.device.upload`); a device-to-host copy made so would have to be
+waited for before its values were read, which no project code does.
+
 It runs on a CPU (every tensor is host memory there, so nothing actually waits); the counts are what the
 same code does on a GPU. :class:`DeviceGuard` is its sibling for item 1: every tensor a call returns while
 it is active must live on the expected device.
@@ -34,6 +39,7 @@ SHAPES = {torch.nonzero: "nonzero", _T.nonzero: "nonzero", torch.masked_select: 
           _T.masked_select: "masked_select", torch.unique: "unique", _T.unique: "unique",
           torch.argwhere: "argwhere"}
 UPLOADS = {torch.tensor: "tensor", torch.as_tensor: "as_tensor"}
+ASYNC = "async"  # a kind recorded but not counted as a synchronisation (module docstring)
 
 
 def _has_bool_index(index) -> bool:
@@ -60,6 +66,8 @@ def classify(func, args, kwargs) -> tuple[str, str] | None:
         return "shape", "repeat_interleave"
     if func in UPLOADS and args and not isinstance(args[0], torch.Tensor) and not _empty(args[0]):
         return "upload", UPLOADS[func]
+    if func is _T.to and kwargs.get("non_blocking"):
+        return ASYNC, "to"
     return None
 
 
@@ -85,7 +93,8 @@ class SyncCounter(TorchFunctionMode):
 
     @property
     def total(self) -> int:
-        return sum(self.by_name.values())
+        """Synchronising calls (the ``async`` copies excluded)."""
+        return sum(n for name, n in self.by_name.items() if not name.startswith(ASYNC + ":"))
 
     @property
     def by_kind(self) -> Counter[str]:

@@ -86,8 +86,8 @@ def test_method_config_builds_decoder(method, method_config):
 
 @torch.no_grad()
 def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
-    """Token-by-token drafting with fallback keeps the draft cache right: every confidence BiLD reads is
-    T∘q at the committed context plus the tokens drafted so far (full-forward reference)."""
+    """Drafting with fallback keeps the draft cache right: every confidence BiLD takes is T∘q at the committed
+    context plus the tokens drafted so far (full-forward reference), in one-token or chunked draft calls."""
     import harness.decoders.bild as bild_module
 
     pair = toy_pair(vocab_size=6, sharpness=1.5)
@@ -96,12 +96,14 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
     real_draft = bild_module.draft_tree
 
     def recording_draft(draft, caches, widths, warp_, generator, replacement=True):
-        out = real_draft(draft, caches, widths, warp_, generator, replacement)
-        ids = torch.tensor([state["context"] + state["drafted"]])
-        expected = warp.probs(pair.draft(input_ids=ids).logits[0, -1].float())
-        assert torch.allclose(out.root_q, expected, atol=1e-5)
-        state["drafted"].append(int(out.tokens[0]))
-        state["checked"] += 1
+        out = real_draft(draft, caches, widths, warp_, generator, replacement)  # a chain of len(widths) drafts
+        assert widths == [1] * len(widths)
+        for i, token in enumerate(out.tokens.tolist()):  # each draft's T∘q: the root's, then after each fed draft
+            ids = torch.tensor([state["context"] + state["drafted"]])
+            expected = warp.probs(pair.draft(input_ids=ids).logits[0, -1].float())
+            assert torch.allclose(out.root_q if i == 0 else out.node_q[i - 1], expected, atol=1e-5)
+            state["drafted"].append(token)
+            state["checked"] += 1
         return out
 
     def recording_round(real_round):
@@ -122,3 +124,57 @@ def test_bild_drafts_from_the_right_draft_distribution(monkeypatch):
             st = dec.generate(prompt, 16, seed=seed).stats
             assert (st.extras.fallbacks > 0 and st.rejected_rounds > 0) == (thresholds[0] > 0)  # rollbacks
     assert state["checked"] > 40
+
+
+def bild_law(pair, prompt: list[int], length: int, warp, gamma: int, tau1: float, tau2: float) -> dict:
+    """BiLD's exact output law over ``length`` tokens, the policy followed token by token (module docstring of
+    harness.decoders.bild): in a round of budget min(γ, max(1, tokens needed − 1)) (the loop's clip), a draft
+    position whose max T∘q < τ1 hands the token to T∘p; else x ~ T∘q, replaced by a token from T∘p if
+    −log T∘p(x) > τ2 (the round ends), kept otherwise; after the budget's drafts T∘p adds a token."""
+    from harness.testing.distributions import next_token_probs
+
+    law: dict[tuple[int, ...], float] = {}
+
+    def step(out: tuple[int, ...], left: int, weight: float) -> None:  # ``left`` drafts left in the round
+        if len(out) >= length:
+            law[out[:length]] = law.get(out[:length], 0.0) + weight
+            return
+        if left is None:
+            left = min(gamma, max(1, length - len(out) - 1))
+        p = next_token_probs(pair.target, prompt + list(out), warp)
+        if left == 0:
+            return end(out, p, weight)
+        q = next_token_probs(pair.draft, prompt + list(out), warp)
+        if float(q.max()) < tau1:
+            return end(out, p, weight)
+        for x in range(q.numel()):
+            if float(q[x]) == 0:
+                continue
+            if float(p[x]) == 0 or -math.log(float(p[x])) > tau2:
+                end(out, p, weight * float(q[x]))
+            else:
+                step(out + (x,), left - 1, weight * float(q[x]))
+
+    def end(out, p, weight) -> None:
+        for y in range(p.numel()):
+            if float(p[y]) > 0:
+                step(out + (y,), None, weight * float(p[y]))
+
+    step((), None, 1.0)
+    return law
+
+
+@pytest.mark.slow  # 2 x 1500 generations: ~30 s CPU each
+@pytest.mark.parametrize("gamma,tau1,tau2", [(3, 0.45, 1.0), (2, 0.0, 0.7)])
+def test_bild_sampling_follows_bilds_law(gamma, tau1, tau2):
+    """The sampled output follows the law of BiLD's token-by-token policy (fallbacks, rollbacks and full rounds
+    all occur), whatever the draft chunks and the reads: the device finds the fallback point, the law is BiLD's."""
+    pair = toy_pair(vocab_size=4, sharpness=1.2)
+    dec = build_decoder("bild", pair, gamma=gamma, fallback_threshold=tau1, rollback_threshold=tau2, top_k=0,
+                        top_p=1.0)
+    law = bild_law(pair, [1, 2], 4, dec.params.warp, gamma, tau1, tau2)
+    assert abs(sum(law.values()) - 1) < 1e-6
+    gens = [dec.generate([1, 2], 4, seed=s) for s in range(1500)]
+    assert chi_square_pvalue([tuple(g.output_ids) for g in gens], law) > 1e-3
+    if tau1 > 0:
+        assert sum(g.stats.extras.fallbacks for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
