@@ -127,7 +127,7 @@ class MCSDTargetInit(SpeculativeDecoder[TargetInitParams]):
         else:
             roots, real = target_roots(spec.state, k_config[0], spec.warp, spec.generator)
         return merge_duplicates(spec.draft_tree(k_config[1:], replacement=False, roots=roots, roots_valid=real,
-                                                masks=self.masks.draft, stop=self.stop, defer_levels=1), distinct=True)
+                                                masks=self.masks.draft, stop=self.stop, read_level=1), distinct=True)
 
     def extras(self, spec):
         return TargetInitExtras.of(self.stop, other_root_wins=spec.state.other_root_wins)

@@ -68,7 +68,7 @@ class DraftStop(Protocol):
 def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, generator,
                replacement: bool = True, *, roots: torch.Tensor | None = None, masks: SlicedTreeMask | None = None,
                stop: DraftStop | None = None, defer_invalid: bool = False,
-               roots_valid: torch.Tensor | None = None, defer_levels: int = 0) -> DraftTree:
+               roots_valid: torch.Tensor | None = None, read_level: int | None = None) -> DraftTree:
     """Draft ``len(widths)`` levels: every node at depth d gets ``widths[d]`` children, in exactly ``len(widths)``
     draft forwards (the pending tokens → the root distribution, then each level but the last, one forward per
     level with tree attention). The draft cache grows by the pending tokens and every non-last-level node; the
@@ -80,9 +80,10 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
-    ``defer_invalid`` (``defer_levels``: for the first so many levels only): children a short row lacks (no
+    ``defer_invalid`` (``read_level``: for every level but that one): children a short row lacks (no
     replacement) stay, dead, marked in ``DraftTree.valid`` (no read), and :func:`merge_duplicates` masks them out
-    of the walk; the next compacted level's read drops their children, the stop hook ignores their rows;
+    of the walk; level ``read_level``'s one read compacts it and drops the dead nodes' children, the stop hook
+    ignores dead rows;
     ``roots_valid`` (n,) bool on the device: which ``roots`` are real draws (the others are dead)."""
     device = caches.draft_pending.device
     if not widths:
@@ -102,7 +103,7 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     alive = roots_valid
     for depth, k in enumerate(widths):
         kids, owner, alive = _draw_level(probs, logits, frontier, k, warp, replacement, generator,
-                                         defer_invalid or depth < defer_levels, alive)
+                                         defer_invalid or read_level not in (None, depth), alive)
         valid.append(alive)
         first = len(parents)
         tokens.append(kids)

@@ -24,11 +24,10 @@ AR, ROUND = 1, 2  # the issue's rules: per token, per speculative round
 #: drafted tree's fixed shape (harness.primitives.tree_merge), so the round reads once, the walk's outcome (was 4:
 #: the merge read the drafted tokens)
 _MERGED = "the rule: duplicates merged and missing children masked on the device (one read per round, the walk's)"
-_TARGET_INIT = ("two reads per round: the second draft level's row counts (the roots and the first level are kept at "
-                "their fixed shape, the dead ones masked out of the walk on the device; the count also drops the dead "
-                "nodes' children) and the walk's outcome; the third is a compacted tree shape not seen before, which "
-                "copies its merge index, walk index and rollback chain table once (2.62 per round in this protocol, "
-                "was 5.00; a real vocabulary leaves rows short in many combinations)")
+_TARGET_INIT = ("the rule: the second draft level's row counts (the roots and the first level are kept at their fixed "
+                "shape, the dead ones masked out of the walk on the device; the count also drops the dead nodes' "
+                "children; the levels below keep their dead nodes too, draft_tree(read_level=1)) and the walk's "
+                "outcome (was 3: a level below read its counts too, and a first-seen shape's copies waited)")
 _ROLLBACK = ("the rule: a k-config tree's accepted path (a root chain) rolls the caches back by a row of the tree's "
              "chain table, copied once per tree shape (harness.primitives.tree.commit_path), not once per path")
 _FORK = ("the rule: a fork's short first level is read once (its count of heads; the rows below are chains), and the "
@@ -75,7 +74,7 @@ BUDGETS = {
     ("spectr", "sampling"): ("round", ROUND, _MERGED),
     ("mcsd", "sampling"): ("round", ROUND, _MERGED),
     ("mcsd_dynamic", "sampling"): ("round", ROUND, _FORK),
-    ("mcsd_target_init", "sampling"): ("round", 3, _TARGET_INIT),
+    ("mcsd_target_init", "sampling"): ("round", ROUND, _TARGET_INIT),
     ("eagle2", "sampling"): ("round", ROUND, _EAGLE),
     ("medusa", "sampling"): ("round", ROUND, "the rule"),
     ("medusa_typical", "sampling"): ("round", ROUND, "the rule"),
@@ -84,7 +83,8 @@ BUDGETS = {
 }
 #: the token-tree merges and short rows brought onto the device, and the rollback of k-config trees: held to the rule
 #: from now on
-MERGED_TREES = {(m, "sampling") for m in ("specinfer", "spectr", "mcsd", "mcsd_dynamic")} | {("mcsd", "greedy")}
+MERGED_TREES = ({(m, "sampling") for m in ("specinfer", "spectr", "mcsd", "mcsd_dynamic", "mcsd_target_init")}
+                | {("mcsd", "greedy")})
 #: host-built trees copied without waiting (EAGLE-2's first-seen shapes, lookahead's trie): held to the rule
 TREE_UPLOADS = {(m, d) for m in ("eagle2", "lookahead") for d in ("greedy", "sampling")}
 #: held-out settings of the methods brought to the rule: the budget holds for the class, not for the defaults alone
@@ -153,6 +153,9 @@ def test_held_out_settings_hold_the_rule(pair, method, decoding, params):
     ("mcsd", "greedy", {"k_config": (2, 3, 2)}),
     ("mcsd_dynamic", "sampling", {"num_drafts": 8, "gamma": 4}),
     ("mcsd_dynamic", "sampling", {"num_drafts": 12, "gamma": 3, "temperature": 0.7}),
+    ("mcsd_target_init", "sampling", {"k_config": (2, 2, 2, 2)}),
+    ("mcsd_target_init", "sampling", {"k_config": (3, 2, 2, 1)}),
+    ("mcsd_target_init", "sampling", {"k_config": (4, 2, 1, 1), "temperature": 0.7}),
 ])
 def test_other_trees_stay_within_the_rule(pair, method, decoding, params):
     """Held-out shapes and prompts for the rows brought under the rule by their tree's shape (not by the protocol's
