@@ -80,10 +80,9 @@ def draft_tree(draft, caches: SpeculativeCaches, widths: list[int], warp: Warp, 
     :class:`~harness.primitives.tree_attention.SlicedTreeMask` of the largest level-ordered tree, sliced for
     each level when the tree so far is its truncation (§3.2); ``stop``, a :class:`DraftStop` asked after each
     draft level's forward but the last, ending the tree at that level (then ``num_fed`` = all nodes);
-    ``defer_invalid`` (``read_level``: for every level but that one): children a short row lacks (no
-    replacement) stay, dead, marked in ``DraftTree.valid`` (no read), and :func:`merge_duplicates` masks them out
-    of the walk; level ``read_level``'s one read compacts it and drops the dead nodes' children, the stop hook
-    ignores dead rows;
+    ``defer_invalid`` (``read_level``: every level but that one): children a short row lacks (no replacement)
+    stay, dead, in ``DraftTree.valid`` (no read), and :func:`merge_duplicates` masks them out of the walk; level
+    ``read_level``'s one read compacts it and drops the dead nodes' children; the stop hook ignores dead rows;
     ``roots_valid`` (n,) bool on the device: which ``roots`` are real draws (the others are dead)."""
     device = caches.draft_pending.device
     if not widths:
