@@ -104,6 +104,8 @@ EXACT_CASES = {  # (method, params, stub stop hook, γ policy)
                                                                                  "decision_model": "t2"}, None, None),
     "target-init n_t=1 (1,2,1,1), random stub, γ policy 0/2/3": ("mcsd_target_init", {"k_config": (1, 2, 1, 1)},
                                                                 RandomStop, lambda: ScriptedPolicy([0, 2, 3])),
+    "target-init n_t=1 (1,2,2,4), random stub: dead nodes below the read level (k > top_k)": (
+        "mcsd_target_init", {"k_config": (1, 2, 2, 4)}, RandomStop, None),
 }
 
 
