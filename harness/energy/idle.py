@@ -241,6 +241,12 @@ class IdleTracker:
         if self.settled.add(t, watts):
             self.last_settled = max(self.last_settled, t)
 
+    def at_settled(self, watts: list[float]) -> bool:
+        """Whether idle ``watts`` (per device) are at the last settled level (within 2 %: no hysteresis to
+        wait out)."""
+        settled = sum(self.settled.watts[-1]) if len(self.settled) else NAN
+        return math.isfinite(settled) and abs(sum(watts) - settled) <= max(0.02 * settled, 2.0 * self.devices)
+
     @property
     def offsets(self) -> list[tuple[float, list[float]]]:
         """(t, post-work − settled idle per device) at each settled measurement taken after a post-work

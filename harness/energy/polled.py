@@ -169,34 +169,92 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
     while not (clock.now() >= trial.ext_b and state.sampler.settled(trial.ext_b)) and clock.now() < deadline:
         if not tail.step():
             break
-    refreshes.extend(tail.seen[0])
-    trial.tail_seen = tail.seen
-    trial.tail_range = _idle_from_watch(state, tail, trial.b, p_eff, w_eff)
+    stop: tuple[float, list] = (clock.now(), list(tail.last or []))
+    until, early = -math.inf, _early(tail, trial.b, p_eff, w_eff, stop)
+    # the settled idle's wait follows where the idle after work is off the settled level: watch it settle meanwhile
+    # (free; where it is at that level the wait is skipped, and a watch would delay the next trial: issue 30.5)
+    wait = state.settled_due() and tail.error is None and all(early) and not state.idle.at_settled(
+        [sum(v for _, v in e) / len(e) for e in early])
+    while wait and clock.now() < trial.b + min(cfg.idle_settle_s, 0.5) and tail.step():
+        pass
+    for _ in range(3):  # the idle after work seen moving this long after work: read it past that, every prompt
+        delay = _post_delay(state, tail, trial.b, w_eff, p_eff)
+        if not math.isfinite(delay) or until >= trial.b + delay + w_eff + p_eff:
+            break
+        until = trial.b + delay + w_eff + p_eff
+        while clock.now() < until and tail.step():
+            pass
+    refreshes.extend(r for r in tail.seen[0] if r.t <= stop[0])  # those the aim has seen before (the phases)
+    trial.tail_seen = [[r for r in seen if r.t <= stop[0]] for seen in tail.seen]  # the self-check's edges: to ext_b
+    trial.tail_range = _idle_from_watch(state, tail, trial.b, p_eff, w_eff, early)
     if state.settled_due():
-        state.settle_idle(trial.b)
+        state.settle_idle(trial.b, wait=wait)
 
 
-def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: float, window: float) -> float:
+def _early(watcher: RefreshWatcher, idle_since: float, period: float, window: float,
+           stop: tuple[float, list]) -> list[list[tuple[float, float]]]:
+    """Per device, the (time, W) readings the extension drew after work: each refresh up to ``stop`` (the
+    extension's end, the readings then held) whose window lies after ``idle_since``, and the one held then."""
+    out = []
+    for d, seen in enumerate(watcher.seen):
+        early = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since and r.t <= stop[0]]
+        if stop[0] - period - window >= idle_since and d < len(stop[1]):
+            early.append((stop[0], stop[1][d]))
+        out.append(early)
+    return out
+
+
+def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: float, window: float,
+                     drawn: list[list[tuple[float, float]]]) -> float:
     """Post-work idle from the power readings the meter's own polling saw right after a trial
     (since ``idle_since``, the trial's end): every refresh whose averaging window lies after it, and
-    the current reading if it is recent enough. Independent of the sampler thread's rate. Only a
-    trial's tail measures it, so every post-work measurement is taken as soon after work. Returns
-    the range of those readings (W, devices summed): how far the idle moved while they were taken."""
+    the current reading if it is recent enough. Independent of the sampler thread's rate. Those in ``drawn``
+    (:func:`_early`) are what the extension drew: the edges' idle. For net energy the post-work idle is read
+    at one delay after work through the cell (issue 30.5: an idle stepping down 0.2 s after work read before
+    the step on some prompts and after it on others put net 4.4 % off):
+    from the readings whose window starts once the idle has stopped moving — the latest reading that
+    differed from the last one seen by more than 3 σ of the idle's movement at rest ends the delay
+    (``IdleTracker.post_delay``, the longest so far; later tails watch past it). Returns the range of
+    the edges' readings (W, devices summed): how far the idle moved while they were taken."""
     if watcher.error is not None or watcher.last is None:
         return 0.0
     now = state.clock.now()
-    watts, times, spread = [], [], 0.0
+    edge, post, times, spread = [], [], [], 0.0
     for d, seen in enumerate(watcher.seen):
         values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+        early = drawn[d] if d < len(drawn) else []
         if now - period - window >= idle_since:
             values.append((now, watcher.last[d]))
+        early = early or values[:1]
         if not values:
             return 0.0
-        watts.append(sum(v for _, v in values) / len(values))
-        times += [t for t, _ in values]
-        spread += max(v for _, v in values) - min(v for _, v in values)
-    state.idle.add_post((min(times) + max(times)) / 2, watts)
+        delay = state.idle.post_delay[d]
+        late = [(t, v) for t, v in values if not math.isfinite(delay) or t - window - idle_since >= delay] or \
+            values[-1:]
+        edge.append(sum(v for _, v in early) / len(early))
+        post.append(sum(v for _, v in late) / len(late))
+        times += [t for t, _ in early]
+        spread += max(v for _, v in early) - min(v for _, v in early)
+    state.idle.add_edge((min(times) + max(times)) / 2, edge)
+    state.idle.add_post((min(times) + max(times)) / 2, post)
     return spread
+
+
+def _post_delay(state, watcher: RefreshWatcher, idle_since: float, window: float, period: float) -> float:
+    """Raise ``IdleTracker.post_delay`` (per device) to where the idle after work has surely stopped moving: the
+    latest reading that differed from the last one by more than 3 σ of the idle's movement at rest (√2 × its
+    RMS step; within 1 s of work) still saw it move over its window [t − W, t], the next one (t + P) did not,
+    so it stopped by t + P − W. Returns the longest (NaN: never seen moving)."""
+    for d, seen in enumerate(watcher.seen):
+        values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+        still = state.idle.still_sigma(d)
+        if not values or not math.isfinite(still):
+            continue
+        moving = [t - idle_since for t, v in values if abs(v - values[-1][1]) > 3 * math.sqrt(2) * still]
+        delay = state.idle.post_delay[d]
+        if moving and max(moving) <= 1.0:
+            state.idle.post_delay[d] = max(max(moving) + period - window, delay if math.isfinite(delay) else 0.0)
+    return max((x for x in state.idle.post_delay if math.isfinite(x)), default=NAN)
 
 
 def aim(watcher: RefreshWatcher, not_before: float, target: float | None, earlier: list[Refresh],

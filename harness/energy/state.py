@@ -313,17 +313,16 @@ class MeterState:
             out.append(sum(values) / len(values) if values else NAN)
         return out
 
-    def settle_idle(self, work_end: float) -> None:
+    def settle_idle(self, work_end: float, wait: bool = False) -> None:
         """Wait until the GPU has been idle ``idle_settle_s`` since ``work_end`` and its idle stopped
-        falling, then measure the settled idle (over ≥ 0.5 s or three updates) — unless the idle just
-        measured after work is already at the last settled level (within 2 %: no hysteresis to wait
-        out), which is then taken as settled."""
+        falling, then measure the settled idle (over ≥ 0.5 s or three updates) — unless (not ``wait``: the caller
+        watched into the wait) the idle just measured after work is at the settled level
+        (:meth:`.IdleTracker.at_settled`), then taken as settled."""
         cfg, channel, idle = self.cfg, self.idle_channel, self.idle
-        if len(idle.post) and len(idle.settled) and self.clock.now() - idle.post.times[-1] < 1.0:
-            post, settled = sum(idle.post.watts[-1]), sum(idle.settled.watts[-1])
-            if abs(post - settled) <= max(0.02 * settled, 2.0 * self.devices):  # no hysteresis to wait out
-                idle.add_settled(self.clock.now(), idle.post.watts[-1])
-                return
+        if not wait and len(idle.post) and self.clock.now() - idle.post.times[-1] < 1.0 and \
+                idle.at_settled(idle.post.watts[-1]):
+            idle.add_settled(self.clock.now(), idle.post.watts[-1])
+            return
         period = self.update_period(channel)
         span = max(0.5, 3 * period if math.isfinite(period) else 0.3)
         begin = max(work_end + cfg.idle_settle_s, self.clock.now())
