@@ -191,13 +191,18 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
         state.settle_idle(trial.b, wait=wait)
 
 
+def _after_work(seen: list[Refresh], idle_since: float, window: float) -> list[tuple[float, float]]:
+    """(time, W) of the refreshes whose averaging window lies wholly after ``idle_since`` (the end of work)."""
+    return [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+
+
 def _early(watcher: RefreshWatcher, idle_since: float, period: float, window: float,
            stop: tuple[float, list]) -> list[list[tuple[float, float]]]:
     """Per device, the (time, W) readings the extension drew after work: each refresh up to ``stop`` (the
     extension's end, the readings then held) whose window lies after ``idle_since``, and the one held then."""
     out = []
     for d, seen in enumerate(watcher.seen):
-        early = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since and r.t <= stop[0]]
+        early = [(t, v) for t, v in _after_work(seen, idle_since, window) if t <= stop[0]]
         if stop[0] - period - window >= idle_since and d < len(stop[1]):
             early.append((stop[0], stop[1][d]))
         out.append(early)
@@ -221,7 +226,7 @@ def _idle_from_watch(state, watcher: RefreshWatcher, idle_since: float, period: 
     now = state.clock.now()
     edge, post, times, spread = [], [], [], 0.0
     for d, seen in enumerate(watcher.seen):
-        values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+        values = _after_work(seen, idle_since, window)
         early = drawn[d] if d < len(drawn) else []
         if now - period - window >= idle_since:
             values.append((now, watcher.last[d]))
@@ -246,7 +251,7 @@ def _post_delay(state, watcher: RefreshWatcher, idle_since: float, window: float
     RMS step; within 1 s of work) still saw it move over its window [t − W, t], the next one (t + P) did not,
     so it stopped by t + P − W. Returns the longest (NaN: never seen moving)."""
     for d, seen in enumerate(watcher.seen):
-        values = [(r.t, r.value) for r in seen if r.t - r.halfwidth - window >= idle_since]
+        values = _after_work(seen, idle_since, window)
         still = state.idle.still_sigma(d)
         if not values or not math.isfinite(still):
             continue
