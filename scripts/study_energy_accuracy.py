@@ -166,6 +166,8 @@ SCENARIOS = [
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07}),
     Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
              gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
+    Scenario("idle +40 W for 0.3 s after work", "30.5 edges", (1, 4), ("polled",),  # past the polled extension
+             gpu={"hysteresis_w": 40.0, "hysteresis_s": 0.3}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
     # issue 30.1: the tables are wrong for this GPU and no sensor profile is given: the start-up self-check
     Scenario("H100 instant 1 s avg, table 25 ms", "30.1 self-check", (1, 4), ("polled",),

@@ -30,7 +30,7 @@ import math
 import statistics
 from typing import Callable
 
-from harness.energy import selfcheck, unverified
+from harness.energy import pretrial, selfcheck, unverified
 from harness.energy.hardware import unevenness
 from harness.energy.phases import Refresh, RefreshWatcher, covers_period, fit_grid, next_open, phase_of
 from harness.energy.polledbound import UNEVEN, strata, terms as bound_terms
@@ -311,7 +311,9 @@ def _trial_energies(state, trials: list[Trial]) -> tuple[list[float], list[tuple
         va, vb, ve = (state.values(trial.anchor_a, power), state.values(trial.anchor_b, power),
                       state.values(trial.anchor_ext, power))
         idle_ext = state.idle.edge_energy(trial.b, trial.ext_b)
-        energy, n, s1, s2 = 0.0, 0, 0.0, 0.0
+        lead, unsettled = pretrial.correction(state, trial, idle_ext)  # the idle before it off the idle after
+        moved_j += unsettled
+        energy, n, s1, s2 = lead, 0, 0.0, 0.0
         for d in range(state.devices):
             energy += ve[d][HOLD] - va[d][HOLD] - idle_ext[d]
             n += vb[d]["count"][0] - va[d]["count"][0]
