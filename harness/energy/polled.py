@@ -40,10 +40,6 @@ from harness.energy.series import HOLD
 from harness.energy.trials import Runs, Trial, release
 
 NAN = math.nan
-# how long after work the settled idle's wait watches the idle step down (free: the wait lasts idle_settle_s);
-# a step still going at its end is not seen moving (0.5 s missed a 0.5-0.8 s step: the next trials' lead-in idle
-# stepped down unseen, issue 30.5)
-SETTLE_WATCH_S = 1.0
 
 
 def phase_shifting(state) -> bool:
@@ -177,7 +173,7 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
     # (free; where it is at that level the wait is skipped, and a watch would delay the next trial: issue 30.5)
     wait = state.settled_due() and tail.error is None and all(early) and not state.idle.at_settled(
         [sum(v for _, v in e) / len(e) for e in early])
-    while wait and clock.now() < trial.b + min(cfg.idle_settle_s, SETTLE_WATCH_S) and tail.step():
+    while wait and clock.now() < trial.b + min(cfg.idle_settle_s, 0.5) and tail.step():
         pass
     for _ in range(3):  # the idle after work seen moving this long after work: read it past that, every prompt
         delay = _post_delay(state, tail, trial.b, w_eff, p_eff)
@@ -259,7 +255,7 @@ def _post_delay(state, watcher: RefreshWatcher, idle_since: float, window: float
             continue
         moving = [t - idle_since for t, v in values if abs(v - values[-1][1]) > 3 * math.sqrt(2) * still]
         delay = state.idle.post_delay[d]
-        if moving and max(moving) <= SETTLE_WATCH_S:
+        if moving and max(moving) <= 1.0:
             state.idle.post_delay[d] = max(max(moving) + period - window, delay if math.isfinite(delay) else 0.0)
     return max((x for x in state.idle.post_delay if math.isfinite(x)), default=NAN)
 

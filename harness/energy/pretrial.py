@@ -58,7 +58,9 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
     befores = [held for held, _ in leads]
     if not all(math.isfinite(x) for x in [*befores, *stills, *idle_ext]):
         return 0.0, 0.0
-    limits = [3 * math.sqrt(2) * s for s in stills]  # the idle's movement at rest between two readings, 3 σ
+    # a step: more than 3 σ of the idle's movement at rest between two readings and 10 % of the lead-in (a
+    # wandering idle moves less between a trial's lead-in and its end; there the edges' idle stands as it was)
+    limits = [max(3 * math.sqrt(2) * s, 0.1 * b) for s, b in zip(stills, befores)]
     seen_to = min((max((r.t for r in seen), default=-math.inf) for seen in trial.tail_seen), default=-math.inf)
     # the post-work idle seen flat throughout: readings after work up to one at or past the extension's end
     short = window <= length / 2  # readings after work that see the extension throughout
@@ -82,7 +84,6 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
             add += (after - before) * share  # the lead-in's share priced at the lead-in reading
         elif seen_move and inside:
             add += (after - before) * share + (after - sum(inside) / len(inside)) * (length - share)
-            stated += max(abs(after - before) - seen_move, 0.0) * length
         else:
             stated += max(abs(after - before) - seen_move, 0.0) * length
     return add, stated
