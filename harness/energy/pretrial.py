@@ -60,7 +60,8 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
         return 0.0, 0.0
     # a step: more than 3 σ of the idle's movement at rest between two readings and 10 % of the lead-in (a
     # wandering idle moves less between a trial's lead-in and its end; there the edges' idle stands as it was)
-    limits = [max(3 * math.sqrt(2) * s, 0.1 * b) for s, b in zip(stills, befores)]
+    moves = [3 * math.sqrt(2) * s for s in stills]
+    limits = [max(m, 0.1 * b) for m, b in zip(moves, befores)]
     seen_to = min((max((r.t for r in seen), default=-math.inf) for seen in trial.tail_seen), default=-math.inf)
     # the post-work idle seen flat throughout: readings after work up to one at or past the extension's end
     short = window <= length / 2  # readings after work that see the extension throughout
@@ -68,14 +69,14 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
     # where they saw the idle move, half their range × L is stated already (.polled._trial_energies): the rest
     seen_move = trial.tail_range if short and seen_to >= trial.ext_b else 0.0
     add, stated = 0.0, 0.0
-    for d, ((before, earlier), sub, limit) in enumerate(zip(leads, idle_ext, limits)):
+    for d, ((before, earlier), sub, limit, move) in enumerate(zip(leads, idle_ext, limits, moves)):
         if math.isfinite(earlier) and abs(earlier - before) > limit:  # the lead-in idle still moving (a step
             stated += abs(earlier - before) * share                     # after the previous trial ending in it)
         after = sub / length
         if not short:  # a long window smears the step: the extension's idle lies within the largest W-average seen
             peak = max((abs(r.value - before) for r in trial.tail_seen[d] if r.t - r.halfwidth - window >= trial.b),
                        default=0.0)
-            stated += peak * window * math.ceil((length + period) / window) if peak > limit else 0.0
+            stated += peak * window * math.ceil((length + period) / window) if peak > move else 0.0  # a statement
             continue
         if abs(after - before) <= limit:
             continue
