@@ -66,7 +66,7 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
     # the post-work idle seen flat throughout: readings after work up to one at or past the extension's end
     short = window <= length / 2  # readings after work that see the extension throughout
     flat = short and seen_to >= trial.ext_b and trial.tail_range <= sum(limits)
-    # where they saw the idle move, half their range × L is stated already (.polled._trial_energies): the rest
+    # where they saw the idle move, half their range × L is stated already (.polled._trial_energies)
     seen_move = trial.tail_range if short and seen_to >= trial.ext_b else 0.0
     add, stated = 0.0, 0.0
     for d, ((before, earlier), sub, limit, move) in enumerate(zip(leads, idle_ext, limits, moves)):
@@ -83,5 +83,5 @@ def correction(state, trial, idle_ext: list[float]) -> tuple[float, float]:
         if flat:
             add += (after - before) * share  # the lead-in's share priced at the lead-in reading
         elif not seen_move:
-            stated += max(abs(after - before) - seen_move, 0.0) * length
+            stated += abs(after - before) * length  # no reading past the extension: not seen either way
     return add, stated
