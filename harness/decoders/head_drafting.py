@@ -56,6 +56,12 @@ class HeadDecoder(SpeculativeDecoder[P]):
             set_execution(module, "graphs", capture=target.capture)
         self.head.runner = graph_runner(module)
 
+    def execution_facts(self) -> dict[str, Any]:
+        facts = super().execution_facts()
+        if self.head.runner is not None:
+            facts["head"] = {**self.head.runner.stats, "capture": self.head.runner.capture}
+        return facts
+
     def start(self, prompt_ids, generator):
         self.follow_execution()
         return super().start(prompt_ids, generator)

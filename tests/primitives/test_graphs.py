@@ -98,6 +98,8 @@ def test_the_heads_forwards_go_through_their_graph_runner(pair, method, decoding
         assert calls > 0 and runner.stats["uncaptured"] + runner.stats["replays"] == calls, (runner.stats, calls)
         assert runner.stats["captures"] == 0 and (runner.stats["slots"] == 1) == (method == "eagle2")
         assert [g.output_ids for g in gens] == eager
+        facts = decoder.execution_facts()  # the run's facts carry the head's runner beside the target's
+        assert facts["mode"] == "graphs" and facts["head"]["uncaptured"] == calls and "target" in facts
         pair.set_execution("eager")  # the head follows the pair at the next generation
         decoder.generate(pair.tokenizer(PROMPTS[0])["input_ids"], 6, seed=1)
         assert graph_runner(decoder.head.module) is None and runner.stats["uncaptured"] == calls
@@ -335,7 +337,7 @@ def test_captured_shapes_replay_with_the_inputs_of_each_call(pair, stand_in_cuda
             del model._harness_graph_runner
 
 
-@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer"])
+@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer", "eagle2", "medusa"])
 def test_graphs_mode_adds_no_host_synchronisation(method):
     """The static path reads no device value on the host (the valid length is a host int; masks, positions and
     write indices are built on the device): per generation, graphs mode counts no more synchronising calls than
@@ -347,7 +349,7 @@ def test_graphs_mode_adds_no_host_synchronisation(method):
     counts = {}
     for mode in ("eager", "graphs"):
         toy.set_execution(mode)
-        decoder = build_decoder(method, toy, decoding="greedy")
+        decoder = build_decoder(method, toy, decoding="greedy", **random_head_params(method, toy))
         decoder.generate([1, 2, 3], 3, seed=0)  # a first generation allocates the static buffers
         with counting() as counter:
             decoder.generate([1, 2, 3], 12, seed=0)
