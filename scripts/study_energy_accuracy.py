@@ -164,6 +164,8 @@ SCENARIOS = [
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12, "counter_lag_s": 0.05}),
     Scenario("idle steps down 0.07 s after work (+30 W)", "30.5 edges", (1, 4), ("counter",),  # < one counter update
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07}),
+    Scenario("idle step 0.07 s after work, lag 30 ms", "30.5 edges", (1, 4), ("counter",),
+             gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07, "counter_lag_s": 0.03}),
     Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
              gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),

@@ -41,6 +41,14 @@ def _overlap(u0: np.ndarray, u1: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.minimum(hi, edges[None, :]) - lo, 0.0, None) / (hi - lo)
 
 
+def _cell(bounds: np.ndarray, edge: float) -> tuple[float, float]:
+    """The delays a step at ``edge`` may lie between and fit the data alike: the piece ends either side of it
+    (an edge on a piece end fits as well anywhere in the gaps on both sides)."""
+    tol = 1e-9
+    above = bounds[bounds > edge + tol]
+    return bounds[bounds < edge - tol].max(initial=0.0), float(above.min()) if above.size else edge
+
+
 class AfterWork:
     """Pieces of the idle after work, per device, by delay after the window's end (see the module docstring)."""
 
@@ -124,7 +132,7 @@ class AfterWork:
         g = gain(edges)
         spread = 0.0  # each step lies anywhere between the piece ends around it, as far as the data tell
         for edge, step, here in zip(edges, steps, g):
-            lo, hi = bounds[bounds <= edge].max(initial=0.0), bounds[bounds >= edge].min(initial=edge)
+            lo, hi = _cell(bounds, edge)
             at = np.array([x for x in (lo, hi, seconds, t0, t1) if lo <= x <= hi])
             spread += step * float(np.max(np.abs(gain(at) - here)))
         quantile = float(t.ppf(0.995, dof))  # Student's 99 % (idle.quantile; not imported: idle holds a profile)
