@@ -43,8 +43,7 @@ HERE = Path(__file__).resolve().parents[1]
 def load(name: str):
     """This tree's simulator modules, standalone (they import nothing from the harness)."""
     spec = importlib.util.spec_from_file_location(f"energy_{name}", HERE / "harness" / "energy" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
@@ -226,7 +225,6 @@ class Cell:
                 "power_phase_s": self.rng.uniform(0, 0.1), "counter_phase_s": self.rng.uniform(0, 0.1),
                 **scenario.gpu, **scenario.second_gpu}))
         self.nvml = sim.SimulatedNVML(self.gpus, self.clock)
-        self.failures: list[float] = []
         expected = prompts * (statistics.mean(scenario.lengths) + 0.5) + 5.0
         if scenario.glitches:
             bursts, seconds, code = scenario.glitches

@@ -157,6 +157,8 @@ def note_tail(state, seen: list, k: int | None, b: float, device: int, coarse: b
         pieces += [(t - window - b, t - b, w, "power") for t, w in _power_refreshes(state, device, b, after[-1].t)
                    if t - window >= b]
     state.idle.profile.add(device, pieces)
+    if state.idle.profile.fit(device) is not None:  # a step after work: the tails' lag tests cannot tell it from lag
+        state.device_sensor(state.primary, device).blind_tails()
 
 
 def _power_refreshes(state, device: int, since: float, until: float) -> list[tuple[float, float]]:
@@ -179,19 +181,42 @@ def _power_refreshes(state, device: int, since: float, until: float) -> list[tup
     return out
 
 
-def correct(state, device: int, seconds: float) -> tuple[float, float]:
+def correct(state, device: int, seconds: float, idle_w: float = NAN) -> tuple[float, float]:
     """The tail stretch's error the profile predicts on ``device`` (J) and its 99 % half-width: a stretch of
-    ``seconds`` after work taken at the counter interval after the tail refresh (one update long). Where the
-    counter's lag is known only to a bracket, the stretch's end may lie that much either way on the profile
-    (a step right there): the prediction's change over that, in full, is added."""
+    ``seconds`` after work taken at the counter interval after the tail refresh (one update long), idle at
+    ``idle_w``. Where the counter's lag is known only to a bracket, the stretch's end may lie that much either
+    way on the profile (a step right there): the prediction's change over that, in full, is added; so is
+    what the cell's tails have not yet seen (:func:`unseen`)."""
     period = state.update_period(state.primary, device)
     period = period if math.isfinite(period) else 0.1
     sensor = state.device_sensor(state.primary, device)
     half = (sensor.lag_hi - sensor.lag_lo) / 2 if math.isfinite(sensor.lag_hi) else 0.0
     profile = state.idle.profile
     delta, known = profile.stretch(device, seconds, seconds, seconds + period)
+    known += unseen(state, device, seconds, idle_w, period)
     if delta == 0.0 or half <= 0:
         return delta, known
     moved = max(abs(profile.stretch(device, s, s, s + period)[0] - delta)
                 for s in (max(seconds - half, 0.0), seconds + half))
     return delta, known + moved
+
+
+def unseen(state, device: int, seconds: float, idle_w: float, period: float) -> float:
+    """Where the idle after work was seen stepping down (:meth:`~harness.energy.sensors.Sensor.blind_tails`),
+    a step that ends before the shortest delay after work at which any of the cell's tails saw the idle shows
+    in no piece (the fit cannot place it: early in a cell, before a tail's pieces began close to the work's
+    end). The part of the stretch below that delay is priced, in full, at up to the work's mean power over
+    ``idle_w`` (J) — until a piece began within the fast power reading's window (a tenth of a counter update
+    where there is none) of the work's end; a step shorter than that is not covered."""
+    sensor = state.device_sensor(state.primary, device)
+    if not sensor.tails_blind or state.coarse() or not math.isfinite(idle_w) or seconds <= 0:
+        return 0.0
+    lag = sensor.lag_estimate()
+    later = lag - sensor.lag_lo if math.isfinite(lag) else 0.0  # a counter delay (and the stretch) may be this longer
+    nearest = min((p[0] + (later if p[3] == "counter" else 0.0) for pieces in state.idle.profile.tails[device]
+                   for p in pieces), default=math.inf)
+    window = state.power_window(state.cross) if state.cross is not None else None
+    if nearest <= (window if window else period / 10):
+        return 0.0
+    mean_w = state.mean_power_w / state.devices if math.isfinite(state.mean_power_w) else 2 * idle_w
+    return max(mean_w - idle_w, 0.0) * min(seconds + later, nearest)

@@ -199,7 +199,7 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
         after = seen[k].t - b
         if after - seen[k].halfwidth >= lag_hi:
             return k
-        if after + seen[k].halfwidth <= sensor.lag_lo:
+        if after + seen[k].halfwidth <= sensor.lag_lo or sensor.tails_blind and math.isfinite(lag_hi):
             k += 1
             continue
         if len(seen) < k + 3:
@@ -380,7 +380,7 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             start = va[d][COUNTER]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
-            delta, known = afterwork.correct(state, d, max(tail.t - trial.b - shift, 0.0))  # P-state steps
+            delta, known = afterwork.correct(state, d, max(tail.t - trial.b - shift, 0.0), rate_b)  # P-state steps
             end = tail.value - rate_b * (tail.t - trial.b) - delta
             terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1]) + known
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
