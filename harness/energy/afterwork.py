@@ -41,12 +41,27 @@ def _overlap(u0: np.ndarray, u1: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.minimum(hi, edges[None, :]) - lo, 0.0, None) / (hi - lo)
 
 
-def _cell(bounds: np.ndarray, edge: float) -> tuple[float, float]:
-    """The delays a step at ``edge`` may lie between and fit the data alike: the piece ends either side of it
-    (an edge on a piece end fits as well anywhere in the gaps on both sides)."""
-    tol = 1e-9
-    above = bounds[bounds > edge + tol]
-    return bounds[bounds < edge - tol].max(initial=0.0), float(above.min()) if above.size else edge
+def _placements(rows: tuple, yw: np.ndarray, weight: np.ndarray, a: np.ndarray, steps: np.ndarray,
+                s2: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each fitted step: the delays (piece ends: between two the data cannot tell a step's place) where it
+    fits the data as well — the other steps kept, its height refitted, the weighted residual sum of squares
+    within χ²₁'s 99 % × the residual variance of the fit's — and its height at each."""
+    from scipy.stats import chi2
+
+    u0, u1, r0, r1 = rows
+    at = np.unique(np.concatenate([[0.0], u0, u1, r0, r1]))
+    cols = (_overlap(u0, u1, at) - _overlap(r0, r1, at)) * weight[:, None]
+    den = np.maximum(np.sum(cols * cols, axis=0), 1e-12)
+    rss = float(np.sum((yw - a @ steps) ** 2))
+    out = []
+    for j in range(len(steps)):
+        rest = yw - a @ steps + a[:, j] * steps[j]  # the data less the other steps
+        num = cols.T @ rest
+        heights = np.maximum(num / den, 0.0)
+        worse = float(rest @ rest) - 2 * heights * num + heights ** 2 * den - rss
+        ok = worse <= chi2.ppf(0.99, 1) * s2
+        out.append((at[ok], heights[ok]) if ok.any() else (np.array([0.0]), np.array([steps[j]])))
+    return out
 
 
 class AfterWork:
@@ -112,8 +127,8 @@ class AfterWork:
             return None  # the idle after work is not seen to move with the delay
         a = design[:, active] * weight[:, None]
         cov = rss1 / (n - p) * np.linalg.pinv(a.T @ a)
-        bounds = np.unique(np.concatenate([[0.0], u0, u1, r0, r1]))  # where the data could place a step
-        return edges[active], steps[active], cov, n - p, bounds
+        places = _placements((u0, u1, r0, r1), y * weight, weight, a, steps[active], rss1 / (n - p))
+        return edges[active], steps[active], cov, n - p, places
 
     def stretch(self, device: int, seconds: float, t0: float, t1: float) -> tuple[float, float]:
         """For an idle stretch [0, ``seconds``] after work taken at the mean power over [``t0``, ``t1``] (delays):
@@ -124,17 +139,17 @@ class AfterWork:
             return 0.0, 0.0
         from scipy.stats import t
 
-        edges, steps, cov, dof, bounds = fitted
+        edges, steps, cov, dof, places = fitted
 
         def gain(at: np.ndarray) -> np.ndarray:
             return np.minimum(seconds, at) - seconds * _overlap(np.array([t0]), np.array([t1]), at)[0]
 
         g = gain(edges)
-        spread = 0.0  # each step lies anywhere between the piece ends around it, as far as the data tell
-        for edge, step, here in zip(edges, steps, g):
-            lo, hi = _cell(bounds, edge)
-            at = np.array([x for x in (lo, hi, seconds, t0, t1) if lo <= x <= hi])
-            spread += step * float(np.max(np.abs(gain(at) - here)))
+        spread = 0.0  # each step anywhere the data place it as well (its height refitted there)
+        for here, (at, heights) in zip(g * steps, places):
+            kinks = np.array([x for x in (seconds, t0, t1) if at.min() <= x <= at.max()])
+            spread += max(float(np.max(np.abs(heights * gain(at) - here))),
+                          float(np.max(np.abs(heights.max() * gain(kinks) - here), initial=0.0)))
         quantile = float(t.ppf(0.995, dof))  # Student's 99 % (idle.quantile; not imported: idle holds a profile)
         return float(g @ steps), quantile * math.sqrt(max(float(g @ cov @ g), 0.0)) + spread
 
@@ -179,6 +194,20 @@ def _power_refreshes(state, device: int, since: float, until: float) -> list[tup
             t = point if point > max(t0, t1 - poll) - 1e-3 else t
         out.append((t, v1))
     return out
+
+
+def tail(state, device: int, seconds: float, idle_w: float, sig: float, own: float) -> tuple[float, float]:
+    """The tail's idle stretch of ``seconds`` after work on ``device``: the error the profile predicts (J, to
+    take off) and the stretch's 99 % bound (J). Where the profile sees the idle stepping after work, the step is
+    modelled (:func:`correct`: the prediction's uncertainty, where the step may lie, the lag bracket, what no
+    tail has seen), so the stretch moves beyond it only as the idle does at rest; elsewhere as it moves right
+    after work (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`)."""
+    delta, known = correct(state, device, seconds, idle_w)
+    rest = state.idle.profile.fit(device) is not None
+    still = state.idle.still_sigma(device)
+    if rest and math.isfinite(still):  # the edge's σ as the idle moves at rest (or its own noise, where larger)
+        sig = max(still, own) if math.isfinite(own) else still
+    return delta, state.idle.stretch_bound(device, seconds, sig, own, rest=rest) + known
 
 
 def correct(state, device: int, seconds: float, idle_w: float = NAN) -> tuple[float, float]:
