@@ -108,11 +108,11 @@ def test_a_short_idle_step_after_work_on_a_lagging_counter_is_bounded():
     held on 90-93 % of prompts. Two causes: the after-work fit let a step slide only below where it placed it
     (nnls places it as early as the data allow; the piece end above it was never reached), and a tail's lag
     test took the step for lag (a first interval above the next), bracketing the lag away from the truth
-    (20 ms taken for 31-39 ms) — the stretch mis-sized, the lag term too small. Now a step slides both ways
-    between the piece ends around it, and once the fit sees a step the tails no longer say "behind"
-    (Sensor.blind_tails): the lag lies mid-bracket between 0 and what the rising edge and tails bound it by,
-    the tail waits past the bracket, and the stretch's part no tail has seen is priced (afterwork.unseen).
-    Held-out variants of the "lag 30 ms" study row (3 seeds × 10, virtual time)."""
+    (20 ms taken for 31-39 ms) — the stretch mis-sized, the lag term too small. Now a step may lie at every
+    piece end where it fits the data as well (χ²₁ 99 %), and once the fit sees a step the tails no longer say
+    "behind" (Sensor.blind_tails): the lag lies mid-bracket between 0 and what the rising edge and tails bound
+    it by, the tail waits past the bracket, and the stretch's part no tail has seen is priced
+    (afterwork.unseen). Held-out variants of the "lag 30 ms" study row (3 seeds × 10, virtual time)."""
     for gpu in ({"hysteresis_w": 40.0, "hysteresis_s": 0.05, "counter_lag_s": 0.02},
                 {"hysteresis_w": 45.0, "hysteresis_s": 0.04, "counter_lag_s": 0.05},
                 {"hysteresis_w": 25.0, "hysteresis_s": 0.1, "counter_lag_s": 0.045}):
