@@ -40,6 +40,7 @@ class Sensor:
     lag_tests: int = 0
     rise_hi: float = math.inf          # counter: the lag is below this, seen where only work raises the power
     tails_blind: bool = False          # counter: the idle steps down after work, which a tail takes for lag
+    lag_floor: float = 0.0             # counter: the lag is above this whatever the tails say (a sensor profile)
     device_update_s: list[float] = field(default_factory=list)  # every device's inferred update period
     increments_mj: set[int] = field(default_factory=set)  # counter: distinct positive increments seen (for the gcd)
     _grid: tuple[int, Grid] | None = None
@@ -94,12 +95,18 @@ class Sensor:
         if self.lag_lo >= self.lag_hi:  # inconsistent (jitter, noise): start over from this test
             self.lag_lo, self.lag_hi = (after_s, math.inf) if behind else (0.0, after_s)
 
+    def seed_lag(self, lag_s: float) -> None:
+        """A lag measured beforehand (harness-gpu-check, a sensor profile): the tests start from ± 5 ms of it."""
+        self.lag_lo, self.lag_hi, self.lag_tests = max(0.0, lag_s - 0.005), lag_s + 0.005, 1
+        self.lag_floor = self.lag_lo
+
     def blind_tails(self) -> None:
         """The idle after work was seen stepping down (harness/energy/afterwork.py): a tail's first interval above
         the next is then no sign of lag, so no tail says "behind" from now on, and what they said is dropped —
-        the lag lies anywhere between 0 and what the tails and the rising edge said it is below."""
+        the lag lies anywhere between its floor (0, or a profile's) and what the tails and the rising edge said
+        it is below."""
         if not self.tails_blind:
-            self.tails_blind, self.lag_lo, self.lag_hi = True, 0.0, min(self.lag_hi, self.rise_hi)
+            self.tails_blind, self.lag_lo, self.lag_hi = True, self.lag_floor, min(self.lag_hi, self.rise_hi)
 
     def lag_estimate(self) -> float:
         """Mid-way between what the tails showed once one was behind (or where they cannot tell: see
