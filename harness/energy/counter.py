@@ -197,8 +197,8 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
     k, lag_hi, test = 0, _lag_hi(state, sensor, coarse, device), True
     while k < len(seen):
         after = seen[k].t - b
-        if after - seen[k].halfwidth >= lag_hi:
-            return k
+        if after - seen[k].halfwidth >= lag_hi:  # (blind: once the interval after it, the tail's rate, is seen)
+            return k if len(seen) > k + 1 or not sensor.tails_blind else None
         if after + seen[k].halfwidth <= sensor.lag_lo or sensor.tails_blind and math.isfinite(lag_hi):
             k += 1
             continue
