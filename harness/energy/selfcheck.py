@@ -9,9 +9,10 @@ no such profile for its device and driver measures the figures it relies on itse
 * the **update period** is measured at start-up already (1 ms polling at idle: :mod:`.sensors`);
 * the **averaging window** and the **lag** from one idle → load → idle step made of the first
   prompt's own workload: the meter has just measured the settled idle (the GPU idle for seconds),
-  then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle (longer, up to
-  ``POST_MAX_S``, while the reading is off the idle before the step: a running average over 1.3-2 s had
-  not fallen back by then and the window was left at the table's 25 ms), polling the reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
+  then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle (``POST_MAX_S``
+  where the fit's bracket reached the end of its windows, 1.35 s: a running average over 1.3-2 s had not
+  fallen back by then and the window was left at the table's 25 ms; its windows then reach 3 s), polling
+  the reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
   last W seconds, published ``lag`` late, of a step of power X on [a, b] (and of whatever level H
   the GPU keeps after it: P-state hysteresis) reads, at a refresh t,
   ``I + X·|[t−lag−W, t−lag] ∩ [a, b]|/W + H·|[t−lag−W, t−lag] ∩ [b, ∞)|/W``: it rises over W from
@@ -45,7 +46,7 @@ NAN = math.nan
 PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
 STEP_S = 1.2    # the step: the workload back to back at least this long (longer than a 1 s window)
 POST_S = 1.6    # idle polled after it: a 1 s window plus a lag and a few updates fall back within it
-POST_MAX_S = 3.4  # ... or, while the reading has not fallen back to the idle before the step, up to this long
+POST_MAX_S = 3.4  # ... or this long, where the fit's window bracket reached its grid's end (1.35 s)
 USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
 
 
@@ -193,8 +194,10 @@ def run(state, check: SelfCheck, workload) -> None:
         check.runs += 1
     b = clock.now()
     clock.sleep(POST_S)
-    while clock.now() - b < POST_MAX_S and not _back_at_idle(log, power.name, a):  # a window longer than 1 s
-        clock.sleep(0.1)
+    fits, longest = _fits(log, power, (a, b), WINDOWS), WINDOWS[-1]
+    if any(f is not None and f.window_between_s[1] >= longest * 0.999 for f in fits):  # a window longer than 1 s
+        clock.sleep(POST_MAX_S - POST_S)  # the reading had not fallen back: watch on, fit windows up to 3 s
+        fits, longest = _fits(log, power, (a, b), LONG_WINDOWS), LONG_WINDOWS[-1]
     log.stop()
     check.cost_s = clock.now() - began
     with log.lock:
@@ -204,11 +207,7 @@ def run(state, check: SelfCheck, workload) -> None:
     halfwidth = statistics.median([h for _, h, _ in changes]) if changes else math.inf
     period = state.update_period(power)
     assumed = check.assumed.window_s if check.assumed is not None else None
-    for d in range(len(power.handles)):
-        points = [(t, v[d]) for t, _, v in changes if t >= a - PRE_S]
-        fit, longest = fit_window(points, [(a, b)]), WINDOWS[-1]
-        if fit is not None and fit.window_between_s[1] >= longest * 0.999:  # not back by 1.35 s: up to 3 s
-            fit, longest = fit_window(points, [(a, b)], windows=LONG_WINDOWS), LONG_WINDOWS[-1]
+    for d, fit in enumerate(fits):
         status, why = verdict(fit, assumed, period, halfwidth, longest)
         check.fits.append(fit)
         check.statuses.append(status)
@@ -220,16 +219,12 @@ def run(state, check: SelfCheck, workload) -> None:
     _apply(state, check)
 
 
-def _back_at_idle(log: FastLog, name: str, a: float) -> bool:
-    """Whether every device's latest reading is back within ``TOL_W`` (or 2 %) of its median before the step
-    at ``a`` (a reading averaging longer than ``POST_S`` less its lag is not: the wait goes on)."""
+def _fits(log: FastLog, power, step: tuple[float, float], windows) -> list[Fit | None]:
+    """Per device, :func:`fit_window` of the readings logged so far around the load ``step`` (a, b)."""
     with log.lock:
-        changes = list(log.changes[name])
-    before = [v for t, _, v in changes if t < a]
-    if not before or not changes:
-        return True
-    idle = [statistics.median(v[d] for v in before) for d in range(len(before[0]))]
-    return all(abs(x - i) <= max(TOL_W, 0.02 * abs(i)) for x, i in zip(changes[-1][2], idle))
+        changes = list(log.changes[power.name])
+    return [fit_window([(t, v[d]) for t, _, v in changes if t >= step[0] - PRE_S], [step], windows=windows)
+            for d in range(len(power.handles))]
 
 
 def _apply(state, check: SelfCheck) -> None:

@@ -71,8 +71,9 @@ def test_a_running_average_longer_than_the_step_s_wait_is_measured_not_assumed(s
     """power.draw averaging 1.3, 1.5 or 2 s where the table says 25 ms (held-out: no study row). The step's 1.6 s
     wait ended before the reading fell back and the fit's windows stopped at 1.35 s: "inconclusive", the 25 ms
     kept, every tail cut short — 19-37 % of each prompt missed here (8-9 % in the study's cells) with bounds
-    under 1 % (held on none). Now the wait goes
-    on while the reading is off its idle (up to 3.4 s) and the fit reaches 3 s: the window is measured."""
+    under 1 % (held on none). Now, where the fit's
+    bracket reaches the end of its windows (1.35 s), the step is watched to 3.4 s and refitted with windows up to
+    3 s: the window is measured."""
     errors, bounds, summary, _ = cell(seed, {"source": "power-usage"}, **{**A100, "usage_window_s": window})
     check = summary["energy_selfcheck"]
     assert check["status"] in selfcheck.USED, check
