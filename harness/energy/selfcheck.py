@@ -10,8 +10,9 @@ no such profile for its device and driver measures the figures it relies on itse
 * the **averaging window** and the **lag** from one idle → load → idle step made of the first
   prompt's own workload: the meter has just measured the settled idle (the GPU idle for seconds),
   then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle (``POST_MAX_S``
-  where the fit's bracket reached the end of its windows, 1.35 s: a running average over 1.3-2 s had not
-  fallen back by then and the window was left at the table's 25 ms; its windows then reach 3 s), polling
+  where the fit's bracket reached from ≥ 0.7 s to the end of its windows, 1.35 s: a running average over
+  1.3-2 s had not fallen back by then and the window was left at the table's 25 ms; its windows then reach
+  3 s), polling
   the reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
   last W seconds, published ``lag`` late, of a step of power X on [a, b] (and of whatever level H
   the GPU keeps after it: P-state hysteresis) reads, at a refresh t,
@@ -46,7 +47,7 @@ NAN = math.nan
 PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
 STEP_S = 1.2    # the step: the workload back to back at least this long (longer than a 1 s window)
 POST_S = 1.6    # idle polled after it: a 1 s window plus a lag and a few updates fall back within it
-POST_MAX_S = 3.4  # ... or this long, where the fit's window bracket reached its grid's end (1.35 s)
+POST_MAX_S = 3.4  # ... or this long, where the fit's window bracket lay in 0.7 s .. its grid's end (1.35 s)
 USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
 
 
@@ -195,8 +196,8 @@ def run(state, check: SelfCheck, workload) -> None:
     b = clock.now()
     clock.sleep(POST_S)
     fits, longest = _fits(log, power, (a, b), WINDOWS), WINDOWS[-1]
-    if any(f is not None and f.window_between_s[1] >= longest * 0.999 for f in fits):  # a window longer than 1 s
-        clock.sleep(POST_MAX_S - POST_S)  # the reading had not fallen back: watch on, fit windows up to 3 s
+    if any(_beyond(f, longest) for f in fits):  # a window of 0.7 s or more, longer than the grid: watch on, fit
+        clock.sleep(POST_MAX_S - POST_S)       # windows up to 3 s
         fits, longest = _fits(log, power, (a, b), LONG_WINDOWS), LONG_WINDOWS[-1]
     log.stop()
     check.cost_s = clock.now() - began
@@ -217,6 +218,12 @@ def run(state, check: SelfCheck, workload) -> None:
         check.edges = [[] for _ in check.fits]  # narrowed from the trials' falling edges (:func:`refine`)
         check.narrowed = [None for _ in check.fits]
     _apply(state, check)
+
+
+def _beyond(fit: Fit | None, longest: float) -> bool:
+    """Whether a clear step's (``verdict``'s test) window bracket lies from half the grid's end to its end."""
+    return fit is not None and fit.step_w >= max(3 * fit.noise_w, 5.0) and \
+        fit.window_between_s[0] >= longest / 2 and fit.window_between_s[1] >= longest * 0.999
 
 
 def _fits(log: FastLog, power, step: tuple[float, float], windows) -> list[Fit | None]:
