@@ -26,7 +26,7 @@ def _one_on_cpu(probs: torch.Tensor, generator: torch.Generator | None) -> torch
     library's in the last bit for ~8 % of entries, which survives the cast to float32 for 1 in 3·10⁸ entries
     (measured), and then changes the draw only if that entry ties the argmax within one ulp. Unlike
     ``torch.multinomial`` it reads nothing back to check ``probs`` (a host read on a device)."""
-    uniform = torch.empty(probs.shape, dtype=torch.float64).uniform_(generator=generator)
+    uniform = torch.empty(probs.shape, dtype=torch.float64, device=probs.device).uniform_(generator=generator)
     exponential = torch.log1p(uniform.neg_()).neg_().float()
     return torch.argmax(probs / exponential, dim=-1, keepdim=True)
 
