@@ -27,7 +27,9 @@ def _one_on_cpu(probs: torch.Tensor, generator: torch.Generator | None) -> torch
     float32 for 1 in 3·10⁸ entries (measured), and then changes the draw only if that entry ties the argmax within
     one ulp. Unlike ``torch.multinomial`` it reads nothing back to check ``probs`` (a host read on a device)."""
     uniform = torch.empty(probs.shape, dtype=torch.float64, device=probs.device).uniform_(generator=generator)
-    exponential = torch.log1p(uniform.neg_()).neg_().float()
+    # a uniform of exactly 0 (chance 2**-53 per entry) would give 0/0 = NaN, which argmax takes: a zero-probability
+    # token could be drawn; the floor keeps every draw on the support (and changes nothing else)
+    exponential = torch.log1p(uniform.neg_()).neg_().float().clamp_min_(torch.finfo(torch.float32).tiny)
     return torch.argmax(probs / exponential, dim=-1, keepdim=True)
 
 
