@@ -64,6 +64,7 @@ import math
 import statistics
 import weakref
 
+from harness.energy import aimoffset
 from harness.energy.hardware import unevenness
 from harness.energy.idle import Z, quantile
 from harness.energy.phases import covers_period, fit_grid, largest_gap, phase_of
@@ -142,6 +143,9 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and the readings per
     trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`."""
     k = len(powers)
+    aim = aimoffset.correct(trials, powers, phases, ref_period)  # each trial's power at its aimed phase
+    if aim is not None:
+        powers, mean_p = aim.powers, statistics.fmean(aim.powers)
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
     slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
@@ -150,14 +154,11 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
         halves = [powers[0::2], powers[1::2]]
     d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p
     sigma_j, counts = jitter if jitter is not None else (0.0, [1.0] * k)
-    # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll)
-    ideal = [(phases[i][0] - t.stratum / k) % 1.0 for i, t in enumerate(trials)]
-    u = math.atan2(sum(math.sin(2 * math.pi * x) for x in ideal), sum(math.cos(2 * math.pi * x) for x in ideal))
-    off = [((x - u / (2 * math.pi) + 0.5) % 1.0 - 0.5) * ref_period for x in ideal]  # s
+    # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll); corrected
+    off = [0.0] * k if aim is not None else aimoffset.offsets(trials, phases, ref_period)
     model = math.sqrt(sum((s / ref_period) ** 2 * (off[order[j]] ** 2 + sigma_j ** 2 / counts[order[j]])
                           for j, s in enumerate(slopes))) / (k * mean_p)
-    durations = [x for t in trials for x in t.durations]
-    varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+    varied = aimoffset.varied(trials)
     if varied:  # runs of varying length scatter each trial's phases: the trials are independent draws
         split, dof = pooled(state, statistics.variance(powers) / k / mean_p ** 2, k - 1)
     else:
@@ -169,25 +170,32 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
         noise, how = Z * model, (f"each trial's phase off the grid (aim) and refresh jitter {sigma_j * 1e3:.1f} ms "
                                  "× the trials' slope against phase")
     tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
+    # what the aim's correction may leave (its slopes' error × each trial's own offset) differs between trials: the
+    # split-half of the corrected trials holds it (shown beside, not added); the phases' shared error is ``tile``
+    residual = aim.residual if aim is not None else 0.0
     stat = math.hypot(noise, Z * tile)
     early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
                    calibrated) if calibrated is not None else NAN
     parts = {"noise": noise, "tile": Z * tile, "model": Z * model, "split": split, "d": d, "dof": dof,
-             "early": early, "derived": stat}  # each a 99 % figure (split, d: σ), for diagnostics
+             "early": early, "derived": stat, "aim": Z * residual}  # 99 % figures (split, d: σ), diagnostics
+    fix, note = ({}, "") if aim is None else ({"mean_p": mean_p}, (
+        f"; each trial's power corrected for its aim offset (RMS {1e3 * aimoffset.rms(aim.offsets):.2f} ms × its "
+        f"slope against phase: the mean moved {100 * aim.shift:+.3f} %; what the slopes' error may leave, "
+        f"{100 * Z * residual:.3f} %, is in the split-half)"))
     if not how.startswith("each") and math.isfinite(early) and early < stat:
         why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles and dof < YOUNG else
                "the calibrated figure is the smaller (a drift or uneven runs the split-half keeps: the smaller of "
                "two statements, each held on the study's every row" if tiles else
                "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
                "holds the halves' own aliasing")
-        return {"stat": early, "parts": parts,
+        return {"stat": early, "parts": parts, **fix,
                 "basis": f"{k} phases verified to tile the update period: {why}; derived: "
                 f"{100 * stat:.2f} %), the calibrated figure {100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, "
-                "issue 30's study)"}
-    return {"stat": stat, "parts": parts,
+                "issue 30's study)" + note}
+    return {"stat": stat, "parts": parts, **fix,
             "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
             f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
-            f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
+            f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %" + note}
 
 
 def _early(m: list[float], slopes: list[float], phases: list[tuple[float, float]], mean_p: float,
