@@ -68,9 +68,9 @@ def test_the_split_half_bound_holds_at_99_percent_and_informs():
 def _aimed(rng: random.Random, truth: float, noise_w: float, period: float, aim_s: float,
            phase_sigma_s: float) -> tuple[list, list[float], list[tuple[float, float]]]:
     """Eight trials aimed at u + s/8 of the update period that open up to ``aim_s`` off their aim (a poll's
-    granularity): an aliasing pattern of harmonics 1-3 falling as 1/h² (each cancels over either half's four phases) seen
-    at the ACTUAL phase, plus independent noise; the phases measured with a σ of ``phase_sigma_s`` (stated as
-    the three-standard-error figure, as :func:`phase_of` states it)."""
+    granularity): an aliasing pattern of harmonics 1-3 falling as 1/h² (each cancels over either half's four
+    phases) seen at the ACTUAL phase, plus independent noise; the phases measured with a σ of ``phase_sigma_s``
+    (stated as the three-standard-error figure, as :func:`phase_of` states it)."""
     amp = [rng.uniform(10.0, 40.0) / (h + 1) ** 2 for h in range(3)]  # 1/h²: a square seen through a box window
     shift = [rng.random() for _ in range(3)]
     u = rng.random()
