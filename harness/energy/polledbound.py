@@ -111,7 +111,8 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
                 "basis": f"full coverage; t-interval over {k} trials / readings' noise "
                 f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
                 f"(windows overlapping unevenly: {unseen:.3f})"}
-    ref_period = fit_grid(refreshes, period, 1e-3).period
+    grid = fit_grid(refreshes, period, 1e-3)
+    ref_period = grid.period
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
     cover = window if state.window_check is None else state.window_check.coverage_window(window)  # selfcheck
     out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
@@ -123,8 +124,10 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
         counts = [n for _, n in stats]
         spacing = 2 * period / k  # the phases of one half: they tile where the window is a multiple of it
         tiles = abs((window % period) / spacing - round((window % period) / spacing)) < 0.05
+        common = ([(t.opened - grid.t_ref) / grid.period for t in trials], grid.ref_sigma / 3,
+                  grid.sigma / 3) if grid.points >= 4 else None  # every phase from this one grid (phase_of)
         return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts),
-                                     (sampling * 2 / Z, part, total_s), tiles)}
+                                     (sampling * 2 / Z, part, total_s), tiles, common)}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
     idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
     limit = state.power_limit_w()
@@ -138,10 +141,13 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
 
 def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
                 ref_period: float, jitter: tuple[float, list[float]] | None = None,
-                calibrated: tuple[float, float, float] | None = None, tiles: bool = True) -> dict:
+                calibrated: tuple[float, float, float] | None = None, tiles: bool = True,
+                common: tuple[list[float], float, float] | None = None) -> dict:
     """Noise (the model, else the pooled split-half or trials' scatter) and the phases' shared uncertainty,
     for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and the readings per
-    trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`."""
+    trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`;
+    ``common``: the phases' one grid (each trial's periods from its reference, the reference's and the period's
+    σ, s) for :func:`_tile`."""
     k = len(powers)
     aim = aimoffset.correct(trials, powers, phases, ref_period)  # each trial's power at its aimed phase
     if aim is not None:
@@ -169,19 +175,15 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     if tiles and Z * model > noise:  # what the measured aim offsets and jitter alone must cause
         noise, how = Z * model, (f"each trial's phase off the grid (aim) and refresh jitter {sigma_j * 1e3:.1f} ms "
                                  "× the trials' slope against phase")
-    tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
+    tile = _tile(powers, phases, slopes, order, ref_period, common) / k / mean_p
     # what the aim's correction may leave (its slopes' error × each trial's own offset) differs between trials: the
     # split-half of the corrected trials holds it (shown beside, not added); the phases' shared error is ``tile``
-    residual = aim.residual if aim is not None else 0.0
     stat = math.hypot(noise, Z * tile)
     early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
                    calibrated) if calibrated is not None else NAN
     parts = {"noise": noise, "tile": Z * tile, "model": Z * model, "split": split, "d": d, "dof": dof,
-             "early": early, "derived": stat, "aim": Z * residual}  # 99 % figures (split, d: σ), diagnostics
-    fix, note = ({}, "") if aim is None else ({"mean_p": mean_p}, (
-        f"; each trial's power corrected for its aim offset (RMS {1e3 * aimoffset.rms(aim.offsets):.2f} ms × its "
-        f"slope against phase: the mean moved {100 * aim.shift:+.3f} %; what the slopes' error may leave, "
-        f"{100 * Z * residual:.3f} %, is in the split-half)"))
+             "early": early, "derived": stat, "aim": Z * aim.residual if aim else 0.0}  # 99 % (split, d: σ)
+    fix, note = ({}, "") if aim is None else ({"mean_p": mean_p}, aimoffset.described(aim, Z))
     if not how.startswith("each") and math.isfinite(early) and early < stat:
         why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles and dof < YOUNG else
                "the calibrated figure is the smaller (a drift or uneven runs the split-half keeps: the smaller of "
@@ -196,6 +198,21 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
             "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
             f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
             f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %" + note}
+
+
+def _tile(powers: list[float], phases: list[tuple[float, float]], slopes: list[float], order: list[int],
+          ref_period: float, common: tuple[list[float], float, float] | None) -> float:
+    """Σ over trials of how far the phases' uncertainty moves each trial's power (W; σ), × 1/K by the caller.
+    Without ``common``: each phase's σ (a third of :func:`phase_of`'s figure) × its |slope|, independent between
+    trials (``slopes`` in phase ``order``). With it: every phase comes from ONE fitted grid, so their errors are
+    δφ_j = (δt_ref + n_j δP) / P (n_j periods from the reference) — a shift common to all moves the trials'
+    powers by Σ g_j δt_ref / P, and the period's error by Σ g_j n_j δP / P, g_j the signed central slopes (W per
+    period; Σ g_j ≈ 0 round a period); the two added whole (≥ their quadrature with any covariance)."""
+    g = aimoffset.central_slopes(powers, phases) if common is not None else None
+    if common is None or g is None:
+        return math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes)))
+    periods, sigma_ref, sigma_p = common
+    return (abs(sum(g)) * sigma_ref + abs(sum(x * n for x, n in zip(g, periods))) * sigma_p) / ref_period
 
 
 def _early(m: list[float], slopes: list[float], phases: list[tuple[float, float]], mean_p: float,
