@@ -3,6 +3,9 @@
     python scripts/bench_paired.py OLD_TREE NEW_TREE --pair toy|tiny --cases mcsd_dynamic:sampling,mcsd:greedy
         [--prompts 24] [--tokens 32]
 
+A case may name method parameters after a second colon, ``+``-separated:
+``bild:sampling:fallback_threshold=0.3+gamma=4``.
+
 OLD_TREE is e.g. ``git archive <commit> | tar -x -C /tmp/old``. One persistent worker process per tree (1 torch
 thread each, its own PYTHONPATH), each warmed up on two generations per case. The driver then runs the same prompt
 and seed on both, one generation at a time, alternating which goes first. Each worker times its generation with
@@ -36,6 +39,18 @@ def _prompts(pair_name: str, n: int):
     return pair, [pair.tokenizer(ex.prompt)["input_ids"] for ex in task.examples()]
 
 
+def _params(text: str) -> dict:
+    """``k=v+k=v`` (``-``: none) -> {k: v}, each value read as JSON where it parses (numbers), else a string."""
+    out = {}
+    for item in ([] if text == "-" else text.split("+")):
+        key, value = item.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def worker(pair_name: str, n: int) -> None:
     """Reads 'method decoding prompt seed tokens' lines; answers each with its CPU seconds and output."""
     import torch
@@ -48,14 +63,14 @@ def worker(pair_name: str, n: int) -> None:
     decoders = {}
     print(json.dumps({"ready": len(prompts)}), flush=True)
     for line in sys.stdin:
-        method, decoding, i, seed, tokens = line.split()
-        if (method, decoding) not in decoders:
-            dec = decoders[method, decoding] = build_decoder(method, pair, decoding=decoding,
-                                                             **random_head_params(method, pair))
+        method, decoding, params, i, seed, tokens = line.split()
+        if (method, decoding, params) not in decoders:
+            dec = decoders[method, decoding, params] = build_decoder(
+                method, pair, decoding=decoding, **random_head_params(method, pair), **_params(params))
             for p in prompts[:2]:
                 dec.generate(p, 8, seed=0)
         start = time.process_time()
-        gen = decoders[method, decoding].generate(prompts[int(i)], int(tokens), seed=int(seed))
+        gen = decoders[method, decoding, params].generate(prompts[int(i)], int(tokens), seed=int(seed))
         print(json.dumps({"t": time.process_time() - start, "out": gen.output_ids}), flush=True)
 
 
@@ -81,7 +96,8 @@ def main() -> None:
         json.loads(procs[name].stdout.readline())
 
     def ask(name: str, case: str, i: int) -> dict:
-        procs[name].stdin.write(f"{case.replace(':', ' ')} {i} {100 + i} {args.tokens}\n")
+        method, decoding, *params = case.split(":")
+        procs[name].stdin.write(f"{method} {decoding} {params[0] if params else '-'} {i} {100 + i} {args.tokens}\n")
         procs[name].stdin.flush()
         return json.loads(procs[name].stdout.readline())
 

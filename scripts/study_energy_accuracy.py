@@ -43,8 +43,7 @@ HERE = Path(__file__).resolve().parents[1]
 def load(name: str):
     """This tree's simulator modules, standalone (they import nothing from the harness)."""
     spec = importlib.util.spec_from_file_location(f"energy_{name}", HERE / "harness" / "energy" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
@@ -164,6 +163,8 @@ SCENARIOS = [
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.12, "counter_lag_s": 0.05}),
     Scenario("idle steps down 0.07 s after work (+30 W)", "30.5 edges", (1, 4), ("counter",),  # < one counter update
              gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07}),
+    Scenario("idle step 0.07 s after work, lag 30 ms", "30.5 edges", (1, 4), ("counter",),
+             gpu={"hysteresis_w": 30.0, "hysteresis_s": 0.07, "counter_lag_s": 0.03}),
     Scenario("idle +60 W for 0.2 s after work", "30.5 edges", (1, 4), ("counter", "polled"),
              gpu={"hysteresis_w": 60.0, "hysteresis_s": 0.2}),
     Scenario("starved sampler 16 Hz (Volta)", "sampler", (2, 6), ("polled",), gpu=VOLTA, stall_hz=16.0),
@@ -224,7 +225,6 @@ class Cell:
                 "power_phase_s": self.rng.uniform(0, 0.1), "counter_phase_s": self.rng.uniform(0, 0.1),
                 **scenario.gpu, **scenario.second_gpu}))
         self.nvml = sim.SimulatedNVML(self.gpus, self.clock)
-        self.failures: list[float] = []
         expected = prompts * (statistics.mean(scenario.lengths) + 0.5) + 5.0
         if scenario.glitches:
             bursts, seconds, code = scenario.glitches

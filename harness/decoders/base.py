@@ -269,6 +269,11 @@ class Decoder(ABC, Generic[P]):
         """What else identifies the run besides the parameters (e.g. a library version): ``summary.json["facts"]``."""
         return {}
 
+    def execution_facts(self) -> dict[str, Any]:
+        """The execution mode and its runners' counters (:meth:`~harness.models.ModelPair.execution_facts`), and
+        those of any model of the decoder's own (a trained head): the run's facts record them."""
+        return self.pair.execution_facts()
+
 
 def _host_ids(prompt_ids) -> tuple[int, ...] | None:
     """A prompt given as host ints (a flat list, or a batch of one), as a tuple; None for a tensor."""

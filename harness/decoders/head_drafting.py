@@ -22,6 +22,7 @@ from harness.decoders.speculative import P, SpeculativeDecoder
 from harness.errors import ConfigError
 from harness.primitives.acceptance import point_mass_select
 from harness.primitives.forward import CountedHead
+from harness.primitives.graphs import graph_runner, set_execution
 from harness.primitives.spec_loop import TreeWalk
 from harness.primitives.spec_state import DraftTree
 
@@ -42,6 +43,28 @@ class HeadDecoder(SpeculativeDecoder[P]):
         weight = next(pair.target.parameters())
         module = self.load_head(ref, weight.dtype, weight.device)
         self.head = CountedHead(module, sync=self.sync_timing)
+        self.follow_execution()
+
+    def follow_execution(self) -> None:
+        """Run the head in the target's execution mode (``graphs``: its own runner, capturing iff the target's does,
+        :mod:`harness.primitives.graphs`); called per generation, so the head follows a pair switched later."""
+        target = graph_runner(self.pair.target)
+        module = self.head.module
+        if target is None:
+            set_execution(module, "eager")
+        else:
+            set_execution(module, "graphs", capture=target.capture)
+        self.head.runner = graph_runner(module)
+
+    def execution_facts(self) -> dict[str, Any]:
+        facts = super().execution_facts()
+        if self.head.runner is not None:
+            facts["head"] = {**self.head.runner.stats, "capture": self.head.runner.capture}
+        return facts
+
+    def start(self, prompt_ids, generator):
+        self.follow_execution()
+        return super().start(prompt_ids, generator)
 
     @abstractmethod
     def load_head(self, ref: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:

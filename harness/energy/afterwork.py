@@ -41,6 +41,29 @@ def _overlap(u0: np.ndarray, u1: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.minimum(hi, edges[None, :]) - lo, 0.0, None) / (hi - lo)
 
 
+def _placements(rows: tuple, yw: np.ndarray, weight: np.ndarray, a: np.ndarray, steps: np.ndarray,
+                s2: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each fitted step: the delays (piece ends: between two the data cannot tell a step's place) where it
+    fits the data as well — the other steps kept, its height refitted, the weighted residual sum of squares
+    within χ²₁'s 99 % × the residual variance of the fit's — and its height at each."""
+    from scipy.stats import chi2
+
+    u0, u1, r0, r1 = rows
+    at = np.unique(np.concatenate([[0.0], u0, u1, r0, r1]))
+    cols = (_overlap(u0, u1, at) - _overlap(r0, r1, at)) * weight[:, None]
+    den = np.maximum(np.sum(cols * cols, axis=0), 1e-12)
+    rss = float(np.sum((yw - a @ steps) ** 2))
+    out = []
+    for j in range(len(steps)):
+        rest = yw - a @ steps + a[:, j] * steps[j]  # the data less the other steps
+        num = cols.T @ rest
+        heights = np.maximum(num / den, 0.0)
+        worse = float(rest @ rest) - 2 * heights * num + heights ** 2 * den - rss
+        ok = worse <= chi2.ppf(0.99, 1) * s2
+        out.append((at[ok], heights[ok]) if ok.any() else (np.array([0.0]), np.array([steps[j]])))
+    return out
+
+
 class AfterWork:
     """Pieces of the idle after work, per device, by delay after the window's end (see the module docstring)."""
 
@@ -104,8 +127,8 @@ class AfterWork:
             return None  # the idle after work is not seen to move with the delay
         a = design[:, active] * weight[:, None]
         cov = rss1 / (n - p) * np.linalg.pinv(a.T @ a)
-        bounds = np.unique(np.concatenate([[0.0], u0, u1, r0, r1]))  # where the data could place a step
-        return edges[active], steps[active], cov, n - p, bounds
+        places = _placements((u0, u1, r0, r1), y * weight, weight, a, steps[active], rss1 / (n - p))
+        return edges[active], steps[active], cov, n - p, places
 
     def stretch(self, device: int, seconds: float, t0: float, t1: float) -> tuple[float, float]:
         """For an idle stretch [0, ``seconds``] after work taken at the mean power over [``t0``, ``t1``] (delays):
@@ -116,17 +139,17 @@ class AfterWork:
             return 0.0, 0.0
         from scipy.stats import t
 
-        edges, steps, cov, dof, bounds = fitted
+        edges, steps, cov, dof, places = fitted
 
         def gain(at: np.ndarray) -> np.ndarray:
             return np.minimum(seconds, at) - seconds * _overlap(np.array([t0]), np.array([t1]), at)[0]
 
         g = gain(edges)
-        spread = 0.0  # each step lies anywhere between the piece ends around it, as far as the data tell
-        for edge, step, here in zip(edges, steps, g):
-            lo, hi = bounds[bounds <= edge].max(initial=0.0), bounds[bounds >= edge].min(initial=edge)
-            at = np.array([x for x in (lo, hi, seconds, t0, t1) if lo <= x <= hi])
-            spread += step * float(np.max(np.abs(gain(at) - here)))
+        spread = 0.0  # each step anywhere the data place it as well (its height refitted there)
+        for here, (at, heights) in zip(g * steps, places):
+            kinks = np.array([x for x in (seconds, t0, t1) if at.min() <= x <= at.max()])
+            spread += max(float(np.max(np.abs(heights * gain(at) - here))),
+                          float(np.max(np.abs(heights.max() * gain(kinks) - here), initial=0.0)))
         quantile = float(t.ppf(0.995, dof))  # Student's 99 % (idle.quantile; not imported: idle holds a profile)
         return float(g @ steps), quantile * math.sqrt(max(float(g @ cov @ g), 0.0)) + spread
 
@@ -149,6 +172,8 @@ def note_tail(state, seen: list, k: int | None, b: float, device: int, coarse: b
         pieces += [(t - window - b, t - b, w, "power") for t, w in _power_refreshes(state, device, b, after[-1].t)
                    if t - window >= b]
     state.idle.profile.add(device, pieces)
+    if state.idle.profile.fit(device) is not None:  # a step after work: the tails' lag tests cannot tell it from lag
+        state.device_sensor(state.primary, device).blind_tails()
 
 
 def _power_refreshes(state, device: int, since: float, until: float) -> list[tuple[float, float]]:
@@ -171,19 +196,56 @@ def _power_refreshes(state, device: int, since: float, until: float) -> list[tup
     return out
 
 
-def correct(state, device: int, seconds: float) -> tuple[float, float]:
+def tail(state, device: int, seconds: float, idle_w: float, sig: float, own: float) -> tuple[float, float]:
+    """The tail's idle stretch of ``seconds`` after work on ``device``: the error the profile predicts (J, to
+    take off) and the stretch's 99 % bound (J). Where the profile sees the idle stepping after work, the step is
+    modelled (:func:`correct`: the prediction's uncertainty, where the step may lie, the lag bracket, what no
+    tail has seen), so the stretch moves beyond it only as the idle does at rest; elsewhere as it moves right
+    after work (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`)."""
+    delta, known = correct(state, device, seconds, idle_w)
+    rest = state.idle.profile.fit(device) is not None
+    still = state.idle.still_sigma(device)
+    if rest and math.isfinite(still):  # the edge's σ as the idle moves at rest (or its own noise, where larger)
+        sig = max(still, own) if math.isfinite(own) else still
+    return delta, state.idle.stretch_bound(device, seconds, sig, own, rest=rest) + known
+
+
+def correct(state, device: int, seconds: float, idle_w: float = NAN) -> tuple[float, float]:
     """The tail stretch's error the profile predicts on ``device`` (J) and its 99 % half-width: a stretch of
-    ``seconds`` after work taken at the counter interval after the tail refresh (one update long). Where the
-    counter's lag is known only to a bracket, the stretch's end may lie that much either way on the profile
-    (a step right there): the prediction's change over that, in full, is added."""
+    ``seconds`` after work taken at the counter interval after the tail refresh (one update long), idle at
+    ``idle_w``. Where the counter's lag is known only to a bracket, the stretch's end may lie that much either
+    way on the profile (a step right there): the prediction's change over that, in full, is added; so is
+    what the cell's tails have not yet seen (:func:`unseen`)."""
     period = state.update_period(state.primary, device)
     period = period if math.isfinite(period) else 0.1
     sensor = state.device_sensor(state.primary, device)
     half = (sensor.lag_hi - sensor.lag_lo) / 2 if math.isfinite(sensor.lag_hi) else 0.0
     profile = state.idle.profile
     delta, known = profile.stretch(device, seconds, seconds, seconds + period)
+    known += unseen(state, device, seconds, idle_w, period)
     if delta == 0.0 or half <= 0:
         return delta, known
     moved = max(abs(profile.stretch(device, s, s, s + period)[0] - delta)
                 for s in (max(seconds - half, 0.0), seconds + half))
     return delta, known + moved
+
+
+def unseen(state, device: int, seconds: float, idle_w: float, period: float) -> float:
+    """Where the idle after work was seen stepping down (:meth:`~harness.energy.sensors.Sensor.blind_tails`),
+    a step that ends before the shortest delay after work at which any of the cell's tails saw the idle shows
+    in no piece (the fit cannot place it: early in a cell, before a tail's pieces began close to the work's
+    end). The part of the stretch below that delay is priced, in full, at up to the work's mean power over
+    ``idle_w`` (J) — until a piece began within the fast power reading's window (a tenth of a counter update
+    where there is none) of the work's end; a step shorter than that is not covered."""
+    sensor = state.device_sensor(state.primary, device)
+    if not sensor.tails_blind or state.coarse() or not math.isfinite(idle_w) or seconds <= 0:
+        return 0.0
+    lag = sensor.lag_estimate()
+    later = lag - sensor.lag_lo if math.isfinite(lag) else 0.0  # a counter delay (and the stretch) may be this longer
+    nearest = min((p[0] + (later if p[3] == "counter" else 0.0) for pieces in state.idle.profile.tails[device]
+                   for p in pieces), default=math.inf)
+    window = state.power_window(state.cross) if state.cross is not None else None
+    if nearest <= (window if window else period / 10):
+        return 0.0
+    mean_w = state.mean_power_w / state.devices if math.isfinite(state.mean_power_w) else 2 * idle_w
+    return max(mean_w - idle_w, 0.0) * min(seconds + later, nearest)

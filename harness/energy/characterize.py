@@ -123,6 +123,8 @@ LAG_MAX_S = 0.2
 EARLY_S = 0.15  # each load's first part (a generation's prefill) is fitted at its own level
 HOLD_S = 1.6    # the level after work (P-state hysteresis) is fitted over at most this after each load
 WINDOWS = np.unique(np.round(np.geomspace(0.002, 1.35, 160), 4))
+# on to 3 s, 4 % apart: where a reading had not fallen back by then (1.5 s read as 25 ms, issue 30.1; :mod:`.selfcheck`)
+LONG_WINDOWS = np.unique(np.concatenate([WINDOWS, np.round(np.geomspace(1.35, 3.0, 21)[1:], 4)]))
 CHI2_95 = 5.99  # χ²(2) 95 % for (lag, window) jointly: a constant load's residuals (the sensor's noise) are independent
 THRESHOLD = 4 * CHI2_95  # ×4 on a bursty load (a generation's): its residuals are not independent
 NARROW = 1.5      # a bracket hi ÷ lo at most this is a value; wider only says where the window is not
@@ -155,7 +157,7 @@ def _overlap(lo: np.ndarray, hi: np.ndarray, spans: list[tuple[float, float]]) -
 
 
 def fit_window(points: list[tuple[float, float]], loads: list[tuple[float, float]],
-               lag_step_s: float = 0.002, threshold: float = THRESHOLD) -> Fit | None:
+               lag_step_s: float = 0.002, threshold: float = THRESHOLD, windows: np.ndarray = WINDOWS) -> Fit | None:
     """The averaging window and lag of a power reading from its refreshes ``points`` ((time, watts))
     around known loads ``loads`` ([a, b] spans, idle between): the one estimator of both, for
     ``harness-gpu-check`` (many steps of a constant load) and the start-up self-check (one step of
@@ -163,7 +165,7 @@ def fit_window(points: list[tuple[float, float]], loads: list[tuple[float, float
     ``lag`` late reads, at a refresh t, ``I + X_early·|win ∩ early| / W + X·|win ∩ rest| / W +
     H·|win ∩ after| / W`` with win = [t − lag − W, t − lag], "early" each load's first ``EARLY_S``
     (a generation opens on a prefill burst), "after" up to ``HOLD_S`` after each load (P-state
-    hysteresis). Least squares over a grid of lag (0..0.2 s) × W (2 ms..1.35 s), the levels exact at
+    hysteresis). Least squares over a grid of lag (0..0.2 s) × W (``windows``: 2 ms..1.35 s), the levels exact at
     each point; the 95 % bracket is the profile-likelihood region (``threshold``: χ²₂, ×4 for a
     bursty load's dependent residuals), widened by one grid step. Window and lag are told apart only by
     readings part-way through edges at different delays (one such delay fits any W ∝ delay − lag:
@@ -177,12 +179,12 @@ def fit_window(points: list[tuple[float, float]], loads: list[tuple[float, float
     rest = [(e, b) for (_, e), (_, b) in zip(early, loads)]
     after = [(b, min(b + HOLD_S, nxt)) for (_, b), nxt in zip(loads, [a for a, _ in loads[1:]] + [math.inf])]
     lags = np.arange(0.0, LAG_MAX_S + 1e-9, lag_step_s)
-    sse = np.empty((len(lags), len(WINDOWS)))
-    coefs = np.empty((len(lags), len(WINDOWS), 4))
+    sse = np.empty((len(lags), len(windows)))
+    coefs = np.empty((len(lags), len(windows), 4))
     for i, lag in enumerate(lags):  # one lag at a time: (window, point, 4) stays small for long logs
         end = (t - lag)[None, :]
-        start = end - WINDOWS[:, None]
-        cols = np.stack([np.ones_like(start)] + [_overlap(start, end, s) / WINDOWS[:, None]
+        start = end - windows[:, None]
+        cols = np.stack([np.ones_like(start)] + [_overlap(start, end, s) / windows[:, None]
                                                   for s in (early, rest, after)], axis=-1)
         gram = np.einsum("wpi,wpj->wij", cols, cols) + 1e-9 * np.eye(4)
         coefs[i] = np.linalg.solve(gram, np.einsum("wpi,p->wi", cols, y)[..., None])[..., 0]
@@ -190,9 +192,9 @@ def fit_window(points: list[tuple[float, float]], loads: list[tuple[float, float
     best = np.unravel_index(int(np.argmin(sse)), sse.shape)
     sigma2 = max(float(sse[best]) / max(len(points) - 6, 1), 1e-6)
     li, wi = np.nonzero(sse <= sse[best] + threshold * sigma2)  # the bracket, widened by one grid step
-    w_lo, w_hi = WINDOWS[max(wi.min() - 1, 0)], WINDOWS[min(wi.max() + 1, len(WINDOWS) - 1)]
+    w_lo, w_hi = windows[max(wi.min() - 1, 0)], windows[min(wi.max() + 1, len(windows) - 1)]
     l_lo, l_hi = max(lags[li.min()] - lag_step_s, 0.0), lags[li.max()] + lag_step_s
-    return Fit(float(WINDOWS[best[1]]), (float(w_lo), float(w_hi)), float(lags[best[0]]), (float(l_lo), float(l_hi)),
+    return Fit(float(windows[best[1]]), (float(w_lo), float(w_hi)), float(lags[best[0]]), (float(l_lo), float(l_hi)),
                float(coefs[best][2]), math.sqrt(sigma2), len(points))
 
 

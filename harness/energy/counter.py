@@ -197,9 +197,9 @@ def _caught_up(state, sensor, seen: list[Refresh], b: float, coarse: bool, devic
     k, lag_hi, test = 0, _lag_hi(state, sensor, coarse, device), True
     while k < len(seen):
         after = seen[k].t - b
-        if after - seen[k].halfwidth >= lag_hi:
-            return k
-        if after + seen[k].halfwidth <= sensor.lag_lo:
+        if after - seen[k].halfwidth >= lag_hi:  # (blind: once the interval after it, the tail's rate, is seen)
+            return k if len(seen) > k + 1 or not sensor.tails_blind else None
+        if after + seen[k].halfwidth <= sensor.lag_lo or sensor.tails_blind and math.isfinite(lag_hi):
             k += 1
             continue
         if len(seen) < k + 3:
@@ -380,9 +380,9 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
             start = va[d][COUNTER]
             edges["interpolated"] += 1
         if tail is not None and math.isfinite(rate_b):
-            delta, known = afterwork.correct(state, d, max(tail.t - trial.b - shift, 0.0))  # P-state steps
-            end = tail.value - rate_b * (tail.t - trial.b) - delta
-            terms["tail"] += state.idle.stretch_bound(d, max(tail.t - trial.b - shift, 0.0), sig_b, own[1]) + known
+            delta, bound = afterwork.tail(state, d, max(tail.t - trial.b - shift, 0.0), rate_b, sig_b, own[1])
+            end = tail.value - rate_b * (tail.t - trial.b) - delta  # less the error a P-state step predicts
+            terms["tail"] += bound
             terms["tail timing"] += UNIFORM * tail.halfwidth * rate_b
             terms["tail"] += trial.residue[d] if d < len(trial.residue) else 0.0
             edges["aligned"] += 1

@@ -196,7 +196,7 @@ class IdleTracker:
         """How many differences :meth:`step_sigma` rests on (the fewest of the devices')."""
         return min(len(self._pool(d)) for d in (range(self.devices) if device is None else [device]))
 
-    def stretch_bound(self, device: int, seconds: float, sig: float, own: float = NAN) -> float:
+    def stretch_bound(self, device: int, seconds: float, sig: float, own: float = NAN, rest: bool = False) -> float:
         """99 % bound (J) on the error of an idle stretch of ``seconds`` whose energy is taken at the mean power
         of the adjacent sensor interval (length T), on ``device``. ``sig``: that rate's σ (W) as the edge found
         it (the idle's movement between intervals, or its own noise where larger); ``own``: its own noise alone.
@@ -213,8 +213,10 @@ class IdleTracker:
         Student's t on the Welch–Satterthwaite degrees of freedom of the sum (:func:`welch_dof`).
         Without a faster reading the stretch moves as an interval does: ``seconds`` × ``sig`` (or the
         differences as they stand now, where larger: this window's own post-work ones count), t on the
-        differences σ rests on (Z before two)."""
-        pool, dof = self._pool(device), self.step_dof(device)
+        differences σ rests on (Z before two). ``rest``: the differences at rest only (the steps after work
+        are modelled: :func:`harness.energy.afterwork.tail`)."""
+        pool = self.steps[device] if rest and len(self.steps[device]) >= 2 else self._pool(device)
+        dof = len(pool) if rest else self.step_dof(device)
         k = max(1, round(seconds / self.fine_scale)) if math.isfinite(self.fine_scale) and self.fine_scale > 0 else 0
         fine, fine_dof = block_steps(self.fine[device], k) if k else (NAN, 0)
         if not math.isfinite(fine) or len(pool) < 2 or not math.isfinite(own):

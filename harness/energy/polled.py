@@ -37,6 +37,7 @@ from harness.energy.polledbound import UNEVEN, strata, terms as bound_terms
 from harness.energy.readout import build_reading
 from harness.energy.reading import EnergyReading
 from harness.energy.series import HOLD
+from harness.energy.trialidle import edge_idle
 from harness.energy.trials import Runs, Trial, release
 
 NAN = math.nan
@@ -130,11 +131,12 @@ def _round(state, workload, results, refreshes, n_trials, began, shifting, reads
         if shifting and trials and not trials[0].aimed:  # trial 0 opened unaimed (no refresh seen): aim from it
             first, _ = phase_of(trials[0].opened, refreshes, p_eff, 1e-3)
             target = (first + stratum / phases) % 1.0 if math.isfinite(first) else target
-        watcher = RefreshWatcher(power, clock, cfg.phase_poll_s, cfg.max_gap_s)
+        since, watcher = clock.now(), RefreshWatcher(power, clock, cfg.phase_poll_s, cfg.max_gap_s)
         not_before = clock.now() + max(state.rng.uniform(*cfg.trial_delay_s), w_eff + p_eff)
         opened, aimed = aim(watcher, not_before, target, refreshes, p_eff)
         refreshes.extend(watcher.seen[0])
-        trial = Trial(opened=opened, watched_from=began, aimed=aimed, stratum=stratum if shifting else -1)
+        trial = Trial(opened=opened, watched_from=began, aimed=aimed, stratum=stratum if shifting else -1,
+                      idle_edges=[edge_idle(watcher.seen, since, w_eff, opened)])
         before = (clock.now(), unverified.read_counter(counter)[0]) if counter is not None else None
         runs = Runs(state, trial, workload, results)
         while True:
@@ -171,6 +173,7 @@ def _tail(state, trial: Trial, refreshes: list[Refresh], p_eff: float, w_eff: fl
             break
     stop: tuple[float, list] = (clock.now(), list(tail.last or []))
     until, early = -math.inf, _early(tail, trial.b, p_eff, w_eff, stop)
+    trial.idle_edges = trial.idle_edges[:1] + [sum(e[0][1] for e in early) if all(early) else NAN]
     # the settled idle's wait follows where the idle after work is off the settled level: watch it settle meanwhile
     # (free; where it is at that level the wait is skipped, and a watch would delay the next trial: issue 30.5)
     wait = state.settled_due() and tail.error is None and all(early) and not state.idle.at_settled(

@@ -68,6 +68,7 @@ from harness.energy import aimoffset
 from harness.energy.hardware import unevenness
 from harness.energy.idle import Z, quantile
 from harness.energy.phases import covers_period, fit_grid, largest_gap, phase_of
+from harness.energy.trialidle import comparable
 
 NAN = math.nan
 # the order in which a round visits its 8 phases: even indices (half A) and odd ones (half B) in the Thue–Morse
@@ -150,15 +151,15 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     σ, s) for :func:`_tile`."""
     k = len(powers)
     aim = aimoffset.correct(trials, powers, phases, ref_period)  # each trial's power at its aimed phase
-    if aim is not None:
-        powers, mean_p = aim.powers, statistics.fmean(aim.powers)
+    powers, mean_p = (aim.powers, statistics.fmean(aim.powers)) if aim is not None else (powers, mean_p)
+    powers, inflation, fitted = comparable(trials, powers)  # what the idle at each trial's edges explains taken out
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
     slopes = [(abs(m[j] - m[j - 1]) + abs(m[(j + 1) % k] - m[j])) / 2 * k for j in range(k)]  # W per period
     halves = [[p for t, p in zip(trials, powers) if t.stratum % 2 == h] for h in (0, 1)]
     if min(map(len, halves)) == 0:
         halves = [powers[0::2], powers[1::2]]
-    d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p
+    d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p * math.sqrt(inflation)
     sigma_j, counts = jitter if jitter is not None else (0.0, [1.0] * k)
     # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll); corrected
     off = [0.0] * k if aim is not None else aimoffset.offsets(trials, phases, ref_period)
@@ -166,7 +167,8 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
                           for j, s in enumerate(slopes))) / (k * mean_p)
     varied = aimoffset.varied(trials)
     if varied:  # runs of varying length scatter each trial's phases: the trials are independent draws
-        split, dof = pooled(state, statistics.variance(powers) / k / mean_p ** 2, k - 1)
+        split, dof = pooled(state, statistics.variance(powers) * (k - 1) / (k - 1 - fitted) / k / mean_p ** 2,
+                            k - 1 - fitted)
     else:
         split, dof = pooled(state, d * d, 1)
     split = max(split, d)  # prompts differ: this one's own draw, where larger than the cell's (on the safe side)

@@ -9,8 +9,11 @@ no such profile for its device and driver measures the figures it relies on itse
 * the **update period** is measured at start-up already (1 ms polling at idle: :mod:`.sensors`);
 * the **averaging window** and the **lag** from one idle → load → idle step made of the first
   prompt's own workload: the meter has just measured the settled idle (the GPU idle for seconds),
-  then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle, polling the
-  reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
+  then runs the workload back to back for ``STEP_S``, then waits ``POST_S`` of idle (``POST_MAX_S``
+  where the fit's bracket reached from ≥ 0.7 s to the end of its windows, 1.35 s: a running average over
+  1.3-2 s had not fallen back by then and the window was left at the table's 25 ms; its windows then reach
+  3 s), polling
+  the reading every millisecond (:class:`~harness.energy.characterize.FastLog`). A reading averaging the
   last W seconds, published ``lag`` late, of a step of power X on [a, b] (and of whatever level H
   the GPU keeps after it: P-state hysteresis) reads, at a refresh t,
   ``I + X·|[t−lag−W, t−lag] ∩ [a, b]|/W + H·|[t−lag−W, t−lag] ∩ [b, ∞)|/W``: it rises over W from
@@ -36,7 +39,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from harness.energy.characterize import WINDOWS, FastLog, Fit, fit_window
+from harness.energy.characterize import LONG_WINDOWS, WINDOWS, FastLog, Fit, fit_window
 from harness.energy.hardware import PowerSemantics, unevenness
 from harness.energy.polledbound import UNEVEN
 
@@ -44,10 +47,12 @@ NAN = math.nan
 PRE_S = 0.4     # idle polled before the step (the GPU has been idle since the meter's start-up)
 STEP_S = 1.2    # the step: the workload back to back at least this long (longer than a 1 s window)
 POST_S = 1.6    # idle polled after it: a 1 s window plus a lag and a few updates fall back within it
+POST_MAX_S = 3.4  # ... or this long, where the fit's window bracket lay in 0.7 s .. its grid's end (1.35 s)
 USED = ("measured", "bracketed")  # statuses whose figures replace the assumed ones
 
 
-def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: float) -> tuple[str, str]:
+def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: float,
+            longest: float = WINDOWS[-1]) -> tuple[str, str]:
     """(status, why): ``measured`` (use the fitted window), ``bracketed`` (the assumed one lies far outside a
     wide bracket: use its upper end), ``consistent`` (the assumed one lies in the bracket: kept),
     ``inconclusive`` (kept, for the reason given)."""
@@ -60,8 +65,8 @@ def verdict(fit: Fit | None, assumed: float | None, period: float, halfwidth: fl
         return "inconclusive", (f"the load step ({fit.step_w:.1f} W) is not clear of the readings' noise "
                                 f"({fit.noise_w:.1f} W)")
     lo, hi = fit.window_between_s
-    if hi >= WINDOWS[-1] * 0.999:
-        return "inconclusive", f"the reading had not fallen back to idle {POST_S:g} s after the step"
+    if hi >= longest * 0.999:
+        return "inconclusive", f"the reading had not fallen back to idle {POST_S:g}-{POST_MAX_S:g} s after the step"
     if assumed is not None and lo <= assumed <= hi:
         return "consistent", (f"the assumed {assumed * 1e3:.0f} ms lies in the measured "
                               f"{lo * 1e3:.0f}..{hi * 1e3:.0f} ms")
@@ -190,6 +195,10 @@ def run(state, check: SelfCheck, workload) -> None:
         check.runs += 1
     b = clock.now()
     clock.sleep(POST_S)
+    fits, longest = _fits(log, power, (a, b), WINDOWS), WINDOWS[-1]
+    if any(_beyond(f, longest) for f in fits):  # a window of 0.7 s or more, longer than the grid: watch on, fit
+        clock.sleep(POST_MAX_S - POST_S)       # windows up to 3 s
+        fits, longest = _fits(log, power, (a, b), LONG_WINDOWS), LONG_WINDOWS[-1]
     log.stop()
     check.cost_s = clock.now() - began
     with log.lock:
@@ -199,9 +208,8 @@ def run(state, check: SelfCheck, workload) -> None:
     halfwidth = statistics.median([h for _, h, _ in changes]) if changes else math.inf
     period = state.update_period(power)
     assumed = check.assumed.window_s if check.assumed is not None else None
-    for d in range(len(power.handles)):
-        fit = fit_window([(t, v[d]) for t, _, v in changes if t >= a - PRE_S], [(a, b)])
-        status, why = verdict(fit, assumed, period, halfwidth)
+    for d, fit in enumerate(fits):
+        status, why = verdict(fit, assumed, period, halfwidth, longest)
         check.fits.append(fit)
         check.statuses.append(status)
         if d == 0:
@@ -210,6 +218,20 @@ def run(state, check: SelfCheck, workload) -> None:
         check.edges = [[] for _ in check.fits]  # narrowed from the trials' falling edges (:func:`refine`)
         check.narrowed = [None for _ in check.fits]
     _apply(state, check)
+
+
+def _beyond(fit: Fit | None, longest: float) -> bool:
+    """Whether a clear step's (``verdict``'s test) window bracket lies from half the grid's end to its end."""
+    return fit is not None and fit.step_w >= max(3 * fit.noise_w, 5.0) and \
+        fit.window_between_s[0] >= longest / 2 and fit.window_between_s[1] >= longest * 0.999
+
+
+def _fits(log: FastLog, power, step: tuple[float, float], windows) -> list[Fit | None]:
+    """Per device, :func:`fit_window` of the readings logged so far around the load ``step`` (a, b)."""
+    with log.lock:
+        changes = list(log.changes[power.name])
+    return [fit_window([(t, v[d]) for t, _, v in changes if t >= step[0] - PRE_S], [step], windows=windows)
+            for d in range(len(power.handles))]
 
 
 def _apply(state, check: SelfCheck) -> None:

@@ -39,6 +39,8 @@ class Sensor:
     lag_hi: float = math.inf           # ... and at most this (a tail refresh this soon had caught up)
     lag_tests: int = 0
     rise_hi: float = math.inf          # counter: the lag is below this, seen where only work raises the power
+    tails_blind: bool = False          # counter: the idle steps down after work, which a tail takes for lag
+    lag_floor: float = 0.0             # counter: the lag is above this whatever the tails say (a sensor profile)
     device_update_s: list[float] = field(default_factory=list)  # every device's inferred update period
     increments_mj: set[int] = field(default_factory=set)  # counter: distinct positive increments seen (for the gcd)
     _grid: tuple[int, Grid] | None = None
@@ -84,6 +86,8 @@ class Sensor:
         """A window's tail: the first refresh ``after_s`` after the window's end had (not) caught up
         with it. The lag lies between the longest delay that was behind and the shortest that was not."""
         self.lag_tests += 1
+        if behind and self.tails_blind:
+            return
         if behind:
             self.lag_lo = max(self.lag_lo, after_s)
         else:
@@ -91,11 +95,26 @@ class Sensor:
         if self.lag_lo >= self.lag_hi:  # inconsistent (jitter, noise): start over from this test
             self.lag_lo, self.lag_hi = (after_s, math.inf) if behind else (0.0, after_s)
 
+    def seed_lag(self, lag_s: float) -> None:
+        """A lag measured beforehand (harness-gpu-check, a sensor profile): the tests start from ± 5 ms of it."""
+        self.lag_lo, self.lag_hi, self.lag_tests = max(0.0, lag_s - 0.005), lag_s + 0.005, 1
+        self.lag_floor = self.lag_lo
+
+    def blind_tails(self) -> None:
+        """The idle after work was seen stepping down (harness/energy/afterwork.py): a tail's first interval above
+        the next is then no sign of lag, so no tail says "behind" from now on, and what they said is dropped —
+        the lag lies anywhere between its floor (0, or a profile's) and what the tails and the rising edge said
+        it is below."""
+        if not self.tails_blind:
+            self.tails_blind, self.lag_lo, self.lag_hi = True, self.lag_floor, min(self.lag_hi, self.rise_hi)
+
     def lag_estimate(self) -> float:
-        """Mid-way between what the tails showed once one was behind; 0 while none was (NaN before any test)."""
+        """Mid-way between what the tails showed once one was behind (or where they cannot tell: see
+        :meth:`blind_tails`); 0 while none was (NaN before any test)."""
         if not self.lag_tests:
             return NAN
-        return (self.lag_lo + self.lag_hi) / 2 if self.lag_lo > 0 and math.isfinite(self.lag_hi) else self.lag_lo
+        mid = (self.lag_lo > 0 or self.tails_blind) and math.isfinite(self.lag_hi)
+        return (self.lag_lo + self.lag_hi) / 2 if mid else self.lag_lo
 
     def lag_reported(self, narrow_s: float = 0.02) -> float:
         """The lag as a record states it: the midpoint once the tests bracket it within ``narrow_s``,

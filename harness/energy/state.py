@@ -72,8 +72,7 @@ class MeterState:
         for c in self.channels:  # a lag measured by harness-gpu-check (sensor profile): where the tests start
             lag = c.semantics.lag_s if c.semantics is not None else None
             if c.kind == "energy" and lag is not None:
-                sensor = self.sensors[c.name]
-                sensor.lag_lo, sensor.lag_hi, sensor.lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+                self.sensors[c.name].seed_lag(lag)
         self._device_sensors: dict[str, dict[int, Sensor]] = {}
         self.idle = IdleTracker(self.devices)
         self.idle.settle_s = cfg.idle_settle_s
@@ -189,7 +188,7 @@ class MeterState:
                                  resolution_j=base.resolution_j, resolution_note=base.resolution_note)
             lag = channel.per_device[device].lag_s if len(channel.per_device) > device else None
             if lag is not None:
-                per[device].lag_lo, per[device].lag_hi, per[device].lag_tests = max(0.0, lag - 0.005), lag + 0.005, 1
+                per[device].seed_lag(lag)
         return per[device]
 
     @staticmethod

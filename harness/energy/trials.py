@@ -40,6 +40,7 @@ class Trial:
     tail_range: float = 0.0    # polled: range of the readings of the idle after it (W, devices summed)
     anchor_ext: Anchor | None = None
     tail_seen: list[list[Refresh]] = field(default_factory=list)  # polled: each device's refreshes in the tail
+    idle_edges: list[float] = field(default_factory=list)  # polled: idle right before and after it (W; .trialidle)
     host_a: dict | None = None
     host_b: dict | None = None
 

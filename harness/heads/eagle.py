@@ -38,7 +38,7 @@ from torch import nn
 from harness.heads.defaults import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL_TOKENS, check_tree_params
 from harness.errors import HarnessError
 from harness.heads.checkpoints import check_keys, read_config, read_weights, write_checkpoint
-from harness.primitives.kv_cache import cache_length, truncate
+from harness.primitives.kv_cache import cache_length, new_cache, truncate
 
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
 
@@ -86,10 +86,9 @@ class EagleHead(nn.Module):
 
 
 def new_head_cache(head: EagleHead):
-    """An empty KV cache for the head (it keeps the prefix's feature/token pairs between rounds)."""
-    from transformers import DynamicCache
-
-    return DynamicCache(config=head.config)
+    """An empty KV cache for the head (it keeps the prefix's feature/token pairs between rounds): in the ``graphs``
+    execution mode (a runner attached to the head) a static one, whose calls the runner buckets and captures."""
+    return new_cache(head)
 
 
 def load_eagle(ref: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> EagleHead:
@@ -191,8 +190,8 @@ def eagle_draft_tree(head: EagleHead, embed: nn.Module, lm_head: nn.Module, feat
     cache = new_head_cache(head) if cache is None else cache
     past = cache_length(cache)
     n, dtype, device = past + m, features.dtype, features.device
-    out = head(features, embed(tokens), torch.arange(past, n, device=device)[None], causal_mask(m, past, dtype, device),
-               cache)
+    out = head(features=features, embeds=embed(tokens), position_ids=torch.arange(past, n, device=device)[None],
+               attention_mask=causal_mask(m, past, dtype, device), cache=cache)
     logp = _log_probs(lm_head, out[0, -1], vocab_size)
     top = torch.topk(logp, min(top_k, logp.size(-1)))
     pool_tokens, pool_scores = [top.indices], [top.values]
@@ -203,8 +202,9 @@ def eagle_draft_tree(head: EagleHead, embed: nn.Module, lm_head: nn.Module, feat
     tree_allowed = torch.eye(k, dtype=torch.bool, device=device)  # frontier rows × tree nodes fed so far
     for level in range(1, depth):
         allowed = torch.cat([torch.ones(k, n, dtype=torch.bool, device=device), tree_allowed], dim=1)
-        out = head(front_in[None], embed(front_tok[None]), torch.full((1, k), n + level - 1, device=device),
-                   additive_mask(allowed, dtype), cache)[0]
+        out = head(features=front_in[None], embeds=embed(front_tok[None]),
+                   position_ids=torch.full((1, k), n + level - 1, device=device),
+                   attention_mask=additive_mask(allowed, dtype), cache=cache)[0]
         child = torch.topk(_log_probs(lm_head, out, vocab_size), k, dim=-1)  # (k, k)
         cum = (front_score[:, None] + child.values).flatten()
         base = sum(t.numel() for t in pool_tokens)

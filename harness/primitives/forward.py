@@ -86,13 +86,20 @@ class CountedModel:
 class CountedHead:
     """A trained draft head (a torch module that is no causal LM: Medusa's heads, EAGLE's layer) with
     :class:`CountedModel`'s counter and spans: a draft-free method's head calls are its draft calls, timed and
-    attributed as drafting (heads-design item 6). ``module`` is the head itself; calling this counts one call."""
+    attributed as drafting (heads-design item 6). ``module`` is the head itself; calling this counts one call.
+
+    In the ``graphs`` execution mode (``runner``: the head's :class:`~harness.primitives.graphs.GraphRunner`, set by
+    its decoder per generation) a call on a static cache (``cache=`` a :class:`StaticKV`, EAGLE's head; its other
+    keyword tensors are per-position inputs) goes to the runner's bucketed :meth:`~harness.primitives.graphs.
+    GraphRunner.step`, a cacheless positional call (Medusa's heads) to its fixed-shape :meth:`~harness.primitives.
+    graphs.GraphRunner.call`: the same results, captured per shape on CUDA."""
 
     def __init__(self, module, sync: bool = False):
         self.module = module
         self.calls = 0
         self.sync = sync
         self.spans: list[tuple[float, float]] = []
+        self.runner = None  # the head's graphs runner in graphs mode, else None (eager)
 
     @torch.no_grad()
     def __call__(self, *args, **kwargs):
@@ -101,7 +108,15 @@ class CountedHead:
         if self.sync:
             synchronize(device)
         start = time.perf_counter()
-        out = self.module(*args, **kwargs)
+        cache = kwargs.get("cache")
+        if isinstance(cache, StaticKV):
+            inputs = {k: v for k, v in kwargs.items() if k not in ("cache", "position_ids", "attention_mask")}
+            out = cache.runner.step(inputs, cache, position_ids=kwargs.get("position_ids"),
+                                    attention_mask=kwargs.get("attention_mask"))[0]
+        elif self.runner is not None and not kwargs:
+            out = self.runner.call(*args)
+        else:
+            out = self.module(*args, **kwargs)
         if self.sync:
             synchronize(device)
         self.spans.append((start, time.perf_counter()))

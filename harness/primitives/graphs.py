@@ -21,10 +21,16 @@ A forward of T tokens at cache length n, in graphs mode:
    logits of the T real positions are returned (copies: the static outputs are overwritten by the next replay).
 
 The capture (step 3) runs only with ``torch.cuda.is_available()`` and a model on a CUDA device.
+
+The trained heads run in the mode too, each on a runner of its own (attached by its decoder,
+:class:`~harness.decoders.head_drafting.HeadDecoder`, capturing iff the target's does): EAGLE's head on a static
+cache through :meth:`GraphRunner.step` (its ``features``/``embeds`` padded as ids are, its tree masks placed as
+above), Medusa's heads, cacheless and of one shape, through :meth:`GraphRunner.call`.
 """
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import torch
 
@@ -93,9 +99,12 @@ class GraphRunner:
         self.capture = (torch.cuda.is_available() and device.type == "cuda") if capture is None else bool(capture)
         self.dtype = next(model.parameters()).dtype
         self.cache_kwarg = cache_kwarg(model)
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.num_layers = int(config.num_hidden_layers)
+        self.lm = _takes(model, "input_ids")  # a causal LM (logits out), else a head's module (its output tensor)
+        config: Any = getattr(model, "config", None)
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.num_layers = int(getattr(config, "num_hidden_layers", 0))  # a cacheless head: none
         self.slots: list[tuple[Slot, weakref.ref | None]] = []
+        self.graphs: dict = {}  # the cacheless calls' static inputs and graphs (:meth:`call`)
         self.pool = None
         self.active = True
         self.stats = {"captures": 0, "replays": 0, "uncaptured": 0, "slots": 0, "growths": 0}
@@ -120,13 +129,28 @@ class GraphRunner:
     def forward(self, input_ids: torch.Tensor, cache: StaticKV, *, position_ids=None, attention_mask=None,
                 keep: int | None = None, return_hidden: bool = False):
         """Logits (B, T or keep, V_model) of the T real positions, and the last hidden states (or None)."""
-        b, t = input_ids.shape
+        logits, hidden = self.step({"input_ids": input_ids}, cache, position_ids=position_ids,
+                                   attention_mask=attention_mask, return_hidden=return_hidden)
+        if keep is not None:
+            logits = logits[:, logits.size(1) - int(keep):]
+        return logits, hidden
+
+    @torch.inference_mode()
+    def step(self, inputs: dict[str, torch.Tensor], cache: StaticKV, *, position_ids=None, attention_mask=None,
+             return_hidden: bool = False):
+        """The model's forward over T positions at the cache's length (the module docstring's steps 1-4).
+
+        ``inputs``: the per-position inputs {keyword: (B, T, ...)}, padded as step 1 pads the ids — a causal LM's
+        ``input_ids``; EAGLE's head its ``features`` and ``embeds`` (:class:`~harness.primitives.forward.CountedHead`
+        sends a head's call here when its cache is static). Returns the T real positions' output (an LM's logits, a
+        head's output tensor) and the last hidden states (or None)."""
+        b, t = next(iter(inputs.values())).shape[:2]
         n, tb = cache.length, self.bucket(t)
         grown = cache.slot.generation
         ready = cache.prepare(b, n + tb)
         self.stats["growths"] += cache.slot.generation - grown
-        static = self._static_inputs(cache.slot, b, tb, input_ids.device)
-        self._fill(static, input_ids, position_ids, attention_mask, n, t)
+        static = self._static_inputs(cache.slot, inputs, b, tb)
+        self._fill(static, inputs, position_ids, attention_mask, n, t)
         cache.write_idx = static["write_idx"]
         key = ("graph", b, tb, bool(return_hidden))
         graph = cache.slot.graphs.get(key)
@@ -135,54 +159,83 @@ class GraphRunner:
         if graph is not None:
             graph.replay()
             self.stats["replays"] += 1
-            logits, hidden = static[("out", bool(return_hidden))]
-            logits, hidden = logits[:, :t].clone(), (hidden[:, :t].clone() if hidden is not None else None)
+            out, hidden = static[("out", bool(return_hidden))]
+            out, hidden = out[:, :t].clone(), (hidden[:, :t].clone() if hidden is not None else None)
         else:
             self.stats["uncaptured"] += 1
-            logits, hidden = self._run(cache, static, bool(return_hidden))
-            logits, hidden = logits[:, :t], (hidden[:, :t] if hidden is not None else None)
+            out, hidden = self._run(cache, static, bool(return_hidden))
+            out, hidden = out[:, :t], (hidden[:, :t] if hidden is not None else None)
         cache.length = n + t
-        if keep is not None:
-            logits = logits[:, t - int(keep):]
-        return logits, hidden
+        return out, hidden
 
-    def _static_inputs(self, slot: Slot, b: int, tb: int, device) -> dict:
+    @torch.inference_mode()
+    def call(self, *args: torch.Tensor) -> torch.Tensor:
+        """A cacheless forward ``model(*args)`` on tensors of fixed shapes (Medusa's heads on one hidden state):
+        the arguments copied into static buffers of their shapes, the forward captured once per shape on CUDA and
+        replayed (elsewhere run eagerly on the same buffers); returns a copy of its output."""
+        key = ("call", tuple((tuple(a.shape), a.dtype, a.device) for a in args))
+        static = self.graphs.get(("inputs", key))
+        if static is None:
+            static = self.graphs[("inputs", key)] = {"args": [torch.empty_like(a) for a in args]}
+        for buffer, arg in zip(static["args"], args):
+            buffer.copy_(arg)
+        graph = self.graphs.get(key)
+        if graph is None and self.capture:
+            graph = self._capture(None, static, False, key)
+        if graph is not None:
+            graph.replay()
+            self.stats["replays"] += 1
+            return static[("out", False)][0].clone()
+        self.stats["uncaptured"] += 1
+        return self._run(None, static, False)[0]
+
+    def _static_inputs(self, slot: Slot, inputs: dict, b: int, tb: int) -> dict:
         key = ("inputs", b, tb)
         if key not in slot.graphs:
+            device = next(iter(inputs.values())).device
             slot.graphs[key] = {
-                "ids": torch.zeros(b, tb, dtype=torch.long, device=device),
+                "inputs": {name: torch.zeros(b, tb, *x.shape[2:], dtype=x.dtype, device=device)
+                           for name, x in inputs.items()},
                 "pos": torch.zeros(b, tb, dtype=torch.long, device=device),
                 "write_idx": torch.zeros(tb, dtype=torch.long, device=device),
                 "mask": torch.zeros(b, 1, tb, slot.capacity, dtype=self.dtype, device=device)}
         return slot.graphs[key]
 
-    def _fill(self, static: dict, input_ids, position_ids, attention_mask, n: int, t: int) -> None:
-        b, tb = static["ids"].shape
-        dev = static["ids"].device
-        ids = input_ids.to(dev)
-        static["ids"][:, :t].copy_(ids)
+    def _fill(self, static: dict, inputs: dict, position_ids, attention_mask, n: int, t: int) -> None:
+        b, tb = static["pos"].shape
+        dev = static["pos"].device
+        for name, x in inputs.items():  # the padded queries: the last position's inputs again
+            buffer, x = static["inputs"][name], x.to(dev)
+            buffer[:, :t].copy_(x)
+            if tb > t:
+                buffer[:, t:].copy_(x[:, -1:].expand(-1, tb - t, *x.shape[2:]))
         if position_ids is None:
             pos = torch.arange(n, n + t, device=dev)[None].expand(b, -1)
         else:
             pos = position_ids.to(dev).expand(b, -1)
         static["pos"][:, :t].copy_(pos)
-        if tb > t:  # the padded queries: the last token again, at the following positions
-            static["ids"][:, t:].copy_(ids[:, -1:].expand(-1, tb - t))
+        if tb > t:  # ... at the following positions
             static["pos"][:, t:].copy_(pos[:, -1:] + torch.arange(1, tb - t + 1, device=dev))
         static["write_idx"].copy_(torch.arange(n, n + tb, device=dev))
         fill_mask(static["mask"], attention_mask, n, t)
 
-    def _run(self, cache: StaticKV, static: dict, return_hidden: bool):
-        kwargs = {self.cache_kwarg: cache, "use_cache": True, "position_ids": static["pos"],
-                  "attention_mask": static["mask"]}
+    def _run(self, cache: StaticKV | None, static: dict, return_hidden: bool):
+        """The forward on the static buffers: ``(output, last hidden states or None)``."""
+        if cache is None:  # a cacheless call
+            return self.model(*static["args"]), None
+        kwargs = {self.cache_kwarg: cache, "position_ids": static["pos"], "attention_mask": static["mask"]}
+        if not self.lm:  # a head's module: its output tensor
+            return self.model(**static["inputs"], **kwargs), None
+        kwargs["use_cache"] = True
         if return_hidden:
             kwargs["output_hidden_states"] = True
-        out = self.model(input_ids=static["ids"], **kwargs)
+        out = self.model(**static["inputs"], **kwargs)
         return out.logits, (out.hidden_states[-1] if return_hidden else None)
 
-    def _capture(self, cache: StaticKV, static: dict, return_hidden: bool, key: tuple):
-        """Capture this shape's forward on the slot's buffers (CUDA only; unverified without a GPU run)."""
-        device = static["ids"].device
+    def _capture(self, cache: StaticKV | None, static: dict, return_hidden: bool, key: tuple):
+        """Capture this shape's forward on the slot's buffers, or a cacheless call's on the runner's (CUDA only;
+        unverified without a GPU run)."""
+        device = static["pos"].device if cache is not None else static["args"][0].device
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):  # warm-up: the same inputs, so its cache writes equal the replay's
@@ -195,9 +248,18 @@ class GraphRunner:
         # thread_local: only this thread is held to capture rules (the energy sampler's thread keeps polling)
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             static[("out", return_hidden)] = self._run(cache, static, return_hidden)
-        cache.slot.graphs[key] = graph
+        (cache.slot.graphs if cache is not None else self.graphs)[key] = graph
         self.stats["captures"] += 1
         return graph
+
+
+def _takes(model, keyword: str) -> bool:
+    import inspect
+
+    try:
+        return keyword in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def fill_mask(mask: torch.Tensor, attention_mask, n: int, t: int) -> None:

@@ -362,7 +362,7 @@ def _run_facts(c: CellRun, sh: _Shared, segments: list[dict], energy_info: dict,
     """How and where the cell ran: times, environment, memory, energy meter, its segments and interleaving."""
     interleaved, group = interleave_label(segments, c.cid, len(c.open_writer.records))
     return {"started_at": segments[0]["at"] if segments else c.started, "finished_at": now(),
-            "env": environment_info(sh.pair.device, sh.pair), "execution": sh.pair.execution_facts(),
+            "env": environment_info(sh.pair.device, sh.pair), "execution": c.decoder.execution_facts(),
             "cpu_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "energy_meter": energy_info, "gpu_state": gpu_state, "interleaved": interleaved,
             "interleave_group": group, "segments": segments, "resumed": len(segments) > 1}

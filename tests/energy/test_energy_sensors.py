@@ -294,3 +294,27 @@ def test_a_50_ms_sensor_under_a_10_hz_load_is_timed_on_its_refresh_grid():
             held += errors[-1] <= m.reading.error_bound
         meter.close()
     assert held == len(errors) and max(errors) < 0.005, errors
+
+
+def test_tails_blinded_by_an_idle_step_after_work_keep_only_what_they_cannot_fake():
+    """Once the idle is seen stepping down after work (issue 30.5), a tail's "behind" is no sign of lag: the
+    lower bound the tails gave is dropped (a sensor profile's stays), later "behind"s are ignored, "caught up"s
+    still narrow it, and the lag is taken mid-bracket (0 while no tail was behind, before)."""
+    from harness.energy.sensors import Sensor
+
+    fooled = Sensor("energy", "energy")
+    fooled.lag_seen(0.0565, True)   # the step taken for lag
+    fooled.lag_seen(0.0586, False)
+    assert fooled.lag_estimate() == pytest.approx(0.05755)
+    fooled.rise_hi = 0.07
+    fooled.blind_tails()
+    assert (fooled.lag_lo, fooled.lag_hi) == (0.0, 0.0586) and fooled.lag_estimate() == pytest.approx(0.0293)
+    fooled.lag_seen(0.05, True)
+    fooled.lag_seen(0.052, False)
+    assert (fooled.lag_lo, fooled.lag_hi) == (0.0, 0.052)
+
+    profiled = Sensor("energy", "energy")
+    profiled.seed_lag(0.03)
+    profiled.lag_seen(0.032, True)
+    profiled.blind_tails()
+    assert profiled.lag_lo == pytest.approx(0.025) and profiled.lag_hi == pytest.approx(0.035)

@@ -66,6 +66,23 @@ def test_a_one_second_window_where_the_table_says_25_ms_is_measured_at_start(see
     assert all(abs(e) <= b for e, b in zip(errors, bounds)), (errors, bounds)
 
 
+@pytest.mark.parametrize("seed,window", [(3, 1.5), (4, 2.0), (5, 1.3)])
+def test_a_running_average_longer_than_the_step_s_wait_is_measured_not_assumed(seed, window):
+    """power.draw averaging 1.3, 1.5 or 2 s where the table says 25 ms (held-out: no study row). The step's 1.6 s
+    wait ended before the reading fell back and the fit's windows stopped at 1.35 s: "inconclusive", the 25 ms
+    kept, every tail cut short — 19-37 % of each prompt missed here (8-9 % in the study's cells) with bounds
+    under 1 % (held on none). Now, where the fit's
+    bracket reaches the end of its windows (1.35 s), the step is watched to 3.4 s and refitted with windows up to
+    3 s: the window is measured."""
+    errors, bounds, summary, _ = cell(seed, {"source": "power-usage"}, **{**A100, "usage_window_s": window})
+    check = summary["energy_selfcheck"]
+    assert check["status"] in selfcheck.USED, check
+    lo, hi = check["per_device"][0]["window_between_s"]
+    assert lo <= window <= hi, check
+    assert all(abs(e) < 0.01 for e in errors), errors  # 2 s read as 1.93 s (lag 18 ms): 0.5 %, within its bound
+    assert all(abs(e) <= b for e, b in zip(errors, bounds)), (errors, bounds)
+
+
 def test_a_window_matching_the_table_is_kept_and_said_to_be_consistent():
     _, _, summary, _ = cell(2, {"source": "power"}, prompts=1, **H100)  # truth 25 ms on 100 ms, as the table says
     check = summary["energy_selfcheck"]

@@ -78,6 +78,35 @@ def test_the_pair_reports_its_execution_facts(pair):
         pair.set_execution("eager")
 
 
+HEADS = ["eagle2", "medusa", "medusa_typical"]
+
+
+@pytest.mark.parametrize("method", HEADS)
+@pytest.mark.parametrize("decoding", ["greedy", "sampling"])
+def test_the_heads_forwards_go_through_their_graph_runner(pair, method, decoding):
+    """Graphs mode takes in the trained heads too (issue 28.3): every head call (the method's draft calls) is a
+    forward of the head's own runner — EAGLE's on a static cache at a bucketed width, Medusa's at its fixed
+    shape — and the outputs equal eager's."""
+    eager = _run(pair, "eager", method, decoding)
+    pair.set_execution("graphs")
+    try:
+        decoder = build_decoder(method, pair, decoding=decoding, **random_head_params(method, pair))
+        gens = [decoder.generate(pair.tokenizer(p)["input_ids"], 14, seed=11 + i) for i, p in enumerate(PROMPTS)]
+        runner = graph_runner(decoder.head.module)
+        assert runner is not None and decoder.head.runner is runner
+        calls = sum(g.stats.draft_calls for g in gens)
+        assert calls > 0 and runner.stats["uncaptured"] + runner.stats["replays"] == calls, (runner.stats, calls)
+        assert runner.stats["captures"] == 0 and (runner.stats["slots"] == 1) == (method == "eagle2")
+        assert [g.output_ids for g in gens] == eager
+        facts = decoder.execution_facts()  # the run's facts carry the head's runner beside the target's
+        assert facts["mode"] == "graphs" and facts["head"]["uncaptured"] == calls and "target" in facts
+        pair.set_execution("eager")  # the head follows the pair at the next generation
+        decoder.generate(pair.tokenizer(PROMPTS[0])["input_ids"], 6, seed=1)
+        assert graph_runner(decoder.head.module) is None and runner.stats["uncaptured"] == calls
+    finally:
+        pair.set_execution("eager")
+
+
 @pytest.mark.parametrize("method", REFUSED)
 def test_a_method_that_cannot_run_in_graphs_mode_is_refused(pair, method):
     pair.set_execution("graphs")
@@ -253,6 +282,9 @@ def stand_in_cuda(monkeypatch):
     def graph(g, pool=None, capture_error_mode="global"):
         def recording(self, cache, static, return_hidden):
             out = original(self, cache, static, return_hidden)
+            if cache is None:  # a cacheless call (Medusa's heads): the static arguments alone
+                g.run, g.out = (lambda: original(self, None, static, return_hidden)), out
+                return out
             # a graph holds buffer addresses, not the cache: replay through a stand-in bound to the same buffers
             shadow = StaticKV(self, cache.slot, self.num_layers)
             shadow.bind(cache.batch)
@@ -269,10 +301,11 @@ def stand_in_cuda(monkeypatch):
         monkeypatch.setattr(torch.cuda, name, value)
 
 
-@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer", "beam_search", "eagle2"])
+@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer", "beam_search", "eagle2", "medusa"])
 def test_captured_shapes_replay_with_the_inputs_of_each_call(pair, stand_in_cuda, method):
     """Capture on (with the stand-in): the same tokens as eager, most forwards replayed, and repeated generations
-    replay the graphs captured before (slots and static inputs reused)."""
+    replay the graphs captured before (slots and static inputs reused) — the heads' forwards too (their runners
+    capture as the target's does)."""
     eager = _run(pair, "eager", method, "greedy")
     for model in {id(m): m for m in (pair.target, pair.draft)}.values():
         set_execution(model, "eager")
@@ -289,16 +322,22 @@ def test_captured_shapes_replay_with_the_inputs_of_each_call(pair, stand_in_cuda
                  for i, p in enumerate(PROMPTS)]  # shapes whose first call came before any buffer existed: now
         captured = stats["captures"]
         assert again == eager
+        head = getattr(decoder, "head", None)
+        head_stats = dict(head.runner.stats) if head else None
         for i, p in enumerate(PROMPTS):
             decoder.generate(pair.tokenizer(p)["input_ids"], 14, seed=11 + i)
         assert (stats["captures"], stats["slots"]) == (captured, 1), stats  # every shape replayed; one slot reused
+        if head:
+            now = head.runner.stats
+            assert head_stats["captures"] > 0 and now["captures"] == head_stats["captures"], (head_stats, now)
+            assert now["replays"] - head_stats["replays"] > now["uncaptured"] - head_stats["uncaptured"], now
     finally:
         pair.set_execution("eager")
         for model in (pair.target, pair.draft):
             del model._harness_graph_runner
 
 
-@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer"])
+@pytest.mark.parametrize("method", ["ar_greedy", "sd", "specinfer", "eagle2", "medusa"])
 def test_graphs_mode_adds_no_host_synchronisation(method):
     """The static path reads no device value on the host (the valid length is a host int; masks, positions and
     write indices are built on the device): per generation, graphs mode counts no more synchronising calls than
@@ -310,7 +349,7 @@ def test_graphs_mode_adds_no_host_synchronisation(method):
     counts = {}
     for mode in ("eager", "graphs"):
         toy.set_execution(mode)
-        decoder = build_decoder(method, toy, decoding="greedy")
+        decoder = build_decoder(method, toy, decoding="greedy", **random_head_params(method, toy))
         decoder.generate([1, 2, 3], 3, seed=0)  # a first generation allocates the static buffers
         with counting() as counter:
             decoder.generate([1, 2, 3], 12, seed=0)
