@@ -15,9 +15,11 @@ mean power at the ideal, tiling phases. What it can leave:
 
 * the slope's own uncertainty: a kink of a(φ) between neighbours (the true slope at φ_s lies between the
   left and the right one, g_l and g_r) and the trials' noise in them: ≤ |g_r − g_l| / 2 × |ε_s| per trial,
-  independent between trials — ``residual`` (a σ, relative; × Z in the bound, in quadrature);
-* the phases' own uncertainty (σ_φ): the offsets are measured with it — the bound's ``tile`` term
-  (σ_φ × slope per trial) already covers it;
+  differing between trials, so the split-half difference of the corrected trials holds it — ``residual``
+  (a σ, relative) is shown beside the bound, not added (added, it counted the same error twice: the known-truth
+  test in tests/energy/test_polledbound.py);
+* the phases' own uncertainty (σ_φ, from the one fitted grid): the offsets are measured with it — the bound's
+  ``tile`` term (:func:`.polledbound._tile`) covers it;
 * the noise n_s moved through the slopes into neighbours' corrections: first order in ε K (a few %) of
   the noise, which the split-half difference of the corrected trials still sees.
 

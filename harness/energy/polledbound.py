@@ -49,7 +49,14 @@ noise of bursty loads without jitter (93 % held at 3 × 10) — the split-half s
 
 What d cannot see is what the two halves share: where the phases sit (both are placed from one fitted
 refresh grid). Each phase is known to ± σ_φ (a third of :func:`phase_of`'s three-standard-error figure);
-moving phase j by σ_φ moves trial j's power by g_j σ_φ / P: σ_tile² = Σ_j (g_j σ_φ,j / P)² / K², × Z.
+moving phase j by σ_φ moves trial j's power by g_j σ_φ / P: σ_tile² = Σ_j (g_j σ_φ,j / P)² / K², × Z — where the
+grid has ≥ 4 points, propagated through its two parameters instead (a shared shift and the period's error ×
+each trial's periods from the reference, through the signed slopes: :func:`_tile`).
+
+**Each trial's aim offset corrected** (:mod:`.aimoffset`): where 8 phases with one trial each have offsets
+measured above their uncertainty, each trial's power is moved to its aimed phase (offset × its central slope
+against phase) before anything above; the estimate is the corrected trials' mean (``mean_p`` in the result),
+and d, the slopes and the calibrated figure are the corrected trials'.
 
 **Every instant seen** (a window of whole updates): a t-interval over trials, or one trial's readings'
 noise. **Phases not verified** (no counter, repeats exhausted): the t-interval over trials plus the
