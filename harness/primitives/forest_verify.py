@@ -111,7 +111,8 @@ class Outcome:
 def drawable(p: torch.Tensor) -> torch.Tensor:
     """``p`` unchanged when it is a distribution; uniform in a layer past the one that ended the iteration, whose
     frontier may be empty (its draws are never used, but must not fail)."""
-    return torch.where(p.sum() > 0, p, 1.0 / p.numel())  # an empty frontier's p is NaN: its sum is not > 0
+    # an empty frontier's p (a softmax over −inf only) is NaN throughout; a distribution has no NaN
+    return torch.nan_to_num(p, nan=1.0 / p.numel(), posinf=float("inf"), neginf=float("-inf"))
 
 
 @lru_cache(maxsize=32)

@@ -53,9 +53,10 @@ class Warp:
             x = x / self.temperature
         if self.top_k and self.top_k < x.size(-1):
             top = torch.topk(x, self.top_k, dim=-1)
-            x = x.masked_fill(x < top.values[..., -1:], float("-inf"))
+            below = x < top.values[..., -1:]
+            x = x.masked_fill(below, float("-inf"))
             if self.top_p < 1.0:
-                return self._top_p_within_top_k(x, top.values, top.indices)
+                return self._top_p_within_top_k(x, top.values, top.indices, below)
         if self.top_p < 1.0:
             sorted_x, order = torch.sort(x, dim=-1, descending=True)
             probs = torch.softmax(sorted_x, dim=-1)
@@ -66,26 +67,29 @@ class Warp:
             x = x.masked_fill(drop, float("-inf"))
         return x
 
-    def _top_p_within_top_k(self, x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    def _top_p_within_top_k(self, x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
+                            below: torch.Tensor) -> torch.Tensor:
         """Top-p after top-k without sorting the vocabulary: the same tokens as the full sort below (HF's
         ``TopPLogitsWarper``), up to the order among values tied at the k-th place, which an unstable sort leaves
         arbitrary in both. After top-k only the k largest (``values``, descending) and any ties at the k-th value
-        are finite, so the descending order is: the k, then the ties. The probabilities are normalised over every
-        finite token (``logsumexp``); a tie beyond the k, the r-th in vocabulary order, has exclusive cumulative
-        probability sum(k) + r·p_k. Cost: one top-k and a few passes over the vocabulary instead of a full sort
-        per row (the device tree walk warps every node with candidates)."""
+        are finite (``x``: the top-k's output, owned here; ``below``: its masked entries), so the descending order
+        is: the k, then the ties (a kept entry outside the k equals the k-th value: one above it would be among the
+        k). The probabilities are normalised over every finite token (``logsumexp``); a tie beyond the k, the r-th
+        in vocabulary order, has exclusive cumulative probability sum(k) + r·p_k. Cost: one top-k and a few passes
+        over the vocabulary instead of a full sort per row (the device tree walk warps every node with
+        candidates)."""
         import torch
 
         probs = (values - torch.logsumexp(x, dim=-1, keepdim=True)).exp()
         cumulative = torch.cumsum(probs, dim=-1)
         drop_top = cumulative - probs >= self.top_p
         drop_top[..., 0] = False  # at least one token
-        in_top = torch.zeros_like(x, dtype=torch.bool).scatter(-1, indices, True)
+        in_top = below.scatter(-1, indices, True)  # masked or among the k: not a tie
         drop = torch.zeros_like(in_top).scatter(-1, indices, drop_top)
-        ties = (x == values[..., -1:]) & ~in_top
+        ties = ~in_top
         rank = torch.cumsum(ties, dim=-1) - 1
         drop |= ties & (cumulative[..., -1:] + rank * probs[..., -1:] >= self.top_p)
-        return x.masked_fill(drop, float("-inf"))
+        return x.masked_fill_(drop, float("-inf"))
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """T∘softmax(logits): the warped distribution (one-hot argmax when greedy)."""

@@ -8,7 +8,8 @@ from harness.decoders.dsbd import DSBD
 from harness.methods import build_decoder
 from harness.testing import near_pair
 
-BUDGET = 760  # torch calls per round's verification, γ = 3 layers of W_S = 4 drafts and the extra layer (698 now)
+BUDGET = 760  # torch calls per round's verification, γ = 3 layers of W_S = 4 drafts and the extra layer (713 now:
+#               a fill-up's one-token draw is 7 cheap calls instead of multinomial's one, harness.primitives.sampling)
 
 
 class _Calls(TorchFunctionMode):
