@@ -1,6 +1,7 @@
 """Does the polled bound's split-half difference d hold only the estimate's noise (issue 30.3)? Per study
 scenario, on the simulator: the RMS of the signed d = (A − B)/2 against the RMS of the signed errors (≈ 1 where
-d is one draw of the estimate's noise), and how much of d the trials' measured aim offsets explain — each trial's
+d is one draw of the estimate's noise; of the trials as the bound sees them: corrected for their aim offsets where
+:mod:`harness.energy.aimoffset` applies), and how much of d the trials' measured aim offsets explain — each trial's
 phase off the ideal grid × the trials' slope against phase, summed with the halves' signs (``aim_d``) or all
 alike (``aim_err``, its share of the estimate's error).
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import study_energy_accuracy as study  # noqa: E402
 from diag_polled_bound import polled_cells  # noqa: E402
-from harness.energy import polledbound  # noqa: E402
+from harness.energy import aimoffset, polledbound  # noqa: E402
 
 
 def split_terms(trials, powers, phases, mean_p) -> tuple[float, float, float]:
@@ -50,7 +51,9 @@ def capture(records: list[tuple[float, float, float]]) -> None:
 
     def wrapped(state, trials, powers, phases, mean_p, *args, **kwargs):
         if all(t.stratum >= 0 for t in trials) and all(math.isfinite(p) for p, _ in phases):
-            records.append(split_terms(trials, powers, phases, mean_p))
+            aim = aimoffset.correct(trials, powers, phases, args[0]) if args else None  # as the bound sees them
+            fixed = aim.powers if aim is not None else powers
+            records.append(split_terms(trials, fixed, phases, sum(fixed) / len(fixed)))
         return stratified(state, trials, powers, phases, mean_p, *args, **kwargs)
 
     polledbound._stratified = wrapped

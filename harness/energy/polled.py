@@ -365,6 +365,8 @@ def reading(state, label: str, trials: list[Trial], refreshes: list[Refresh], gl
     mean_p = statistics.mean(powers) if finite else NAN
     total = mean_p * measured
     terms = bound_terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite)
+    if "mean_p" in terms:  # the trials' powers corrected for their aim offsets (:mod:`.aimoffset`)
+        mean_p, total = terms["mean_p"], terms["mean_p"] * measured
     idle_term = idle_unc_j / total if finite and total > 0 and math.isfinite(idle_unc_j) else 0.0
     bound = math.hypot(terms["stat"], terms["runtime"], idle_term) + terms["alias"]  # 99 % terms; aliasing whole
     if counter_figure is not None and reason is None:

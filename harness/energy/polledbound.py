@@ -49,7 +49,14 @@ noise of bursty loads without jitter (93 % held at 3 × 10) — the split-half s
 
 What d cannot see is what the two halves share: where the phases sit (both are placed from one fitted
 refresh grid). Each phase is known to ± σ_φ (a third of :func:`phase_of`'s three-standard-error figure);
-moving phase j by σ_φ moves trial j's power by g_j σ_φ / P: σ_tile² = Σ_j (g_j σ_φ,j / P)² / K², × Z.
+moving phase j by σ_φ moves trial j's power by g_j σ_φ / P: σ_tile² = Σ_j (g_j σ_φ,j / P)² / K², × Z — where the
+grid has ≥ 4 points, propagated through its two parameters instead (a shared shift and the period's error ×
+each trial's periods from the reference, through the signed slopes: :func:`_tile`).
+
+**Each trial's aim offset corrected** (:mod:`.aimoffset`): where 8 phases with one trial each have offsets
+measured above their uncertainty, each trial's power is moved to its aimed phase (offset × its central slope
+against phase) before anything above; the estimate is the corrected trials' mean (``mean_p`` in the result),
+and d, the slopes and the calibrated figure are the corrected trials'.
 
 **Every instant seen** (a window of whole updates): a t-interval over trials, or one trial's readings'
 noise. **Phases not verified** (no counter, repeats exhausted): the t-interval over trials plus the
@@ -64,6 +71,7 @@ import math
 import statistics
 import weakref
 
+from harness.energy import aimoffset
 from harness.energy.hardware import unevenness
 from harness.energy.idle import Z, quantile
 from harness.energy.phases import covers_period, fit_grid, largest_gap, phase_of
@@ -111,7 +119,8 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
                 "basis": f"full coverage; t-interval over {k} trials / readings' noise "
                 f"{100 * stat:.2f} %" if k > 1 else f"full coverage, one trial: readings' noise {100 * stat:.2f} % "
                 f"(windows overlapping unevenly: {unseen:.3f})"}
-    ref_period = fit_grid(refreshes, period, 1e-3).period
+    grid = fit_grid(refreshes, period, 1e-3)
+    ref_period = grid.period
     phases = [phase_of(t.opened, refreshes, period, 1e-3) for t in trials]
     cover = window if state.window_check is None else state.window_check.coverage_window(window)  # selfcheck
     out["verified"] = bool(math.isfinite(part) and covers_period([p for p, _ in phases], [s for _, s in phases],
@@ -123,8 +132,10 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
         counts = [n for _, n in stats]
         spacing = 2 * period / k  # the phases of one half: they tile where the window is a multiple of it
         tiles = abs((window % period) / spacing - round((window % period) / spacing)) < 0.05
+        common = ([(t.opened - grid.t_ref) / grid.period for t in trials], grid.ref_sigma / 3,
+                  grid.sigma / 3) if grid.points >= 4 else None  # every phase from this one grid (phase_of)
         return {**out, **_stratified(state, trials, powers, phases, mean_p, ref_period, (jitter, counts),
-                                     (sampling * 2 / Z, part, total_s), tiles)}
+                                     (sampling * 2 / Z, part, total_s), tiles, common)}
     # the unseen fraction of each period could have drawn anything from idle to the power limit
     idle_w = sum(sum(state.idle.net_energy(t.a, t.b)) for t in trials) / total_s
     limit = state.power_limit_w()
@@ -138,11 +149,16 @@ def terms(state, trials, refreshes, powers, stats, seconds, mean_p, finite) -> d
 
 def _stratified(state, trials, powers: list[float], phases: list[tuple[float, float]], mean_p: float,
                 ref_period: float, jitter: tuple[float, list[float]] | None = None,
-                calibrated: tuple[float, float, float] | None = None, tiles: bool = True) -> dict:
+                calibrated: tuple[float, float, float] | None = None, tiles: bool = True,
+                common: tuple[list[float], float, float] | None = None) -> dict:
     """Noise (the model, else the pooled split-half or trials' scatter) and the phases' shared uncertainty,
     for trials that tile the period; ``jitter``: the sensor's refresh jitter (s, RMS) and the readings per
-    trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`."""
+    trial; ``calibrated``: (readings' noise ≈ 95 %, window ÷ period, seconds measured) for :func:`_early`;
+    ``common``: the phases' one grid (each trial's periods from its reference, the reference's and the period's
+    σ, s) for :func:`_tile`."""
     k = len(powers)
+    aim = aimoffset.correct(trials, powers, phases, ref_period)  # each trial's power at its aimed phase
+    powers, mean_p = (aim.powers, statistics.fmean(aim.powers)) if aim is not None else (powers, mean_p)
     powers, inflation, fitted = comparable(trials, powers)  # what the idle at each trial's edges explains taken out
     order = sorted(range(k), key=lambda i: phases[i][0])
     m = [powers[i] for i in order]
@@ -152,14 +168,11 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
         halves = [powers[0::2], powers[1::2]]
     d = abs(statistics.mean(halves[0]) - statistics.mean(halves[1])) / 2 / mean_p * math.sqrt(inflation)
     sigma_j, counts = jitter if jitter is not None else (0.0, [1.0] * k)
-    # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll)
-    ideal = [(phases[i][0] - t.stratum / k) % 1.0 for i, t in enumerate(trials)]
-    u = math.atan2(sum(math.sin(2 * math.pi * x) for x in ideal), sum(math.cos(2 * math.pi * x) for x in ideal))
-    off = [((x - u / (2 * math.pi) + 0.5) % 1.0 - 0.5) * ref_period for x in ideal]  # s
+    # each trial's phase off the ideal grid u + s/K (u fitted): where the aim landed (± half a poll); corrected
+    off = [0.0] * k if aim is not None else aimoffset.offsets(trials, phases, ref_period)
     model = math.sqrt(sum((s / ref_period) ** 2 * (off[order[j]] ** 2 + sigma_j ** 2 / counts[order[j]])
                           for j, s in enumerate(slopes))) / (k * mean_p)
-    durations = [x for t in trials for x in t.durations]
-    varied = len(durations) > 1 and statistics.stdev(durations) > 0.05 * statistics.mean(durations)
+    varied = aimoffset.varied(trials)
     if varied:  # runs of varying length scatter each trial's phases: the trials are independent draws
         split, dof = pooled(state, statistics.variance(powers) * (k - 1) / (k - 1 - fitted) / k / mean_p ** 2,
                             k - 1 - fitted)
@@ -171,26 +184,44 @@ def _stratified(state, trials, powers: list[float], phases: list[tuple[float, fl
     if tiles and Z * model > noise:  # what the measured aim offsets and jitter alone must cause
         noise, how = Z * model, (f"each trial's phase off the grid (aim) and refresh jitter {sigma_j * 1e3:.1f} ms "
                                  "× the trials' slope against phase")
-    tile = math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes))) / k / mean_p
+    tile = _tile(powers, phases, slopes, order, ref_period, common) / k / mean_p
+    # what the aim's correction may leave (its slopes' error × each trial's own offset) differs between trials: the
+    # split-half of the corrected trials holds it (shown beside, not added); the phases' shared error is ``tile``
     stat = math.hypot(noise, Z * tile)
     early = _early(m, slopes, [phases[i] for i in order], mean_p, ref_period, varied, counts,
                    calibrated) if calibrated is not None else NAN
     parts = {"noise": noise, "tile": Z * tile, "model": Z * model, "split": split, "d": d, "dof": dof,
-             "early": early, "derived": stat}  # each a 99 % figure (split, d: σ), for diagnostics
+             "early": early, "derived": stat, "aim": Z * aim.residual if aim else 0.0}  # 99 % (split, d: σ)
+    fix, note = ({}, "") if aim is None else ({"mean_p": mean_p}, aimoffset.described(aim, Z))
     if not how.startswith("each") and math.isfinite(early) and early < stat:
         why = (f"too few measurements pooled ({dof} degrees of freedom" if tiles and dof < YOUNG else
                "the calibrated figure is the smaller (a drift or uneven runs the split-half keeps: the smaller of "
                "two statements, each held on the study's every row" if tiles else
                "each half's phases do not tile the period (the window is not a multiple of their spacing: d "
                "holds the halves' own aliasing")
-        return {"stat": early, "parts": parts,
+        return {"stat": early, "parts": parts, **fix,
                 "basis": f"{k} phases verified to tile the update period: {why}; derived: "
                 f"{100 * stat:.2f} %), the calibrated figure {100 * early:.2f} % (readings' noise ÷ K + 2 × tiling, "
-                "issue 30's study)"}
-    return {"stat": stat, "parts": parts,
+                "issue 30's study)" + note}
+    return {"stat": stat, "parts": parts, **fix,
             "basis": f"{k} phases verified to tile the update period: noise {100 * noise:.3f} % "
             f"({how}; pooled σ {100 * split:.3f} % over {dof} degrees of freedom, this one's split-half "
-            f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %"}
+            f"{100 * d:.3f} %, the model's σ {100 * model:.3f} %), phases' uncertainty σ {100 * tile:.3f} %" + note}
+
+
+def _tile(powers: list[float], phases: list[tuple[float, float]], slopes: list[float], order: list[int],
+          ref_period: float, common: tuple[list[float], float, float] | None) -> float:
+    """Σ over trials of how far the phases' uncertainty moves each trial's power (W; σ), × 1/K by the caller.
+    Without ``common``: each phase's σ (a third of :func:`phase_of`'s figure) × its |slope|, independent between
+    trials (``slopes`` in phase ``order``). With it: every phase comes from ONE fitted grid, so their errors are
+    δφ_j = (δt_ref + n_j δP) / P (n_j periods from the reference) — a shift common to all moves the trials'
+    powers by Σ g_j δt_ref / P, and the period's error by Σ g_j n_j δP / P, g_j the signed central slopes (W per
+    period; Σ g_j ≈ 0 round a period); the two added whole (≥ their quadrature with any covariance)."""
+    g = aimoffset.central_slopes(powers, phases) if common is not None else None
+    if common is None or g is None:
+        return math.sqrt(sum((s * phases[order[j]][1] / 3 / ref_period) ** 2 for j, s in enumerate(slopes)))
+    periods, sigma_ref, sigma_p = common
+    return (abs(sum(g)) * sigma_ref + abs(sum(x * n for x, n in zip(g, periods))) * sigma_p) / ref_period
 
 
 def _early(m: list[float], slopes: list[float], phases: list[tuple[float, float]], mean_p: float,
