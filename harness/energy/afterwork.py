@@ -249,3 +249,44 @@ def unseen(state, device: int, seconds: float, idle_w: float, period: float) -> 
         return 0.0
     mean_w = state.mean_power_w / state.devices if math.isfinite(state.mean_power_w) else 2 * idle_w
     return max(mean_w - idle_w, 0.0) * min(seconds + later, nearest)
+
+
+def _height(fitted, beyond: float) -> float:
+    """How far (W, 99 %) the fitted profile may lie above its later level at delays ≥ ``beyond``: each step
+    that may end later (anywhere the data place it as well), at the largest height it takes there, plus
+    Student's 99 % × the steps' summed standard error."""
+    from scipy.stats import t
+
+    edges, steps, cov, dof, places = fitted
+    top = sum(max(float(c), float(np.max(h))) for e, c, (at, h) in zip(edges, steps, places)
+              if max(float(e), float(np.max(at))) > beyond)
+    ones = np.ones(len(steps))
+    return top + float(t.ppf(0.995, dof)) * math.sqrt(max(float(ones @ cov @ ones), 0.0))
+
+
+def lead(state, device: int, trial, refresh: float, shift: float, rate: float, sig: float, own: float) -> float:
+    """99 % bound (J) on the lead's idle stretch [``refresh`` − ``shift``, a] on ``device`` (``refresh``: the lead
+    refresh's time, ``shift``: the lag taken) taken at ``rate`` (W). Today's
+    (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`, the idle moving as right after work), or — where
+    the profile sees the idle stepping after work, less where that is smaller — the stretch as the profile
+    bounds it: after the synchronise the GPU is idle, so the stretch draws the idle at rest (the post-work
+    curve at a, ± twice its roughness) plus at most what the fitted steps still add at the stretch's
+    shortest delay after work (it began that long after the synchronise at least, the lag taken at its
+    bracket's top): its mean lies in that band, ``rate`` somewhere against it, and it moves within it as the
+    idle does at rest (``stretch_bound(rest=True)``) — over the stretch as long as the lag's bracket lets it
+    be. Today's where the lag is not bracketed or the stretch may begin before the synchronise."""
+    seconds = trial.a - refresh + shift
+    today = state.idle.stretch_bound(device, seconds, sig, own)
+    fitted = state.idle.profile.fit(device)
+    idle = state.idle
+    rough = idle.post.roughness(trial.a, trial.a) / idle.devices
+    sensor = state.device_sensor(state.primary, device)
+    beyond = refresh - sensor.lag_hi - trial.watched_from  # ≥ 0: the stretch began after the synchronise
+    if fitted is None or seconds <= 0 or not math.isfinite(rough + rate + beyond) or beyond < 0:
+        return today
+    rest_w = idle.post.at(trial.a)[device]
+    band = max(rate - rest_w, rest_w + _height(fitted, beyond) - rate, 0.0) + 2 * rough
+    still = idle.still_sigma(device)
+    sig_rest = (max(still, own) if math.isfinite(own) else still) if math.isfinite(still) else sig
+    longest = seconds + max(sensor.lag_hi - shift, 0.0)  # as long as the lag's bracket lets the stretch be
+    return min(today, longest * band + idle.stretch_bound(device, longest, sig_rest, own, rest=True))

@@ -373,7 +373,7 @@ def _trial_energy(state, trial: Trial, edges: dict) -> tuple[float, list[float]]
         shift = lag if both else 0.0
         if lead is not None and math.isfinite(rate_a):
             start = lead.value + rate_a * (trial.a - lead.t)
-            terms["lead"] += state.idle.stretch_bound(d, trial.a - lead.t + shift, sig_a, own[0])
+            terms["lead"] += afterwork.lead(state, d, trial, lead.t, shift, rate_a, sig_a, own[0])
             terms["lead timing"] += UNIFORM * lead.halfwidth * rate_a
             edges["aligned"] += 1
         else:
