@@ -270,7 +270,7 @@ def lead(state, device: int, trial, refresh: float, shift: float, rate: float, s
     (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`, the idle moving as right after work), or — where
     the profile sees the idle stepping after work, less where that is smaller — the stretch as the profile
     bounds it: after the synchronise the GPU is idle, so the stretch draws the idle at rest (the post-work
-    curve at a, ± twice its roughness) plus at most what the fitted steps still add at the stretch's
+    curve at a, ± twice its roughness; before five points, ± its range) plus at most what the fitted steps still add at the stretch's
     shortest delay after work (it began that long after the synchronise at least, the lag taken at its
     bracket's top): its mean lies in that band, ``rate`` somewhere against it, and it moves within it as the
     idle does at rest (``stretch_bound(rest=True)``) — over the stretch as long as the lag's bracket lets it
@@ -280,6 +280,8 @@ def lead(state, device: int, trial, refresh: float, shift: float, rate: float, s
     fitted = state.idle.profile.fit(device)
     idle = state.idle
     rough = idle.post.roughness(trial.a, trial.a) / idle.devices
+    if not math.isfinite(rough) and len(idle.post) >= 2:  # before five: the range of the post-work idle so far
+        rough = max(max(sum(w) for w in idle.post.watts) - min(sum(w) for w in idle.post.watts), 0.0) / idle.devices
     sensor = state.device_sensor(state.primary, device)
     beyond = refresh - sensor.lag_hi - trial.watched_from  # ≥ 0: the stretch began after the synchronise
     if fitted is None or seconds <= 0 or not math.isfinite(rough + rate + beyond) or beyond < 0:
