@@ -270,11 +270,12 @@ def lead(state, device: int, trial, refresh: float, shift: float, rate: float, s
     (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`, the idle moving as right after work), or — where
     the profile sees the idle stepping after work, less where that is smaller — the stretch as the profile
     bounds it: after the synchronise the GPU is idle, so the stretch draws the idle at rest (the post-work
-    curve at a, ± twice its roughness; before five points, ± its range) plus at most what the fitted steps still add at the stretch's
-    shortest delay after work (it began that long after the synchronise at least, the lag taken at its
-    bracket's top): its mean lies in that band, ``rate`` somewhere against it, and it moves within it as the
-    idle does at rest (``stretch_bound(rest=True)``) — over the stretch as long as the lag's bracket lets it
-    be. Today's where the lag is not bracketed or the stretch may begin before the synchronise."""
+    curve at a, ± twice its roughness; before five points, ± their range) plus at most what the fitted steps
+    still add at the stretch's shortest delay after work (it began that long after the synchronise at least,
+    the lag taken at its bracket's top): its mean lies in that band, ``rate`` somewhere against it, and it
+    moves within it as the idle does at rest (``stretch_bound(rest=True)``) — over the stretch as long as the
+    lag's bracket lets it be. Today's where the lag is not bracketed or the stretch may begin before the
+    synchronise."""
     seconds = trial.a - refresh + shift
     today = state.idle.stretch_bound(device, seconds, sig, own)
     fitted = state.idle.profile.fit(device)
