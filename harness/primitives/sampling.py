@@ -30,7 +30,16 @@ def _one_on_cpu(probs: torch.Tensor, generator: torch.Generator | None) -> torch
     # a uniform of exactly 0 (chance 2**-53 per entry) would give 0/0 = NaN, which argmax takes: a zero-probability
     # token could be drawn; the floor keeps every draw on the support (and changes nothing else)
     exponential = torch.log1p(uniform.neg_()).neg_().float().clamp_min_(torch.finfo(torch.float32).tiny)
-    return torch.argmax(probs / exponential, dim=-1, keepdim=True)
+    ratio = probs / exponential
+    out = torch.argmax(ratio, dim=-1, keepdim=True)
+    # a NaN (argmax takes it), an inf or a row without mass shows in the chosen ratio: the clear error
+    # torch.multinomial gives, checked on the chosen entries only (no host read: an assert on the tensor)
+    chosen = ratio.gather(-1, out)
+    torch._assert_async((torch.isfinite(chosen) & (chosen > 0)).all(), _BAD)
+    return out
+
+
+_BAD = "sample: the probability tensor contains nan or inf, or a row has no mass"
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

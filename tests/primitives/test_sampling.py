@@ -49,3 +49,11 @@ def test_several_draws_and_other_dtypes_still_use_multinomial():
     for probs, k in ((p, 3), (p.double(), 1)):
         ref, ours = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
         assert torch.equal(sample(probs, ours, k), torch.multinomial(probs, k, replacement=True, generator=ref))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "zeros"])
+def test_a_distribution_without_a_valid_draw_is_a_clear_error_as_with_multinomial(bad):
+    probs = torch.full((2, 16), 1 / 16)
+    probs[1] = {"nan": float("nan"), "inf": float("inf"), "zeros": 0.0}[bad]
+    with pytest.raises(RuntimeError, match="nan or inf, or a row has no mass"):
+        sample(probs, torch.Generator().manual_seed(0))
