@@ -67,15 +67,20 @@ def offsets(trials, phases: list[tuple[float, float]], ref_period: float) -> lis
     return [((x - u / (2 * math.pi) + 0.5) % 1.0 - 0.5) * ref_period for x in ideal]
 
 
+def _neighbours(phases: list[tuple[float, float]]):
+    """Per trial in phase order: (trial, previous, next, gap to the previous, gap to the next), gaps in periods."""
+    k = len(phases)
+    order = sorted(range(k), key=lambda i: phases[i][0])
+    for j, i in enumerate(order):
+        prev, nxt = order[j - 1], order[(j + 1) % k]
+        yield i, prev, nxt, (phases[i][0] - phases[prev][0]) % 1.0, (phases[nxt][0] - phases[i][0]) % 1.0
+
+
 def central_slopes(powers: list[float], phases: list[tuple[float, float]]) -> list[float] | None:
     """Each trial's slope against phase (W per period, signed): (p_next − p_prev) ÷ (φ_next − φ_prev) over its
     neighbours in phase order; None where two phases coincide."""
-    k = len(powers)
-    order = sorted(range(k), key=lambda i: phases[i][0])
-    slopes = [0.0] * k
-    for j, i in enumerate(order):
-        prev, nxt = order[j - 1], order[(j + 1) % k]
-        gap_l, gap_r = (phases[i][0] - phases[prev][0]) % 1.0, (phases[nxt][0] - phases[i][0]) % 1.0
+    slopes = [0.0] * len(powers)
+    for i, prev, nxt, gap_l, gap_r in _neighbours(phases):
         if min(gap_l, gap_r) <= 0:
             return None
         slopes[i] = (powers[nxt] - powers[prev]) / (gap_l + gap_r)
@@ -92,15 +97,12 @@ def correct(trials, powers: list[float], phases: list[tuple[float, float]], ref_
     off = offsets(trials, phases, ref_period)
     if rms(off) <= SPREAD * rms([s / 3 for _, s in phases]):
         return None
-    order = sorted(range(k), key=lambda i: phases[i][0])
     slopes = central_slopes(powers, phases)
     if slopes is None:
         return None
     mean_p = statistics.fmean(powers)
     fixed, left_over = list(powers), 0.0
-    for j, i in enumerate(order):
-        prev, nxt = order[j - 1], order[(j + 1) % k]
-        gap_l, gap_r = (phases[i][0] - phases[prev][0]) % 1.0, (phases[nxt][0] - phases[i][0]) % 1.0
+    for i, prev, nxt, gap_l, gap_r in _neighbours(phases):
         bend = abs((powers[nxt] - powers[i]) / gap_r - (powers[i] - powers[prev]) / gap_l) / 2
         fixed[i] = powers[i] - slopes[i] * off[i] / ref_period
         left_over += (bend * off[i] / ref_period) ** 2
