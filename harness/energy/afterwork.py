@@ -204,10 +204,17 @@ def tail(state, device: int, seconds: float, idle_w: float, sig: float, own: flo
     after work (:meth:`~harness.energy.idle.IdleTracker.stretch_bound`)."""
     delta, known = correct(state, device, seconds, idle_w)
     rest = state.idle.profile.fit(device) is not None
-    still = state.idle.still_sigma(device)
-    if rest and math.isfinite(still):  # the edge's σ as the idle moves at rest (or its own noise, where larger)
-        sig = max(still, own) if math.isfinite(own) else still
+    sig = _rest_sigma(state, device, sig, own) if rest else sig
     return delta, state.idle.stretch_bound(device, seconds, sig, own, rest=rest) + known
+
+
+def _rest_sigma(state, device: int, sig: float, own: float) -> float:
+    """The edge's σ as the idle moves at rest (or the reading's own noise, where larger); ``sig`` where the
+    idle at rest is not measured yet."""
+    still = state.idle.still_sigma(device)
+    if not math.isfinite(still):
+        return sig
+    return max(still, own) if math.isfinite(own) else still
 
 
 def correct(state, device: int, seconds: float, idle_w: float = NAN) -> tuple[float, float]:
@@ -289,7 +296,6 @@ def lead(state, device: int, trial, refresh: float, shift: float, rate: float, s
         return today
     rest_w = idle.post.at(trial.a)[device]
     band = max(rate - rest_w, rest_w + _height(fitted, beyond) - rate, 0.0) + 2 * rough
-    still = idle.still_sigma(device)
-    sig_rest = (max(still, own) if math.isfinite(own) else still) if math.isfinite(still) else sig
+    sig_rest = _rest_sigma(state, device, sig, own)
     longest = seconds + max(sensor.lag_hi - shift, 0.0)  # as long as the lag's bracket lets the stretch be
     return min(today, longest * band + idle.stretch_bound(device, longest, sig_rest, own, rest=True))
